@@ -1,0 +1,45 @@
+# Thin wrapper over CMake. `make` installs missing Debian packages and builds
+# build/skiffd; `make run` starts one node; `make test` runs every test.
+BUILD      ?= build
+GENERATOR  := $(shell command -v ninja >/dev/null 2>&1 && echo Ninja || echo "Unix Makefiles")
+CMAKE_ARGS ?=
+
+.PHONY: all deps test-deps build run test unit-test bench bench-compare fuzz asan docs clean
+
+all: build
+
+deps:
+	@tools/install-deps.sh build
+
+test-deps:
+	@tools/install-deps.sh test
+
+build: deps
+	@cmake -S . -B $(BUILD) -G "$(GENERATOR)" $(CMAKE_ARGS) >/dev/null
+	@cmake --build $(BUILD)
+
+run: build
+	./$(BUILD)/skiffd
+
+# Every test: unit tests (normal and ASan+UBSan builds), fuzz-corpus replay,
+# then the integration suites against real clients and servers.
+test: test-deps build
+	@tests/run.sh
+
+unit-test: build
+	@cd $(BUILD) && ctest --output-on-failure
+
+bench: test-deps build
+	@bench/run.sh
+
+bench-compare: test-deps build
+	@bench/compare.sh
+
+fuzz: test-deps
+	@tests/fuzz/run.sh
+
+docs: build
+	./$(BUILD)/skiffd --gen-config-doc > docs/CONFIGURATION.md
+
+clean:
+	rm -rf $(BUILD) build-asan build-fuzz

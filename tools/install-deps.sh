@@ -1,0 +1,47 @@
+#!/bin/sh
+# Installs the Debian packages a target needs, only those missing.
+# usage: tools/install-deps.sh build|test|bench
+# Runs apt-get as root, or through sudo otherwise.
+set -eu
+
+build_pkgs="build-essential cmake ninja-build pkg-config python3
+libevent-dev libnfs-dev libcurl4-openssl-dev libssl-dev libsqlite3-dev
+libzstd-dev liblz4-dev libsnappy-dev zlib1g-dev libcmocka-dev"
+
+test_pkgs="clang libclang-rt-14-dev llvm kcat librdkafka-dev
+python3-confluent-kafka python3-kafka default-jdk-headless maven
+nfs-ganesha nfs-ganesha-vfs rpcbind libnfs-utils etcd-server etcd-client
+nodejs npm iproute2 procps curl bc"
+
+bench_pkgs="gnuplot-nox"
+
+case "${1:-build}" in
+  build) want="$build_pkgs" ;;
+  test)  want="$build_pkgs $test_pkgs" ;;
+  bench) want="$build_pkgs $test_pkgs $bench_pkgs" ;;
+  *) echo "usage: $0 build|test|bench" >&2; exit 2 ;;
+esac
+
+missing=""
+for p in $want; do
+  # Some tools may come from elsewhere on a developer machine; accept them.
+  case "$p" in
+    nodejs) command -v node >/dev/null 2>&1 && continue ;;
+    npm) command -v npm >/dev/null 2>&1 && continue ;;
+    maven) command -v mvn >/dev/null 2>&1 && continue ;;
+    default-jdk-headless) command -v javac >/dev/null 2>&1 && continue ;;
+    cmake) command -v cmake >/dev/null 2>&1 && continue ;;
+    python3) command -v python3 >/dev/null 2>&1 && continue ;;
+  esac
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing="$missing $p"
+  fi
+done
+[ -z "$missing" ] && exit 0
+
+echo "installing Debian packages:$missing"
+if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+# shellcheck disable=SC2086
+$SUDO apt-get install -y -qq --no-install-recommends $missing

@@ -1,0 +1,122 @@
+/*
+ * wal: the write-ahead log: record format, group commit, recovery, trimming.
+ *
+ * The WAL is an append-only stream of records addressed by LSN (the byte
+ * position in the stream). It is cut into segments; segment `S` holds the
+ * stream bytes [S, next segment's start). Each segment file begins with a
+ * fixed header (magic, version, node id, owner epoch, start LSN, CRC), and
+ * its first record is a preamble supplied by the owner (Skiff's broker puts
+ * a metadata snapshot there, so that any retained segment is a replay start).
+ *
+ * Record: u32 payload length, u32 CRC-32C, u8 type, payload. The CRC covers
+ * the record's own LSN (8 bytes, not stored), the type and the payload, so
+ * stale bytes at a wrong position never validate. Little-endian. The WAL
+ * knows nothing of Kafka: types are the caller's, except WAL_T_PREAMBLE.
+ *
+ * Group commit: appends are copied into a staging buffer; while one
+ * write+sync is in flight, everything appended meanwhile waits and goes out
+ * in the next single write+sync. Completions run in LSN order. One commit
+ * never spans two segments, so a torn write can only be in the last segment.
+ *
+ * Contract:
+ *  - wal_open (recovery) is blocking and runs before the loop serves.
+ *  - wal_append, wal_roll, wal_trim, wal_close: the event-loop thread.
+ *  - wal_read_record, wal_segments_snapshot: any thread.
+ *  - Owns its staging memory and the storage (destroyed by wal_close).
+ * Errors: SK_ERR_AGAIN (staging cap reached: back-pressure), SK_ERR_IO
+ * (storage failed: the WAL is then failed, every later append fails too),
+ * SK_ERR_CORRUPT (recovery found damage outside the last segment's tail),
+ * SK_ERR_CLOSED.
+ */
+#ifndef WAL_H
+#define WAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "wal_storage.h"
+
+struct event_base;
+
+typedef uint64_t wal_lsn;
+typedef struct wal wal;
+
+#define WAL_T_PREAMBLE 1 /* first record of every segment */
+#define WAL_RECORD_HEADER 9
+#define WAL_SEGMENT_HEADER 40
+
+typedef struct wal_opts {
+    uint64_t segment_bytes;     /* roll to a new segment past this size */
+    uint64_t max_pending_bytes; /* staging cap; wal_append then says SK_ERR_AGAIN */
+    uint32_t node_id;
+    uint64_t owner_epoch;
+    /* Returns a malloc'd preamble payload for a new segment starting at
+     * `start` (the WAL frees it). Called on the loop thread, synchronously
+     * inside wal_append/wal_roll/wal_open, before the triggering record is
+     * placed: the caller must append first and apply its effects after. */
+    int (*preamble)(void *arg, wal_lsn start, uint8_t **buf, uint32_t *len);
+    void *preamble_arg;
+} wal_opts;
+
+/* Called once per valid record during recovery, in LSN order. Returning
+ * non-zero stops recovery with that error. */
+typedef int (*wal_replay_fn)(void *arg, wal_lsn lsn, uint8_t type, const uint8_t *payload,
+                             uint32_t len);
+
+/* Called when a record is durable (err 0) or can never be (err < 0). */
+typedef void (*wal_done_fn)(void *arg, int err, wal_lsn lsn);
+
+/* Recovers and opens the WAL on `st` (taking ownership of it):
+ *  1. lists the segments and validates every record;
+ *  2. truncates the last segment at its first torn or invalid record;
+ *     damage in any earlier segment is SK_ERR_CORRUPT (no start-up);
+ *  3. calls replay for every record with lsn >= replay_from (from the first
+ *     retained segment if replay_from is older than it);
+ *  4. is then ready to append after the last valid record (a fresh WAL gets
+ *     its first segment, with a preamble, at the first append).
+ * Writes a reason into why on failure. */
+wal *wal_open(struct event_base *base, wal_storage *st, const wal_opts *o, wal_lsn replay_from,
+              wal_replay_fn replay, void *arg, int *err, char *why, size_t whylen);
+
+/* Appends one record; the payload is copied. *lsn receives its position at
+ * once; done runs when it is durable. Returns 0, SK_ERR_AGAIN (over the
+ * staging cap; nothing appended, done not called) or SK_ERR_IO (failed WAL). */
+int wal_append(wal *w, uint8_t type, const void *payload, uint32_t len, wal_done_fn done,
+               void *arg, wal_lsn *lsn);
+/* Same, payload gathered from several pieces. */
+int wal_appendv(wal *w, uint8_t type, const struct iovec *iov, int iovcnt, wal_done_fn done,
+                void *arg, wal_lsn *lsn);
+
+/* Starts a new segment at the next append (used to let old ones be trimmed). */
+void wal_roll(wal *w);
+
+/* Deletes, in the background, every segment that lies wholly below `upto`.
+ * The segment that holds the end of the stream is never deleted. */
+void wal_trim(wal *w, wal_lsn upto);
+
+wal_lsn wal_end_lsn(const wal *w);     /* after the last appended record */
+wal_lsn wal_durable_lsn(const wal *w); /* after the last durable record */
+wal_lsn wal_start_lsn(const wal *w);   /* first retained segment's start */
+size_t wal_pending_bytes(const wal *w);
+bool wal_failed(const wal *w);
+
+/* Reads and verifies the record at lsn (any thread, blocking). On success
+ * *type and *len are set and up to cap payload bytes copied into buf; a
+ * payload longer than cap is SK_ERR_NOMEM with *len set. SK_ERR_NOENT when
+ * the segment is gone (trimmed), SK_ERR_CORRUPT on a bad CRC. */
+int wal_read_record(wal *w, wal_lsn lsn, uint8_t *type, void *buf, uint32_t cap, uint32_t *len);
+
+/* Finishes the in-flight and pending commits, then frees everything; the
+ * remaining done callbacks run (with their result) before it returns. */
+void wal_close(wal *w);
+
+/* Statistics for metrics. */
+typedef struct wal_stats {
+    uint64_t appends, commits, bytes_written;
+    uint64_t segments, segments_removed;
+    int64_t last_commit_us; /* duration of the last write+sync */
+} wal_stats;
+void wal_get_stats(const wal *w, wal_stats *st);
+
+#endif
