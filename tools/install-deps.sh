@@ -9,7 +9,7 @@ libevent-dev libnfs-dev libcurl4-openssl-dev libssl-dev libsqlite3-dev
 libzstd-dev liblz4-dev libsnappy-dev zlib1g-dev libcmocka-dev"
 
 test_pkgs="clang libclang-rt-14-dev llvm kcat librdkafka-dev
-python3-confluent-kafka python3-kafka default-jdk-headless maven
+python3-confluent-kafka python3-kafka python3-pytest default-jdk-headless maven
 nfs-ganesha nfs-ganesha-vfs rpcbind libnfs-utils etcd-server etcd-client
 nodejs npm iproute2 procps curl bc"
 
