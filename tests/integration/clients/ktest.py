@@ -1,0 +1,79 @@
+"""Helpers shared by the client test suites (test_1NNN_*.py).
+
+Everything here is bounded in time and says what went wrong: a subprocess
+that times out is killed and its output tail is put in the assertion message.
+"""
+
+import os
+import shutil
+import subprocess
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
+WORK = os.environ.get("SKIFF_TEST_WORK", os.path.join(ROOT, "tests", ".work"))
+CACHE = os.environ.get("SKIFF_TEST_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "skiff"))
+
+
+def tail(text, n=4000):
+    if isinstance(text, bytes):
+        text = text.decode(errors="replace")
+    text = text or ""
+    return text if len(text) <= n else "...[%d chars cut]...\n%s" % (len(text) - n, text[-n:])
+
+
+def run(cmd, timeout, input=None, env=None, cwd=None, check=True, what=None):
+    """Runs cmd; on timeout or (with check) a non-zero exit, fails with both output tails."""
+    what = what or os.path.basename(cmd[0])
+    t0 = time.time()
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    try:
+        p = subprocess.run(cmd, input=input, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           timeout=timeout, env=full_env, cwd=cwd)
+    except subprocess.TimeoutExpired as e:
+        raise AssertionError("%s did not finish in %ss: %s\n--- stdout ---\n%s\n--- stderr ---\n%s" % (
+            what, timeout, " ".join(cmd), tail(e.stdout), tail(e.stderr)))
+    p.seconds = time.time() - t0
+    if check and p.returncode != 0:
+        raise AssertionError("%s exited %d after %.1fs: %s\n--- stdout ---\n%s\n--- stderr ---\n%s" % (
+            what, p.returncode, p.seconds, " ".join(cmd), tail(p.stdout), tail(p.stderr)))
+    return p
+
+
+def create_topic(bootstrap, name, partitions=1, replication_factor=1, timeout=30.0, config=None):
+    """CreateTopics through librdkafka's Admin API, then waits until every partition has a leader."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": "skiff-test-setup",
+                         "socket.timeout.ms": 10000})
+    futs = admin.create_topics([NewTopic(name, num_partitions=partitions,
+                                         replication_factor=replication_factor,
+                                         config=config or {})],
+                               operation_timeout=timeout, request_timeout=timeout)
+    try:
+        futs[name].result(timeout=timeout)
+    except Exception as e:
+        raise AssertionError("CreateTopics %s (%d partitions, RF %d) on %s failed: %r" % (
+            name, partitions, replication_factor, bootstrap, e))
+    deadline = time.time() + timeout
+    last = None
+    while time.time() < deadline:
+        try:
+            md = admin.list_topics(topic=name, timeout=5)
+            t = md.topics.get(name)
+            if t is not None and t.error is None and len(t.partitions) == partitions and all(
+                    p.leader >= 0 for p in t.partitions.values()):
+                return
+            last = t.error if t is not None else "absent"
+        except Exception as e:  # noqa: BLE001 - any failure is retried until the deadline
+            last = e
+        time.sleep(0.1)
+    raise AssertionError("topic %s created but not usable after %.0fs: %r" % (name, timeout, last))
+
+
+def which(name):
+    path = shutil.which(name)
+    if path is None:
+        raise AssertionError("%s not found: run tools/install-deps.sh test" % name)
+    return path
