@@ -74,7 +74,8 @@ typedef enum kc_type {
     KC_STRING,
     KC_BYTES,
     KC_RECORDS,
-    KC_STRUCT, /* a nested struct stored inline */
+    KC_STRUCT, /* a nested struct stored inline; when the field is nullable,
+                  a pointer to it (NULL = null, a presence byte on the wire) */
     KC_ARRAY,  /* elem_type says of what; KC_STRUCT elements use `sub` */
 } kc_type;
 
@@ -93,9 +94,11 @@ typedef struct kc_field {
     uint32_t offset;            /* offsetof() in the C struct */
     uint32_t elem_size;         /* sizeof one array element */
     const kc_struct *sub;       /* for KC_STRUCT and arrays of structs */
-    int64_t def_int;            /* numeric/bool default */
+    int64_t def_int;            /* numeric/bool default; -1 for an array or
+                                   struct field whose default is null */
     double def_float;
-    const char *def_str;        /* string default; NULL = null, "" = empty */
+    const char *def_str;        /* string/bytes/records default; NULL = null,
+                                   "" = empty */
 } kc_field;
 
 struct kc_struct {
@@ -161,13 +164,16 @@ void kc_init(const kc_struct *s, void *out);
 void *kc_new_array(sk_arena *a, const kc_struct *elem, int32_t n);
 
 /* Decodes one message body of version `ver` into *out (kc_init'ed first).
- * `flexible` selects compact encodings and tagged-field sections. */
+ * `flexible` selects compact encodings and tagged-field sections. On success
+ * r->p is just past the body; whether bytes may follow is the caller's call. */
 int kc_decode(const kc_struct *s, int16_t ver, bool flexible, kc_reader *r, void *out,
               sk_arena *a);
 
 /* Exact encoded size of *in at version `ver`, and the encoder itself. Fields
  * absent from `ver` are skipped; tagged fields equal to their default are
- * omitted (a struct-typed tagged field when all its fields are defaults). */
+ * omitted (a struct-typed tagged field when all its fields are defaults). A
+ * null string, bytes or array in a version where the field is not nullable is
+ * written as empty. */
 size_t kc_size(const kc_struct *s, int16_t ver, bool flexible, const void *in);
 uint8_t *kc_encode(const kc_struct *s, int16_t ver, bool flexible, const void *in,
                    uint8_t *out);
