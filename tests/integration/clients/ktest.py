@@ -77,3 +77,43 @@ def which(name):
     if path is None:
         raise AssertionError("%s not found: run tools/install-deps.sh test" % name)
     return path
+
+
+def read_assigned(bootstrap, topic, partitions, expected, timeout=60.0):
+    """Reads keys "k-<i>" from every partition by assignment (confluent-kafka, from the beginning).
+
+    Returns ({i: (partition, offset, value, headers dict)}, [problems]); stops after
+    `expected` records or `timeout` seconds.
+    """
+    import uuid
+
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "client.id": "skiff-test-reader",
+                  "group.id": "skiff-test-reader-" + uuid.uuid4().hex[:8],
+                  "enable.auto.commit": False, "enable.partition.eof": False,
+                  "fetch.wait.max.ms": 100})
+    seen, problems = {}, []
+    try:
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        deadline = time.time() + timeout
+        while len(seen) < expected and time.time() < deadline:
+            for m in c.consume(num_messages=1000, timeout=0.5):
+                if m.error():
+                    problems.append("consumer error: %s" % m.error())
+                    continue
+                try:
+                    i = int(m.key()[2:])
+                except (TypeError, ValueError):
+                    problems.append("unexpected key %r at %d@%d" % (m.key(), m.partition(), m.offset()))
+                    continue
+                if i in seen:
+                    problems.append("record %d read twice: at %s and %s" % (
+                        i, seen[i][:2], (m.partition(), m.offset())))
+                    continue
+                seen[i] = (m.partition(), m.offset(), m.value(), dict(m.headers() or []))
+    finally:
+        c.close()
+    if len(seen) < expected:
+        problems.append("read %d of %d records in %.0fs" % (len(seen), expected, timeout))
+    return seen, problems
