@@ -10,9 +10,12 @@
  *   43 producerId i64 | 51 producerEpoch i16 | 53 baseSequence i32 |
  *   57 recordsCount i32 | 61 records...
  *
- * Contract: pure functions over caller buffers, any thread, no allocation
- * except kb_foreach_record (bounded decompression scratch, freed before it
- * returns). Results are Kafka codes from sk_err.h (>= 0) or SK_ERR_PARSE.
+ * Contract: pure functions over caller buffers, any thread, no global state.
+ * Nothing allocates except decompression: kb_validate with validate_records on
+ * a compressed batch, and kb_foreach_record on one, malloc one output buffer
+ * of at most max_decompressed bytes (plus the codec's own small state) and
+ * free it before returning. Uncompressed batches are walked in place.
+ * Results are Kafka codes from sk_err.h (>= 0), SK_ERR_PARSE or SK_ERR_NOMEM.
  */
 #ifndef KBATCH_H
 #define KBATCH_H
@@ -60,27 +63,55 @@ typedef struct kb_header {
  * fit in len. No CRC check. */
 int kb_parse_header(const uint8_t *p, size_t len, kb_header *h);
 
-/* Total size of the batch at p (batchLength + 12), or -1 if len < 12. */
+/* Total size of the batch at p (batchLength + 12), or -1 if len < 12 or
+ * batchLength is negative. */
 int64_t kb_total_size(const uint8_t *p, size_t len);
 
+/* Kafka's default max.message.bytes (1 MiB + 12). */
+#define KB_DEFAULT_MAX_BATCH_BYTES 1048588
+/* Decompressed size allowed when kb_limits.max_decompressed or the
+ * max_decompressed argument of kb_foreach_record is 0. */
+#define KB_DEFAULT_MAX_DECOMPRESSED ((size_t)64 << 20)
+
 typedef struct kb_limits {
-    int32_t max_batch_bytes;    /* topic max.message.bytes */
+    int32_t max_batch_bytes;    /* topic max.message.bytes (<= 0: the default above) */
     int16_t produce_version;    /* zstd needs v7+ */
     int64_t now_ms;
-    int64_t ts_before_max_ms;   /* message.timestamp.before.max.ms (INT64_MAX = off) */
-    int64_t ts_after_max_ms;    /* message.timestamp.after.max.ms */
-    bool log_append_time;       /* the topic uses LogAppendTime */
+    int64_t ts_before_max_ms;   /* message.timestamp.before.max.ms (INT64_MAX = off; < 0 = 0) */
+    int64_t ts_after_max_ms;    /* message.timestamp.after.max.ms (INT64_MAX = off; < 0 = 0) */
+    bool log_append_time;       /* the topic uses LogAppendTime: no timestamp range check */
     bool validate_records;      /* walk every record (decompressing if needed) */
+    bool compacted;             /* cleanup.policy has compact: every record needs a key */
+    size_t max_decompressed;    /* cap on a batch's decompressed records (0: default);
+                                 * a batch that inflates past it is INVALID_RECORD */
 } kb_limits;
 
 /* Validates a produced records blob that must hold exactly one v2 batch, as
- * a Kafka 4.x broker does. Fills *h. Returns:
- *  0 (NONE), SK_KAFKA_INVALID_RECORD (not exactly one batch, magic != 2,
- *  baseOffset != 0, count mismatch, control bit, bad sequence, malformed
- *  record framing), SK_KAFKA_CORRUPT_MESSAGE (CRC, lengths that do not add
- *  up), SK_KAFKA_MESSAGE_TOO_LARGE, SK_KAFKA_UNSUPPORTED_COMPRESSION_TYPE,
- *  SK_KAFKA_INVALID_TIMESTAMP. When records are walked, *bad_record is the
- *  index of the offending record (else -1). */
+ * a Kafka 4.x broker does, in Kafka's order. Fills *h with what could be
+ * parsed (h may be NULL). Returns:
+ *  0 (NONE);
+ *  SK_KAFKA_CORRUPT_MESSAGE: batchLength < 14, magic < 0 or > 2, a batch
+ *    shorter than its 61-byte header, CRC mismatch;
+ *  SK_KAFKA_INVALID_RECORD: no complete batch, magic 0 or 1, bytes after the
+ *    batch (Kafka would silently drop a trailing partial batch; Skiff stores
+ *    exactly what it validated, so it refuses them), baseOffset != 0,
+ *    lastOffsetDelta + 1 != recordsCount or recordsCount <= 0, control bit,
+ *    producerId >= 0 with baseSequence < 0; and, when records are walked,
+ *    malformed record framing, offset deltas other than 0..n-1, a record
+ *    count that does not match, a null key on a compacted topic, and records
+ *    that cannot be decompressed or inflate past max_decompressed (Kafka
+ *    answers UNKNOWN_SERVER_ERROR for undecodable compressed data; a
+ *    non-retriable INVALID_RECORD is what a producer should see);
+ *  SK_KAFKA_MESSAGE_TOO_LARGE: batchLength + 12 > max_batch_bytes;
+ *  SK_KAFKA_UNSUPPORTED_COMPRESSION_TYPE: codec 5-7, zstd before Produce v7;
+ *  SK_KAFKA_INVALID_TIMESTAMP: the LogAppendTime bit set by the producer
+ *    (checked from the header, *bad_record = 0, even without the record
+ *    walk), or a CreateTime record timestamp (other than -1) outside
+ *    [now - before_max, now + after_max] on a CreateTime topic; when several
+ *    records are bad, INVALID_TIMESTAMP wins over a null key, as in Kafka;
+ *  SK_ERR_NOMEM: the decompression buffer could not be allocated.
+ * *bad_record (may be NULL) is the index of the first offending record for
+ * record-level errors, else -1. */
 int kb_validate(const uint8_t *p, size_t len, const kb_limits *lim, kb_header *h,
                 int32_t *bad_record);
 
@@ -103,15 +134,23 @@ typedef struct kb_record {
 } kb_record;
 
 /* Calls fn for every record of the batch at p, decompressing it first when
- * needed (at most max_decompressed bytes, else SK_ERR_PARSE). fn returns 0
+ * needed (at most max_decompressed bytes, 0 = KB_DEFAULT_MAX_DECOMPRESSED,
+ * else SK_ERR_PARSE). The CRC is not checked (kb_validate does that); the
+ * record framing is, strictly: exactly recordsCount well-formed records that
+ * fill the records section. Records are delivered as they are parsed, so fn
+ * may have seen some before a later record fails with SK_ERR_PARSE. The
+ * kb_record and the bytes it points to live until fn returns. fn returns 0
  * to go on, 1 to stop early (not an error), < 0 to abort with that error.
  * Returns 0, SK_ERR_PARSE (malformed), SK_ERR_NOMEM, or fn's error. */
 typedef int (*kb_record_fn)(void *arg, const kb_record *r);
 int kb_foreach_record(const uint8_t *p, size_t len, size_t max_decompressed, kb_record_fn fn,
                       void *arg);
 
-/* Builds an uncompressed batch of n records (for tests, benchmarks and
- * control records): writes into out (cap bytes), returns the size or -1. */
+/* Builds an uncompressed batch of n >= 1 records (for tests, benchmarks and
+ * control records): baseOffset 0, leader epoch -1, baseTimestamp = the first
+ * record's timestamp, maxTimestamp = the largest, offset deltas 0..n-1, no
+ * record headers, CRC set. attributes must not name a codec. Writes into out
+ * (cap bytes), returns the size, or -1 (n < 1, a codec bit, too small). */
 typedef struct kb_build_rec {
     kc_bytes key, value;
     int64_t timestamp;
