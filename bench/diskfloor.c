@@ -1,0 +1,292 @@
+/*
+ * diskfloor: what the disk under a directory can do for a write-ahead log,
+ * the floor that broker produce figures are compared against.
+ *
+ *   append     write 4 KiB at the end of a new file + fdatasync, N times
+ *              (each sync also commits the new file size: the cost of a log
+ *              that grows its file);
+ *   overwrite  the same 4 KiB writes over a file that was fully written and
+ *              synced beforehand (the cost of a log with preallocated segments);
+ *   seq        1 MiB writes + fdatasync after each, a few hundred MiB
+ *              (the bandwidth ceiling of a synced log);
+ *   wakeup     not the disk: how late a thread wakes from a 1 ms timed sleep,
+ *              the scheduling noise every latency measured on this machine
+ *              also carries (shared or virtual CPUs show it in the tail).
+ *
+ * Prints one JSON object on stdout. Every loop is bounded by a count and by
+ * --max-seconds. Files are created in --dir and removed at the end.
+ */
+#include "hdr.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/statfs.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *dir;
+static long iterations = 5000;
+static long block = 4096;
+static long seq_mib = 256;
+static long seq_write = 1 << 20;
+static double max_seconds = 60;
+static char *tests = "append,overwrite,seq,wakeup";
+static long wakeups = 2000;
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void die(const char *what, const char *path)
+{
+    fprintf(stderr, "diskfloor: %s %s: %s\n", what, path ? path : "", strerror(errno));
+    exit(1);
+}
+
+static void fill_random(unsigned char *buf, size_t n, uint64_t seed)
+{
+    uint64_t x = seed | 1;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        buf[i] = (unsigned char)x;
+    }
+}
+
+static void write_all(int fd, const unsigned char *buf, size_t n, off_t off, const char *path)
+{
+    while (n > 0) {
+        ssize_t w = pwrite(fd, buf, n, off);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            die("write", path);
+        }
+        buf += w;
+        n -= (size_t)w;
+        off += w;
+    }
+}
+
+static const char *fs_name(long type)
+{
+    switch ((unsigned long)type) {
+    case 0xEF53: return "ext4";
+    case 0x58465342: return "xfs";
+    case 0x9123683E: return "btrfs";
+    case 0x01021994: return "tmpfs";
+    case 0x6969: return "nfs";
+    case 0x794C7630: return "overlay";
+    case 0x2FC12FC1: return "zfs";
+    case 0x65735546: return "fuse";
+    default: return "other";
+    }
+}
+
+static char *tmp_path(const char *tag)
+{
+    size_t n = strlen(dir) + 64;
+    char *p = malloc(n);
+    snprintf(p, n, "%s/diskfloor-%s.%ld", dir, tag, (long)getpid());
+    return p;
+}
+
+/* 4 KiB write + fdatasync; `prealloc` first writes and syncs the whole file. */
+static void run_small(const char *name, int prealloc, FILE *out)
+{
+    char *path = tmp_path(name);
+    int fd = open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+    if (fd < 0)
+        die("open", path);
+    unsigned char *buf = malloc((size_t)block);
+    fill_random(buf, (size_t)block, 0x5eed);
+    if (prealloc) {
+        size_t chunk = 1 << 20;
+        unsigned char *z = malloc(chunk);
+        fill_random(z, chunk, 0xfeed);
+        off_t total = (off_t)iterations * block;
+        for (off_t off = 0; off < total; off += (off_t)chunk) {
+            size_t n = total - off < (off_t)chunk ? (size_t)(total - off) : chunk;
+            write_all(fd, z, n, off, path);
+        }
+        if (fsync(fd) < 0)
+            die("fsync", path);
+        free(z);
+    }
+    hdr_t *h = hdr_new();
+    int64_t start = now_ns(), limit = start + (int64_t)(max_seconds * 1e9);
+    long i;
+    for (i = 0; i < iterations; i++) {
+        /* New bytes each time, so no layer can skip an identical write. */
+        memcpy(buf, &i, sizeof(i));
+        int64_t t0 = now_ns();
+        write_all(fd, buf, (size_t)block, (off_t)i * block, path);
+        if (fdatasync(fd) < 0)
+            die("fdatasync", path);
+        int64_t t1 = now_ns();
+        hdr_record(h, (t1 - t0 + 500) / 1000);
+        if (t1 > limit) {
+            i++;
+            break;
+        }
+    }
+    double secs = (double)(now_ns() - start) / 1e9;
+    fprintf(out, "\"%s\":{\"iterations\":%ld,\"bytes\":%ld,\"seconds\":%.3f,\"latency\":",
+            name, i, block, secs);
+    hdr_json(h, out);
+    fprintf(out, "}");
+    hdr_destroy(h);
+    free(buf);
+    close(fd);
+    unlink(path);
+    free(path);
+}
+
+static void run_seq(FILE *out)
+{
+    char *path = tmp_path("seq");
+    int fd = open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+    if (fd < 0)
+        die("open", path);
+    unsigned char *buf = malloc((size_t)seq_write);
+    fill_random(buf, (size_t)seq_write, 0xbeef);
+    long writes = (seq_mib << 20) / seq_write;
+    if (writes < 1)
+        writes = 1;
+    hdr_t *h = hdr_new();
+    int64_t start = now_ns(), limit = start + (int64_t)(max_seconds * 1e9);
+    long i;
+    for (i = 0; i < writes; i++) {
+        memcpy(buf, &i, sizeof(i));
+        int64_t t0 = now_ns();
+        write_all(fd, buf, (size_t)seq_write, (off_t)i * seq_write, path);
+        if (fdatasync(fd) < 0)
+            die("fdatasync", path);
+        int64_t t1 = now_ns();
+        hdr_record(h, (t1 - t0 + 500) / 1000);
+        if (t1 > limit) {
+            i++;
+            break;
+        }
+    }
+    double secs = (double)(now_ns() - start) / 1e9;
+    double bytes = (double)i * (double)seq_write;
+    fprintf(out,
+            "\"seq\":{\"write_bytes\":%ld,\"writes\":%ld,\"total_bytes\":%.0f,"
+            "\"seconds\":%.3f,\"mb_s\":%.1f,\"mib_s\":%.1f,\"latency\":",
+            seq_write, i, bytes, secs, bytes / secs / 1e6, bytes / secs / 1048576.0);
+    hdr_json(h, out);
+    fprintf(out, "}");
+    hdr_destroy(h);
+    free(buf);
+    close(fd);
+    unlink(path);
+    free(path);
+}
+
+static void run_wakeup(FILE *out)
+{
+    hdr_t *h = hdr_new();
+    int64_t start = now_ns(), limit = start + (int64_t)(max_seconds * 1e9);
+    long i;
+    for (i = 0; i < wakeups; i++) {
+        int64_t due = start + (i + 1) * 1000000LL;
+        struct timespec ts = {.tv_sec = due / 1000000000LL, .tv_nsec = due % 1000000000LL};
+        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+            ;
+        int64_t t = now_ns();
+        hdr_record(h, (t - due) / 1000);
+        if (t > limit) {
+            i++;
+            break;
+        }
+    }
+    fprintf(out, "\"wakeup\":{\"iterations\":%ld,\"interval_ms\":1,\"latency\":", i);
+    hdr_json(h, out);
+    fprintf(out, "}");
+    hdr_destroy(h);
+}
+
+static void usage(int rc)
+{
+    fprintf(rc ? stderr : stdout,
+            "usage: diskfloor --dir DIR [options]\n"
+            "  --dir DIR            directory on the disk to measure (the broker's data.dir disk)\n"
+            "  --iterations N       4 KiB append / overwrite iterations (default 5000)\n"
+            "  --block BYTES        size of the small writes (default 4096)\n"
+            "  --seq-mib N          MiB written by the sequential test (default 256)\n"
+            "  --seq-write BYTES    size of each sequential write (default 1048576)\n"
+            "  --max-seconds S      time bound of each test (default 60)\n"
+            "  --wakeups N          timed 1 ms sleeps of the wakeup test (default 2000)\n"
+            "  --tests LIST         comma list of append,overwrite,seq,wakeup (default all)\n");
+    exit(rc);
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"dir", required_argument, 0, 'd'},
+        {"iterations", required_argument, 0, 'n'},
+        {"block", required_argument, 0, 'b'},
+        {"seq-mib", required_argument, 0, 'm'},
+        {"seq-write", required_argument, 0, 'w'},
+        {"max-seconds", required_argument, 0, 't'},
+        {"tests", required_argument, 0, 'T'},
+        {"wakeups", required_argument, 0, 'W'},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    int c;
+    while ((c = getopt_long(argc, argv, "d:n:b:m:w:t:T:W:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'd': dir = optarg; break;
+        case 'n': iterations = atol(optarg); break;
+        case 'b': block = atol(optarg); break;
+        case 'm': seq_mib = atol(optarg); break;
+        case 'w': seq_write = atol(optarg); break;
+        case 't': max_seconds = atof(optarg); break;
+        case 'T': tests = optarg; break;
+        case 'W': wakeups = atol(optarg); break;
+        case 'h': usage(0); break;
+        default: usage(2);
+        }
+    }
+    if (!dir || iterations < 1 || block < 1 || seq_mib < 1 || seq_write < 1 || max_seconds <= 0)
+        usage(2);
+
+    prctl(PR_SET_TIMERSLACK, 1000UL); /* as skload's sender: measure the kernel, not the slack */
+    struct statfs sf;
+    if (statfs(dir, &sf) < 0)
+        die("statfs", dir);
+    printf("{\"dir\":\"%s\",\"fs\":\"%s\",\"fs_type\":\"0x%lx\"", dir, fs_name((long)sf.f_type),
+           (unsigned long)sf.f_type);
+    if (strstr(tests, "append")) {
+        printf(",");
+        run_small("append", 0, stdout);
+    }
+    if (strstr(tests, "overwrite")) {
+        printf(",");
+        run_small("overwrite", 1, stdout);
+    }
+    if (strstr(tests, "seq")) {
+        printf(",");
+        run_seq(stdout);
+    }
+    if (strstr(tests, "wakeup") && wakeups > 0) {
+        printf(",");
+        run_wakeup(stdout);
+    }
+    printf("}\n");
+    return 0;
+}
