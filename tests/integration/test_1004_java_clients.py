@@ -7,10 +7,8 @@ offline). The Java 4.x producer is idempotent with acks=all by default
 DescribeConfigs v4 and so on, with fallbacks (COMPAT §3).
 """
 
-import glob
 import json
 import os
-import shutil
 import sys
 
 import pytest
@@ -20,32 +18,11 @@ import harness  # noqa: E402
 import ktest  # noqa: E402
 import kwire  # noqa: E402
 
-JAVA_DIR = os.path.join(ktest.ROOT, "tests", "java")
-JAR = os.path.join(JAVA_DIR, "target", "skiff-java-clients.jar")
-CLASSPATH = os.path.join(JAVA_DIR, "target", "classpath.txt")
-STAMP = os.path.join(JAVA_DIR, "target", "built.stamp")  # Maven leaves unchanged outputs alone
-
-
-def _stale():
-    if not all(os.path.exists(f) for f in (JAR, CLASSPATH, STAMP)):
-        return True
-    built = os.path.getmtime(STAMP)
-    sources = glob.glob(os.path.join(JAVA_DIR, "src", "**", "*.java"), recursive=True)
-    return any(os.path.getmtime(f) > built for f in sources + [os.path.join(JAVA_DIR, "pom.xml")])
-
 
 @pytest.fixture(scope="module")
 def java():
-    """A function running one of the io.skiff.clients programs; returns (exit code, stdout lines)."""
-    if shutil.which("java") is None or shutil.which("mvn") is None:
-        raise AssertionError("java and mvn are needed: run tools/install-deps.sh test")
-    if _stale():
-        pom = os.path.join(JAVA_DIR, "pom.xml")
-        p = ktest.run(["mvn", "-B", "-q", "-o", "-f", pom, "package"], timeout=300, check=False)
-        if p.returncode != 0:  # first build on this machine: let Maven download
-            ktest.run(["mvn", "-B", "-q", "-f", pom, "package"], timeout=900, what="mvn package")
-        open(STAMP, "w").close()
-    cp = JAR + ":" + open(CLASSPATH).read().strip()
+    """A function running one of the io.skiff.clients programs; returns (exit code, stdout lines, stderr)."""
+    cp = ktest.build_java()
 
     def run(program, args, timeout=120):
         # --timeout first: Admin reads its global options before the first op.

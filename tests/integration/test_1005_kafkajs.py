@@ -12,7 +12,6 @@ the test is skipped if node/npm are missing or the install fails.
 
 import json
 import os
-import shutil
 import sys
 import uuid
 
@@ -22,7 +21,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "clients"))
 import ktest  # noqa: E402
 import kwire  # noqa: E402
 
-VERSION = "2.2.4"
 SCRIPT = os.path.join(ktest.HERE, "kafkajs_client.js")
 GROUP_APIS = {8: "OffsetCommit", 9: "OffsetFetch", 10: "FindCoordinator", 11: "JoinGroup",
               12: "Heartbeat", 13: "LeaveGroup", 14: "SyncGroup"}
@@ -34,19 +32,11 @@ def value(i):
 
 @pytest.fixture(scope="module")
 def kafkajs():
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        pytest.skip("node and npm are needed for kafkajs (tools/install-deps.sh test)")
-    prefix = os.path.join(ktest.CACHE, "node", "kafkajs-" + VERSION)
-    pkg = os.path.join(prefix, "node_modules", "kafkajs", "package.json")
-    if not os.path.exists(pkg):
-        os.makedirs(prefix, exist_ok=True)
-        p = ktest.run(["npm", "install", "--prefix", prefix, "--no-audit", "--no-fund", "--no-save",
-                       "--loglevel=error", "kafkajs@" + VERSION], timeout=300, check=False)
-        if p.returncode != 0 or not os.path.exists(pkg):
-            pytest.skip("npm install kafkajs@%s failed: %s" % (VERSION, ktest.tail(p.stderr, 500)))
-    with open(pkg) as f:
-        assert json.load(f)["version"] == VERSION
-    env = {"NODE_PATH": os.path.join(prefix, "node_modules"), "KAFKAJS_NO_PARTITIONER_WARNING": "1",
+    try:
+        node_modules = ktest.install_kafkajs()
+    except RuntimeError as e:
+        pytest.skip(str(e))
+    env = {"NODE_PATH": node_modules, "KAFKAJS_NO_PARTITIONER_WARNING": "1",
            "SKIFF_TEST_TIMEOUT_MS": "90000"}
 
     def run(*args):

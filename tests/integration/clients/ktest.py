@@ -4,6 +4,8 @@ Everything here is bounded in time and says what went wrong: a subprocess
 that times out is killed and its output tail is put in the assertion message.
 """
 
+import glob
+import json
 import os
 import shutil
 import subprocess
@@ -13,6 +15,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 WORK = os.environ.get("SKIFF_TEST_WORK", os.path.join(ROOT, "tests", ".work"))
 CACHE = os.environ.get("SKIFF_TEST_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "skiff"))
+JAVA_DIR = os.path.join(ROOT, "tests", "java")
+KAFKAJS_VERSION = "2.2.4"
 
 
 def tail(text, n=4000):
@@ -117,3 +121,59 @@ def read_assigned(bootstrap, topic, partitions, expected, timeout=60.0):
     if len(seen) < expected:
         problems.append("read %d of %d records in %.0fs" % (len(seen), expected, timeout))
     return seen, problems
+
+
+def build_java():
+    """Builds tests/java when missing or older than its sources; returns the classpath.
+
+    Offline first (mvn -o); only a first build on a machine goes to Maven Central.
+    """
+    target = os.path.join(JAVA_DIR, "target")
+    jar = os.path.join(target, "skiff-java-clients.jar")
+    classpath = os.path.join(target, "classpath.txt")
+    stamp = os.path.join(target, "built.stamp")  # Maven leaves unchanged outputs untouched
+    sources = glob.glob(os.path.join(JAVA_DIR, "src", "**", "*.java"), recursive=True)
+    sources.append(os.path.join(JAVA_DIR, "pom.xml"))
+    fresh = all(os.path.exists(f) for f in (jar, classpath, stamp)) and all(
+        os.path.getmtime(f) <= os.path.getmtime(stamp) for f in sources)
+    if not fresh:
+        which("java")
+        mvn = which("mvn")
+        pom = os.path.join(JAVA_DIR, "pom.xml")
+        p = run([mvn, "-B", "-q", "-o", "-f", pom, "package"], timeout=300, check=False)
+        if p.returncode != 0:
+            run([mvn, "-B", "-q", "-f", pom, "package"], timeout=900, what="mvn package")
+        open(stamp, "w").close()
+    with open(classpath) as f:
+        return jar + ":" + f.read().strip()
+
+
+def install_kafkajs():
+    """kafkajs from npm into CACHE/node (once); returns its node_modules, or raises RuntimeError."""
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        raise RuntimeError("node and npm are needed for kafkajs (tools/install-deps.sh test)")
+    prefix = os.path.join(CACHE, "node", "kafkajs-" + KAFKAJS_VERSION)
+    pkg = os.path.join(prefix, "node_modules", "kafkajs", "package.json")
+    if not os.path.exists(pkg):
+        os.makedirs(prefix, exist_ok=True)
+        p = run(["npm", "install", "--prefix", prefix, "--no-audit", "--no-fund", "--no-save",
+                 "--loglevel=error", "kafkajs@" + KAFKAJS_VERSION], timeout=300, check=False)
+        if p.returncode != 0 or not os.path.exists(pkg):
+            raise RuntimeError("npm install kafkajs@%s failed: %s" % (KAFKAJS_VERSION, tail(p.stderr, 500)))
+    with open(pkg) as f:
+        version = json.load(f)["version"]
+    if version != KAFKAJS_VERSION:
+        raise RuntimeError("%s has kafkajs %s, not %s" % (prefix, version, KAFKAJS_VERSION))
+    return os.path.join(prefix, "node_modules")
+
+
+if __name__ == "__main__":
+    # tests/run.sh: build and install the client programs before the timed tests.
+    t0 = time.time()
+    build_java()
+    print("java clients ready (%.1fs)" % (time.time() - t0))
+    t0 = time.time()
+    try:
+        print("kafkajs ready in %s (%.1fs)" % (install_kafkajs(), time.time() - t0))
+    except RuntimeError as e:
+        print("kafkajs unavailable, test_1005 will be skipped: %s" % e)
