@@ -11,7 +11,8 @@ libzstd-dev liblz4-dev libsnappy-dev zlib1g-dev libcmocka-dev"
 test_pkgs="clang libclang-rt-14-dev llvm kcat librdkafka-dev
 python3-confluent-kafka python3-kafka python3-pytest default-jdk-headless maven
 nfs-ganesha nfs-ganesha-vfs rpcbind libnfs-utils etcd-server etcd-client
-nodejs npm iproute2 procps curl bc"
+nodejs npm iproute2 procps curl bc
+python3-pytest-timeout"
 
 bench_pkgs="gnuplot-nox"
 

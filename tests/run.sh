@@ -1,0 +1,151 @@
+#!/bin/sh
+# `make test`: every test phase, then a summary with the duration of each.
+#
+#   tests/run.sh                              all phases (after `make build`)
+#   SKIFF_TEST_PHASES="unit integration" tests/run.sh
+#   SKIFF_PYTEST_ARGS="-k 1001" SKIFF_TEST_PHASES=integration tests/run.sh
+#   SKIFF_TEST_AGAINST=kafka SKIFF_TEST_PHASES=integration tests/run.sh
+#
+# Phases (SKIFF_TEST_PHASES, default "unit asan fuzz integration"):
+#   unit         ctest in $SKIFF_BUILD (default build/)
+#   asan         configure build-asan with -DSKIFF_SANITIZE=ON (ASan+UBSan), build, ctest
+#   fuzz         replay the fuzz corpora through tests/fuzz/replay.sh, if that exists
+#   integration  /usr/bin/python3 -m pytest tests/integration, each test limited to
+#                $SKIFF_TEST_TIMEOUT s (default 300, pytest-timeout); the Java client
+#                programs and kafkajs are prepared first, outside that limit
+#
+# Other variables:
+#   SKIFF_PYTEST_ARGS    extra pytest arguments (-k EXPR, -x, a file, ...)
+#   SKIFF_TEST_EXTERNAL  host:port of a running broker the integration tests use instead
+#                        of starting build/skiffd (tests that restart brokers are skipped)
+#   SKIFF_TEST_AGAINST=kafka  start Apache Kafka 4.3.1 (tools/kafka-ref.sh) in
+#                        tests/.work/kafka-ref on a free port for the integration phase,
+#                        point the tests at it, and stop it (by its PID) at the end
+# Exit status: 0 only if every selected phase passed.
+set -u
+
+cd "$(dirname "$0")/.." || exit 2
+ROOT=$(pwd)
+BUILD=${SKIFF_BUILD:-build}
+PHASES=${SKIFF_TEST_PHASES:-unit asan fuzz integration}
+PYTHON=/usr/bin/python3
+GENERATOR=Ninja
+command -v ninja >/dev/null 2>&1 || GENERATOR="Unix Makefiles"
+
+SUMMARY=""
+FAILED=0
+PASSED=0
+KREF_DIR=""
+
+now() { date +%s.%N 2>/dev/null || date +%s; }
+elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+banner() { printf '\n==== %s ====\n' "$*"; }
+
+record() { # phase status seconds [note]
+  SUMMARY="$SUMMARY$(printf '  %-12s %-5s %8ss  %s' "$1" "$2" "$3" "${4:-}")
+"
+  case "$2" in
+    FAIL) FAILED=$((FAILED + 1)) ;;
+    PASS) PASSED=$((PASSED + 1)) ;;
+  esac
+}
+
+stop_reference() {
+  if [ -n "$KREF_DIR" ]; then
+    tools/kafka-ref.sh stop "$KREF_DIR" || true
+    KREF_DIR=""
+  fi
+}
+trap 'stop_reference' EXIT
+trap 'stop_reference; exit 130' INT TERM
+
+phase_unit() {
+  if [ ! -f "$BUILD/CTestTestfile.cmake" ]; then
+    echo "no CTest files in $BUILD: run make build first" >&2
+    return 1
+  fi
+  (cd "$BUILD" && ctest --output-on-failure --timeout 600)
+}
+
+phase_asan() {
+  cmake -S . -B build-asan -G "$GENERATOR" -DSKIFF_SANITIZE=ON >/dev/null || return 1
+  cmake --build build-asan || return 1
+  (cd build-asan && \
+    ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1} \
+    UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
+    ctest --output-on-failure --timeout 900)
+}
+
+phase_fuzz() {
+  if [ ! -x tests/fuzz/replay.sh ]; then
+    echo "tests/fuzz/replay.sh does not exist yet: nothing to replay"
+    return 3
+  fi
+  tests/fuzz/replay.sh
+}
+
+start_reference() {
+  KREF_DIR=$ROOT/tests/.work/kafka-ref
+  port=$($PYTHON -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  rm -rf "$KREF_DIR"
+  mkdir -p "$KREF_DIR"
+  tools/kafka-ref.sh start "$KREF_DIR" "$port" || { KREF_DIR=""; return 1; }
+  SKIFF_TEST_EXTERNAL=127.0.0.1:$port
+  export SKIFF_TEST_EXTERNAL
+}
+
+phase_integration() {
+  case "${SKIFF_TEST_AGAINST:-skiffd}" in
+    kafka) start_reference || return 1 ;;
+    skiffd)
+      if [ -z "${SKIFF_TEST_EXTERNAL:-}" ] && [ ! -x "$BUILD/skiffd" ]; then
+        echo "$BUILD/skiffd is missing: run make build first" >&2
+        return 1
+      fi ;;
+    *) echo "SKIFF_TEST_AGAINST must be skiffd or kafka" >&2; return 1 ;;
+  esac
+  [ -n "${SKIFF_TEST_EXTERNAL:-}" ] && echo "integration tests run against the external broker $SKIFF_TEST_EXTERNAL"
+  # Client programs first: a first Maven/npm download must not count against a test's timeout.
+  t=$(now)
+  $PYTHON tests/integration/clients/ktest.py || return 1
+  echo "client programs prepared in $(elapsed "$t")s"
+  timeout_opt=""
+  if $PYTHON -c 'import pytest_timeout' 2>/dev/null; then
+    timeout_opt="--timeout=${SKIFF_TEST_TIMEOUT:-300}"
+  else
+    echo "warning: pytest-timeout is missing (tools/install-deps.sh test): no per-test timeout" >&2
+  fi
+  # shellcheck disable=SC2086
+  SKIFF_BUILD=$BUILD $PYTHON -m pytest -v -rs -p no:cacheprovider --durations=15 $timeout_opt \
+    tests/integration ${SKIFF_PYTEST_ARGS:-}
+  rc=$?
+  stop_reference
+  if [ $rc -eq 5 ]; then
+    echo "pytest selected no test"
+    return 3
+  fi
+  return $rc
+}
+
+T0=$(now)
+for phase in $PHASES; do
+  case "$phase" in
+    unit|asan|fuzz|integration) ;;
+    *) echo "unknown phase '$phase' (known: unit asan fuzz integration)" >&2
+       record "$phase" FAIL 0 "unknown phase"; continue ;;
+  esac
+  banner "$phase"
+  t=$(now)
+  "phase_$phase"
+  rc=$?
+  case $rc in
+    0) record "$phase" PASS "$(elapsed "$t")" ;;
+    3) record "$phase" SKIP "$(elapsed "$t")" "nothing to run" ;;
+    *) record "$phase" FAIL "$(elapsed "$t")" "exit $rc" ;;
+  esac
+done
+
+banner "summary ($(elapsed "$T0")s)"
+printf '%s' "$SUMMARY"
+echo "phases: $PASSED passed, $FAILED failed"
+[ "$FAILED" -eq 0 ]
