@@ -98,6 +98,10 @@ port_open() {
   "$PY" -c 'import socket,sys; socket.create_connection(("127.0.0.1",int(sys.argv[1])),timeout=0.5).close()' "$1" 2>/dev/null
 }
 
+cpu_mark() { # PID -> "wall_ns cpu_ticks" (utime + stime of that process)
+  echo "$(date +%s%N) $(awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0)"
+}
+
 status_kib() { # PID FIELD -> kB value of FIELD in /proc/PID/status, or empty
   awk -v f="$2:" '$1 == f { print $2 }' "/proc/$1/status" 2>/dev/null || true
 }
@@ -173,17 +177,21 @@ common="-b $BOOT -p $PARTITIONS -s $SIZE -P $PRODUCERS -a all --warmup $WARMUP -
 bound=$("$PY" -c "print(int(float('$DURATION') + float('$WARMUP') + 120))")
 
 say "(a) acks=all ${SIZE} B records at $RATE rec/s, linger.ms=0, ${DURATION} s after ${WARMUP} s warm-up"
+m0=$( [ -n "$PID_FOR_RSS" ] && cpu_mark "$PID_FOR_RSS" || true)
 # shellcheck disable=SC2086
 timeout "$bound" "$SKLOAD" $common -t "skiff-bench-latency-$stamp" -r "$RATE" --linger-ms 0 \
     --max-inflight "$INFLIGHT" > "$OUT/a.json" 2> "$OUT/a.log" || true
+[ -n "$PID_FOR_RSS" ] && echo "$m0 $(cpu_mark "$PID_FOR_RSS")" > "$OUT/a_broker_cpu.txt"
 if [ -n "$BROKER_PID" ] && ! kill -0 "$BROKER_PID" 2>/dev/null; then
   BROKER_PID=""; fail "skiffd died during (a) (log: $WORK/skiffd.log)"
 fi
 
 say "(b) acks=all ${SIZE} B records, max throughput, linger.ms=$LINGER, max in-flight $INFLIGHT"
+m0=$( [ -n "$PID_FOR_RSS" ] && cpu_mark "$PID_FOR_RSS" || true)
 # shellcheck disable=SC2086
 timeout "$bound" "$SKLOAD" $common -t "skiff-bench-throughput-$stamp" -r 0 --linger-ms "$LINGER" \
     --batch-size 1000000 --max-inflight "$INFLIGHT" > "$OUT/b.json" 2> "$OUT/b.log" || true
+[ -n "$PID_FOR_RSS" ] && echo "$m0 $(cpu_mark "$PID_FOR_RSS")" > "$OUT/b_broker_cpu.txt"
 if [ -n "$BROKER_PID" ] && ! kill -0 "$BROKER_PID" 2>/dev/null; then
   BROKER_PID=""; fail "skiffd died during (b) (log: $WORK/skiffd.log)"
 fi
@@ -219,6 +227,20 @@ def num(name):
             return int(f.read().split()[0])
     except (OSError, ValueError, IndexError):
         return None
+
+def broker_cpu(name):
+    """Cores the broker used over a whole workload (warm-up and drain included)."""
+    try:
+        with open(os.path.join(out, name)) as f:
+            t0, k0, t1, k1 = [int(x) for x in f.read().split()]
+        return (k1 - k0) / float(os.sysconf("SC_CLK_TCK")) / ((t1 - t0) / 1e9)
+    except (OSError, ValueError, ZeroDivisionError):
+        return None
+
+def cpu_line(r, name):
+    c = broker_cpu(name)
+    return "skload %.2f cores, broker %s" % (
+        r.get("client_cpu_cores", 0), "%.2f cores" % c if c is not None else "n/a")
 
 def rss_samples():
     try:
@@ -274,6 +296,7 @@ if a:
     p("  produce latency   %s" % lat(a["latency"]))
     p("  achieved          %.0f rec/s, %.2f MB/s; %d acked, %s; send lag p99 %.3f ms"
       % (a["records_s"], a["mb_s"], a["acked"], errors(a), a["send_lag"]["p99_ms"]))
+    p("  CPU               %s" % cpu_line(a, "a_broker_cpu.txt"))
 else:
     p("  NO RESULT (see %s/a.log)" % out)
 p("(b) throughput: acks=all, %s B records, as fast as possible (max in-flight %s), %s partitions, "
@@ -282,6 +305,7 @@ if b:
     p("  throughput        %.2f MB/s, %.0f rec/s" % (b["mb_s"], b["records_s"]))
     p("  produce latency   %s  (queueing included)" % lat(b["latency"]))
     p("  acked             %d, %s" % (b["acked"], errors(b)))
+    p("  CPU               %s" % cpu_line(b, "b_broker_cpu.txt"))
 else:
     p("  NO RESULT (see %s/b.log)" % out)
 p("")
@@ -316,6 +340,8 @@ with open(os.path.join(out, "report.json"), "w") as f:
                "cores": cores, "load_before": load_before, "load_after": load_after,
                "floor": floor, "idle_rss_kib": idle, "loaded_rss_kib": loaded,
                "hwm_kib": hwm, "a": a, "b": b,
+               "a_broker_cpu_cores": broker_cpu("a_broker_cpu.txt"),
+               "b_broker_cpu_cores": broker_cpu("b_broker_cpu.txt"),
                "targets": [dict(zip(("name", "measured", "target", "label"), t)) for t in targets]},
               f, indent=1)
 sys.exit(0 if (a and a["measured"] and b and b["measured"]) else 3)
