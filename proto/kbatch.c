@@ -157,6 +157,12 @@ static inline bool get_varint(const uint8_t **pp, const uint8_t *end, int32_t *o
 static inline bool get_varlong(const uint8_t **pp, const uint8_t *end, int64_t *out)
 {
     const uint8_t *p = *pp;
+    if (p < end && !(*p & 0x80)) {
+        uint64_t v = *p;
+        *out = (int64_t)((v >> 1) ^ (0ull - (v & 1)));
+        *pp = p + 1;
+        return true;
+    }
     uint64_t v = 0;
     for (int shift = 0; shift <= 63; shift += 7) {
         if (p >= end)
@@ -647,8 +653,19 @@ int kb_validate(const uint8_t *p, size_t len, const kb_limits *lim, kb_header *h
     }
     if (codec > KB_CODEC_ZSTD || (codec == KB_CODEC_ZSTD && lim->produce_version < 7))
         return SK_KAFKA_UNSUPPORTED_COMPRESSION_TYPE;
-    if (total != len)
-        return SK_KAFKA_INVALID_RECORD; /* a second batch, or stray bytes */
+    if (total != len) {
+        /* Kafka looks for a second batch as for the first: a corrupt one is
+         * CORRUPT_MESSAGE, a complete one INVALID_RECORD. It drops a partial
+         * one silently; Skiff stores exactly what it validated, so it
+         * refuses that too. */
+        const uint8_t *q = p + total;
+        size_t rest = len - total;
+        if (rest >= KB_LOG_OVERHEAD && (int32_t)rd32(q + OFF_LENGTH) < MIN_BATCH_LENGTH)
+            return SK_KAFKA_CORRUPT_MESSAGE;
+        if (rest > OFF_MAGIC && ((int8_t)q[OFF_MAGIC] < 0 || (int8_t)q[OFF_MAGIC] > 2))
+            return SK_KAFKA_CORRUPT_MESSAGE;
+        return SK_KAFKA_INVALID_RECORD;
+    }
     if (h->base_offset != 0)
         return SK_KAFKA_INVALID_RECORD;
     int32_t max_bytes = lim->max_batch_bytes > 0 ? lim->max_batch_bytes : KB_DEFAULT_MAX_BATCH_BYTES;

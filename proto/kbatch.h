@@ -90,28 +90,44 @@ typedef struct kb_limits {
  * a Kafka 4.x broker does, in Kafka's order. Fills *h with what could be
  * parsed (h may be NULL). Returns:
  *  0 (NONE);
- *  SK_KAFKA_CORRUPT_MESSAGE: batchLength < 14, magic < 0 or > 2, a batch
- *    shorter than its 61-byte header, CRC mismatch;
- *  SK_KAFKA_INVALID_RECORD: no complete batch, magic 0 or 1, bytes after the
- *    batch (Kafka would silently drop a trailing partial batch; Skiff stores
- *    exactly what it validated, so it refuses them), baseOffset != 0,
- *    lastOffsetDelta + 1 != recordsCount or recordsCount <= 0, control bit,
- *    producerId >= 0 with baseSequence < 0; and, when records are walked,
- *    malformed record framing, offset deltas other than 0..n-1, a record
- *    count that does not match, a null key on a compacted topic, and records
- *    that cannot be decompressed or inflate past max_decompressed (Kafka
- *    answers UNKNOWN_SERVER_ERROR for undecodable compressed data; a
- *    non-retriable INVALID_RECORD is what a producer should see);
+ *  SK_KAFKA_CORRUPT_MESSAGE: batchLength < 14, magic < 0 or > 2 (of the
+ *    batch, or of what follows it), a batch shorter than its 61-byte
+ *    header, CRC mismatch;
+ *  SK_KAFKA_INVALID_RECORD: no complete batch, magic 0 or 1, a second
+ *    complete batch, baseOffset != 0, lastOffsetDelta + 1 != recordsCount or
+ *    recordsCount <= 0, control bit, producerId >= 0 with baseSequence < 0;
+ *    and, when records are walked: malformed record framing, a record count
+ *    that does not match, a null key on a compacted topic;
  *  SK_KAFKA_MESSAGE_TOO_LARGE: batchLength + 12 > max_batch_bytes;
- *  SK_KAFKA_UNSUPPORTED_COMPRESSION_TYPE: codec 5-7, zstd before Produce v7;
- *  SK_KAFKA_INVALID_TIMESTAMP: the LogAppendTime bit set by the producer
- *    (checked from the header, *bad_record = 0, even without the record
- *    walk), or a CreateTime record timestamp (other than -1) outside
- *    [now - before_max, now + after_max] on a CreateTime topic; when several
- *    records are bad, INVALID_TIMESTAMP wins over a null key, as in Kafka;
+ *  SK_KAFKA_UNSUPPORTED_COMPRESSION_TYPE: zstd before Produce v7;
+ *  SK_KAFKA_INVALID_TIMESTAMP: a CreateTime record timestamp (other than
+ *    -1) outside [now - before_max, now + after_max] on a CreateTime topic,
+ *    the LogAppendTime bit set by the producer on a LogAppendTime topic;
+ *    when several records are bad, INVALID_TIMESTAMP wins over a null key;
  *  SK_ERR_NOMEM: the decompression buffer could not be allocated.
+ * All of the above are the codes Kafka 4.3.1 gives. Skiff is stricter, or
+ * names the fault where Kafka answers UNKNOWN_SERVER_ERROR, here:
+ *  - bytes after the batch that do not make a complete one: INVALID_RECORD
+ *    (Kafka drops them silently; Skiff stores exactly what it validated);
+ *  - offset deltas other than 0..n-1: INVALID_RECORD (Kafka checks them only
+ *    in compressed batches, and with UNKNOWN_SERVER_ERROR);
+ *  - a key, value or header value length below -1: INVALID_RECORD (Kafka
+ *    reads it as null);
+ *  - compressed records that do not decode, bytes after the compressed
+ *    stream (Kafka ignores them after gzip and lz4), or records inflating
+ *    past max_decompressed: INVALID_RECORD, *bad_record -1;
+ *  - codec 5-7: UNSUPPORTED_COMPRESSION_TYPE;
+ *  - the LogAppendTime bit on a CreateTime topic: INVALID_TIMESTAMP (Kafka
+ *    accepts it when maxTimestamp is in range and then clears the bit).
+ *    This one is checked from the header, even without the record walk,
+ *    with *bad_record = 0.
+ * Not checked here: a transactional batch in a Produce request without a
+ * transactional id (Kafka: TRANSACTIONAL_ID_AUTHORIZATION_FAILED for the
+ * whole request), acks, and the idempotence sequence against producer state.
  * *bad_record (may be NULL) is the index of the first offending record for
- * record-level errors, else -1. */
+ * record-level errors, else -1. Cost: one CRC-32C pass over the batch; with
+ * validate_records, one pass over the records, in place when uncompressed,
+ * else after decompressing into one malloc'd buffer freed before return. */
 int kb_validate(const uint8_t *p, size_t len, const kb_limits *lim, kb_header *h,
                 int32_t *bad_record);
 
