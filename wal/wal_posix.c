@@ -1,0 +1,588 @@
+/*
+ * POSIX backend of wal_storage: one file per segment in one directory.
+ *
+ * Asynchronous operations (create, write, remove) run in submission order on
+ * one IO thread (an sk_workq with one thread), so the WAL's ordering holds
+ * without extra locking. Open segments keep their fd in a table shared by
+ * the IO thread, the loop thread (recovery) and worker threads (pread); a
+ * reference count keeps an fd open while a reader uses it, even when the
+ * segment is removed meanwhile.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include "sk_err.h"
+#include "sk_log.h"
+#include "sk_workq.h"
+#include "wal_storage.h"
+
+struct segfd {
+    uint64_t seg;
+    int fd;
+    int refs;      /* readers and the IO thread currently using fd */
+    bool removed;  /* unlinked: close fd once refs drops to zero */
+};
+
+struct posix {
+    wal_storage base;
+    char *dir;
+    int dirfd;
+    sk_workq *io;
+    pthread_mutex_t mu; /* guards segs */
+    struct segfd **segs;
+    size_t nsegs, cap;
+};
+
+struct op {
+    struct posix *p;
+    uint64_t seg, off, hint;
+    struct iovec *iov;
+    int iovcnt;
+    bool sync;
+    wal_io_cb cb;
+    void *arg;
+    int err;
+};
+
+char *wal_segment_name(uint64_t seg, char *buf, size_t len)
+{
+    snprintf(buf, len, "%020llu.wal", (unsigned long long)seg);
+    return buf;
+}
+
+bool wal_segment_parse(const char *name, uint64_t *seg)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 20; i++) {
+        if (name[i] < '0' || name[i] > '9')
+            return false;
+        uint64_t d = (uint64_t)(name[i] - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return false;
+        v = v * 10 + d;
+    }
+    if (strcmp(name + 20, ".wal") != 0)
+        return false;
+    *seg = v;
+    return true;
+}
+
+static int errno_to_sk(int e)
+{
+    return e == ENOENT ? SK_ERR_NOENT : e == EEXIST ? SK_ERR_EXIST : SK_ERR_IO;
+}
+
+/* Index of seg in the table, or where to insert it. Caller holds mu. */
+static size_t seg_index(struct posix *p, uint64_t seg, bool *found)
+{
+    size_t lo = 0, hi = p->nsegs;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (p->segs[mid]->seg < seg)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *found = lo < p->nsegs && p->segs[lo]->seg == seg;
+    return lo;
+}
+
+/* Inserts an entry for fd. Caller holds mu. */
+static struct segfd *seg_insert(struct posix *p, size_t at, uint64_t seg, int fd)
+{
+    if (p->nsegs == p->cap) {
+        size_t ncap = p->cap ? p->cap * 2 : 16;
+        struct segfd **n = realloc(p->segs, ncap * sizeof *n);
+        if (!n)
+            return NULL;
+        p->segs = n;
+        p->cap = ncap;
+    }
+    struct segfd *e = calloc(1, sizeof *e);
+    if (!e)
+        return NULL;
+    e->seg = seg;
+    e->fd = fd;
+    memmove(&p->segs[at + 1], &p->segs[at], (p->nsegs - at) * sizeof *p->segs);
+    p->segs[at] = e;
+    p->nsegs++;
+    return e;
+}
+
+/* Takes a reference on seg's fd, opening the file when it has none yet.
+ * With create, the file must not exist (O_EXCL). */
+static int seg_get(struct posix *p, uint64_t seg, bool create, struct segfd **out)
+{
+    char name[WAL_SEGMENT_NAME_MAX];
+    int rc = 0;
+    pthread_mutex_lock(&p->mu);
+    bool found;
+    size_t at = seg_index(p, seg, &found);
+    if (found) {
+        if (create) {
+            rc = SK_ERR_EXIST;
+        } else {
+            p->segs[at]->refs++;
+            *out = p->segs[at];
+        }
+        goto out;
+    }
+    int flags = O_RDWR | O_CLOEXEC | (create ? O_CREAT | O_EXCL : 0);
+    int fd;
+    do
+        fd = openat(p->dirfd, wal_segment_name(seg, name, sizeof name), flags, 0644);
+    while (fd < 0 && errno == EINTR);
+    if (fd < 0) {
+        rc = errno_to_sk(errno);
+        if (rc != SK_ERR_NOENT)
+            SK_ERROR("wal_posix", "open %s/%s: %s", p->dir, name, strerror(errno));
+        goto out;
+    }
+    struct segfd *e = seg_insert(p, at, seg, fd);
+    if (!e) {
+        close(fd);
+        rc = SK_ERR_NOMEM;
+        goto out;
+    }
+    e->refs = 1;
+    *out = e;
+out:
+    pthread_mutex_unlock(&p->mu);
+    return rc;
+}
+
+static void seg_put(struct posix *p, struct segfd *e)
+{
+    pthread_mutex_lock(&p->mu);
+    bool drop = --e->refs == 0 && e->removed;
+    pthread_mutex_unlock(&p->mu);
+    if (drop) {
+        close(e->fd);
+        free(e);
+    }
+}
+
+static int sync_dir(struct posix *p)
+{
+    if (fsync(p->dirfd) != 0) {
+        SK_ERROR("wal_posix", "fsync directory %s: %s", p->dir, strerror(errno));
+        return SK_ERR_IO;
+    }
+    return 0;
+}
+
+static int do_fsync(int fd, bool data_only)
+{
+    int r;
+    do
+        r = data_only ? fdatasync(fd) : fsync(fd);
+    while (r != 0 && errno == EINTR);
+    return r;
+}
+
+/* ---- blocking operations ---- */
+
+static int px_list(wal_storage *s, uint64_t **starts, size_t *n)
+{
+    struct posix *p = s->impl;
+    *starts = NULL;
+    *n = 0;
+    int fd = dup(p->dirfd);
+    if (fd < 0)
+        return SK_ERR_IO;
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        close(fd);
+        return SK_ERR_IO;
+    }
+    rewinddir(d);
+    uint64_t *v = NULL;
+    size_t cnt = 0, cap = 0;
+    int rc = 0;
+    struct dirent *de;
+    errno = 0;
+    while ((de = readdir(d)) != NULL) {
+        uint64_t seg;
+        if (!wal_segment_parse(de->d_name, &seg))
+            continue;
+        if (cnt == cap) {
+            cap = cap ? cap * 2 : 16;
+            uint64_t *nv = realloc(v, cap * sizeof *nv);
+            if (!nv) {
+                rc = SK_ERR_NOMEM;
+                break;
+            }
+            v = nv;
+        }
+        v[cnt++] = seg;
+    }
+    if (!rc && errno != 0) {
+        SK_ERROR("wal_posix", "readdir %s: %s", p->dir, strerror(errno));
+        rc = SK_ERR_IO;
+    }
+    closedir(d);
+    if (rc) {
+        free(v);
+        return rc;
+    }
+    /* Insertion sort: directories hold few segments, mostly in order. */
+    for (size_t i = 1; i < cnt; i++) {
+        uint64_t x = v[i];
+        size_t j = i;
+        while (j > 0 && v[j - 1] > x) {
+            v[j] = v[j - 1];
+            j--;
+        }
+        v[j] = x;
+    }
+    *starts = v;
+    *n = cnt;
+    return 0;
+}
+
+static int px_size(wal_storage *s, uint64_t seg, uint64_t *size)
+{
+    struct posix *p = s->impl;
+    struct segfd *e;
+    int rc = seg_get(p, seg, false, &e);
+    if (rc)
+        return rc;
+    struct stat stt;
+    if (fstat(e->fd, &stt) != 0) {
+        SK_ERROR("wal_posix", "fstat segment %llu: %s", (unsigned long long)seg, strerror(errno));
+        rc = SK_ERR_IO;
+    } else {
+        *size = (uint64_t)stt.st_size;
+    }
+    seg_put(p, e);
+    return rc;
+}
+
+static int px_pread(wal_storage *s, uint64_t seg, uint64_t off, void *buf, size_t len,
+                    size_t *got)
+{
+    struct posix *p = s->impl;
+    struct segfd *e;
+    *got = 0;
+    int rc = seg_get(p, seg, false, &e);
+    if (rc)
+        return rc;
+    size_t done = 0;
+    while (done < len) {
+        ssize_t n = pread(e->fd, (char *)buf + done, len - done, (off_t)(off + done));
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            SK_ERROR("wal_posix", "pread segment %llu at %llu: %s", (unsigned long long)seg,
+                     (unsigned long long)(off + done), strerror(errno));
+            rc = SK_ERR_IO;
+            break;
+        }
+        if (n == 0)
+            break;
+        done += (size_t)n;
+    }
+    *got = done;
+    seg_put(p, e);
+    return rc;
+}
+
+static int px_truncate(wal_storage *s, uint64_t seg, uint64_t size)
+{
+    struct posix *p = s->impl;
+    struct segfd *e;
+    int rc = seg_get(p, seg, false, &e);
+    if (rc)
+        return rc;
+    if (ftruncate(e->fd, (off_t)size) != 0 || do_fsync(e->fd, false) != 0) {
+        SK_ERROR("wal_posix", "truncate segment %llu to %llu: %s", (unsigned long long)seg,
+                 (unsigned long long)size, strerror(errno));
+        rc = SK_ERR_IO;
+    }
+    seg_put(p, e);
+    return rc;
+}
+
+/* ---- asynchronous operations (run on the IO thread) ---- */
+
+static void op_done(void *arg)
+{
+    struct op *o = arg;
+    o->cb(o->arg, o->err);
+    free(o->iov);
+    free(o);
+}
+
+static void create_work(void *arg)
+{
+    struct op *o = arg;
+    struct posix *p = o->p;
+    struct segfd *e;
+    o->err = seg_get(p, o->seg, true, &e);
+    if (o->err) {
+        if (o->err == SK_ERR_EXIST)
+            SK_ERROR("wal_posix", "segment %llu already exists in %s", (unsigned long long)o->seg,
+                     p->dir);
+        return;
+    }
+    /* Reserved blocks make each later write+fdatasync an overwrite, which
+     * needs no block allocation nor size change in the journal. A file
+     * system that cannot reserve just gets appends. */
+    if (o->hint > 0 && fallocate(e->fd, 0, 0, (off_t)o->hint) != 0 && errno != EOPNOTSUPP)
+        SK_WARN("wal_posix", "fallocate segment %llu: %s", (unsigned long long)o->seg,
+                strerror(errno));
+    if (do_fsync(e->fd, false) != 0) {
+        SK_ERROR("wal_posix", "fsync new segment %llu: %s", (unsigned long long)o->seg,
+                 strerror(errno));
+        o->err = SK_ERR_IO;
+    } else {
+        o->err = sync_dir(p);
+    }
+    seg_put(p, e);
+}
+
+static void write_work(void *arg)
+{
+    struct op *o = arg;
+    struct posix *p = o->p;
+    struct segfd *e;
+    o->err = seg_get(p, o->seg, false, &e);
+    if (o->err)
+        return;
+    uint64_t off = o->off;
+    struct iovec *iov = o->iov;
+    int cnt = o->iovcnt;
+    while (cnt > 0 && iov->iov_len == 0) {
+        iov++;
+        cnt--;
+    }
+    while (cnt > 0) {
+        ssize_t n = pwritev(e->fd, iov, cnt > IOV_MAX ? IOV_MAX : cnt, (off_t)off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            SK_ERROR("wal_posix", "pwritev segment %llu at %llu: %s", (unsigned long long)o->seg,
+                     (unsigned long long)off, n < 0 ? strerror(errno) : "wrote nothing");
+            o->err = SK_ERR_IO;
+            break;
+        }
+        /* A short write: skip what went out and write the rest. */
+        off += (uint64_t)n;
+        size_t left = (size_t)n;
+        while (cnt > 0 && left >= iov->iov_len) {
+            left -= iov->iov_len;
+            iov++;
+            cnt--;
+        }
+        if (cnt > 0) {
+            iov->iov_base = (char *)iov->iov_base + left;
+            iov->iov_len -= left;
+        }
+    }
+    if (!o->err && o->sync && do_fsync(e->fd, true) != 0) {
+        SK_ERROR("wal_posix", "fdatasync segment %llu: %s", (unsigned long long)o->seg,
+                 strerror(errno));
+        o->err = SK_ERR_IO;
+    }
+    seg_put(p, e);
+}
+
+static void remove_work(void *arg)
+{
+    struct op *o = arg;
+    struct posix *p = o->p;
+    char name[WAL_SEGMENT_NAME_MAX];
+    struct segfd *e = NULL;
+    pthread_mutex_lock(&p->mu);
+    bool found;
+    size_t at = seg_index(p, o->seg, &found);
+    if (found) {
+        e = p->segs[at];
+        memmove(&p->segs[at], &p->segs[at + 1], (p->nsegs - at - 1) * sizeof *p->segs);
+        p->nsegs--;
+        e->removed = true;
+    }
+    /* Unlink under the lock so that no reader reopens the name meanwhile. */
+    if (unlinkat(p->dirfd, wal_segment_name(o->seg, name, sizeof name), 0) != 0 &&
+        errno != ENOENT) {
+        SK_ERROR("wal_posix", "unlink %s/%s: %s", p->dir, name, strerror(errno));
+        o->err = SK_ERR_IO;
+    }
+    bool drop = e && e->refs == 0;
+    pthread_mutex_unlock(&p->mu);
+    if (drop) {
+        close(e->fd);
+        free(e);
+    }
+    if (!o->err)
+        o->err = sync_dir(p);
+}
+
+static struct op *op_new(struct posix *p, uint64_t seg, wal_io_cb cb, void *arg)
+{
+    struct op *o = calloc(1, sizeof *o);
+    if (!o)
+        return NULL;
+    o->p = p;
+    o->seg = seg;
+    o->cb = cb;
+    o->arg = arg;
+    return o;
+}
+
+/* Out of memory: the error must still arrive through the loop, never inside
+ * the call, so the sk_workq carries an empty work item when it can. */
+static void op_submit(struct posix *p, struct op *o, sk_work_fn work)
+{
+    if (sk_workq_submit(p->io, work, op_done, o) != 0) {
+        SK_ERROR("wal_posix", "cannot queue an IO operation");
+        o->err = SK_ERR_NOMEM;
+        if (sk_workq_submit(p->io, NULL, op_done, o) != 0)
+            abort();
+    }
+}
+
+static void px_create(wal_storage *s, uint64_t seg, uint64_t size_hint, wal_io_cb cb, void *arg)
+{
+    struct posix *p = s->impl;
+    struct op *o = op_new(p, seg, cb, arg);
+    if (!o)
+        abort();
+    o->hint = size_hint;
+    op_submit(p, o, create_work);
+}
+
+static void px_write(wal_storage *s, uint64_t seg, uint64_t off, const struct iovec *iov,
+                     int iovcnt, bool sync, wal_io_cb cb, void *arg)
+{
+    struct posix *p = s->impl;
+    struct op *o = op_new(p, seg, cb, arg);
+    if (!o)
+        abort();
+    o->off = off;
+    o->sync = sync;
+    o->iovcnt = iovcnt;
+    o->iov = malloc((size_t)(iovcnt > 0 ? iovcnt : 1) * sizeof *iov);
+    if (!o->iov)
+        abort();
+    if (iovcnt > 0)
+        memcpy(o->iov, iov, (size_t)iovcnt * sizeof *iov);
+    op_submit(p, o, write_work);
+}
+
+static void px_remove(wal_storage *s, uint64_t seg, wal_io_cb cb, void *arg)
+{
+    struct posix *p = s->impl;
+    struct op *o = op_new(p, seg, cb, arg);
+    if (!o)
+        abort();
+    op_submit(p, o, remove_work);
+}
+
+static void px_destroy(wal_storage *s)
+{
+    if (!s)
+        return;
+    struct posix *p = s->impl;
+    sk_workq_destroy(p->io);
+    for (size_t i = 0; i < p->nsegs; i++) {
+        close(p->segs[i]->fd);
+        free(p->segs[i]);
+    }
+    free(p->segs);
+    close(p->dirfd);
+    pthread_mutex_destroy(&p->mu);
+    free(p->dir);
+    free(p);
+}
+
+static const wal_storage_ops posix_ops = {
+    .name = "posix",
+    .list = px_list,
+    .size = px_size,
+    .pread = px_pread,
+    .truncate = px_truncate,
+    .create = px_create,
+    .write = px_write,
+    .remove = px_remove,
+    .destroy = px_destroy,
+};
+
+static void sync_path(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+}
+
+/* mkdir -p, making each new directory's entry durable in its parent. */
+static int make_dirs(const char *dir)
+{
+    char *path = strdup(dir);
+    if (!path)
+        return SK_ERR_NOMEM;
+    int rc = 0;
+    size_t len = strlen(path), parent_end = 0; /* path[0, parent_end) is the parent */
+    for (size_t i = 1; i <= len && !rc; i++) {
+        if (path[i] != '/' && path[i] != '\0')
+            continue;
+        char c = path[i];
+        path[i] = '\0';
+        if (mkdir(path, 0755) == 0) {
+            if (parent_end == 0) {
+                sync_path(path[0] == '/' ? "/" : ".");
+            } else {
+                path[parent_end] = '\0';
+                sync_path(path);
+                path[parent_end] = '/';
+            }
+        } else if (errno != EEXIST) {
+            SK_ERROR("wal_posix", "mkdir %s: %s", path, strerror(errno));
+            rc = SK_ERR_IO;
+        }
+        path[i] = c;
+        parent_end = i;
+    }
+    free(path);
+    return rc;
+}
+
+wal_storage *wal_posix_new(struct event_base *base, const char *dir, int *err)
+{
+    int rc = make_dirs(dir);
+    if (rc) {
+        *err = rc;
+        return NULL;
+    }
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) {
+        SK_ERROR("wal_posix", "open directory %s: %s", dir, strerror(errno));
+        *err = errno_to_sk(errno);
+        return NULL;
+    }
+    struct posix *p = calloc(1, sizeof *p);
+    if (!p || !(p->dir = strdup(dir))) {
+        free(p);
+        close(dfd);
+        *err = SK_ERR_NOMEM;
+        return NULL;
+    }
+    p->dirfd = dfd;
+    pthread_mutex_init(&p->mu, NULL);
+    p->io = sk_workq_new(base, "wal-io", 1);
+    p->base.ops = &posix_ops;
+    p->base.impl = p;
+    *err = 0;
+    return &p->base;
+}
