@@ -11,7 +11,9 @@
  * Record: u32 payload length, u32 CRC-32C, u8 type, payload. The CRC covers
  * the record's own LSN (8 bytes, not stored), the type and the payload, so
  * stale bytes at a wrong position never validate. Little-endian. The WAL
- * knows nothing of Kafka: types are the caller's, except WAL_T_PREAMBLE.
+ * knows nothing of Kafka: types are the caller's, except WAL_T_PREAMBLE;
+ * type 0 is never valid, so that zeroed (preallocated) space reads as the
+ * end of the log. docs/wal.md describes the format and the algorithms.
  *
  * Group commit: appends are copied into a staging buffer; while one
  * write+sync is in flight, everything appended meanwhile waits and goes out
@@ -20,13 +22,16 @@
  *
  * Contract:
  *  - wal_open (recovery) is blocking and runs before the loop serves.
- *  - wal_append, wal_roll, wal_trim, wal_close: the event-loop thread.
+ *  - wal_append, wal_roll, wal_trim, wal_close, the getters and stats: the
+ *    event-loop thread. wal_close must not be called from inside a callback
+ *    of that loop (it runs the loop itself until the data is durable).
  *  - wal_read_record, wal_segments_snapshot: any thread.
- *  - Owns its staging memory and the storage (destroyed by wal_close).
+ *  - Owns its staging memory and the storage (destroyed by wal_close, or by
+ *    wal_open when it fails).
  * Errors: SK_ERR_AGAIN (staging cap reached: back-pressure), SK_ERR_IO
  * (storage failed: the WAL is then failed, every later append fails too),
  * SK_ERR_CORRUPT (recovery found damage outside the last segment's tail),
- * SK_ERR_CLOSED.
+ * SK_ERR_INVAL (type 0, payload over WAL_MAX_RECORD), SK_ERR_CLOSED.
  */
 #ifndef WAL_H
 #define WAL_H
@@ -45,16 +50,20 @@ typedef struct wal wal;
 #define WAL_T_PREAMBLE 1 /* first record of every segment */
 #define WAL_RECORD_HEADER 9
 #define WAL_SEGMENT_HEADER 40
+#define WAL_MAX_RECORD (64u << 20) /* payload bound: a corrupt length stays harmless */
 
 typedef struct wal_opts {
-    uint64_t segment_bytes;     /* roll to a new segment past this size */
-    uint64_t max_pending_bytes; /* staging cap; wal_append then says SK_ERR_AGAIN */
+    uint64_t segment_bytes;     /* roll to a new segment past this size (0: 64 MiB) */
+    uint64_t max_pending_bytes; /* staging cap; wal_append then says SK_ERR_AGAIN
+                                   (0: 32 MiB) */
     uint32_t node_id;
     uint64_t owner_epoch;
+    bool no_preallocate;        /* do not reserve segment_bytes when creating a segment */
     /* Returns a malloc'd preamble payload for a new segment starting at
-     * `start` (the WAL frees it). Called on the loop thread, synchronously
-     * inside wal_append/wal_roll/wal_open, before the triggering record is
-     * placed: the caller must append first and apply its effects after. */
+     * `start` (the WAL frees it); NULL means empty preambles. Called on the
+     * loop thread, synchronously inside wal_append, before the triggering
+     * record is placed: the caller must append first and apply its effects
+     * after. A non-zero return fails that append with the same error. */
     int (*preamble)(void *arg, wal_lsn start, uint8_t **buf, uint32_t *len);
     void *preamble_arg;
 } wal_opts;
@@ -73,15 +82,22 @@ typedef void (*wal_done_fn)(void *arg, int err, wal_lsn lsn);
  *     damage in any earlier segment is SK_ERR_CORRUPT (no start-up);
  *  3. calls replay for every record with lsn >= replay_from (from the first
  *     retained segment if replay_from is older than it);
- *  4. is then ready to append after the last valid record (a fresh WAL gets
- *     its first segment, with a preamble, at the first append).
- * Writes a reason into why on failure. */
+ *  4. is then ready to append after the last valid record; the first append
+ *     starts a new segment (with this owner's header and a fresh preamble),
+ *     so recovered segments are never written again. A fresh WAL starts at
+ *     LSN 0. A last segment left without a complete header or preamble (a
+ *     crash while it was being started) is reused from its start.
+ * Replay may have run for some records when recovery then fails. Writes a
+ * reason (which file, which offset) into why on failure. */
 wal *wal_open(struct event_base *base, wal_storage *st, const wal_opts *o, wal_lsn replay_from,
               wal_replay_fn replay, void *arg, int *err, char *why, size_t whylen);
 
 /* Appends one record; the payload is copied. *lsn receives its position at
- * once; done runs when it is durable. Returns 0, SK_ERR_AGAIN (over the
- * staging cap; nothing appended, done not called) or SK_ERR_IO (failed WAL). */
+ * once; done (may be NULL) runs when it is durable. Returns 0, SK_ERR_AGAIN
+ * (over the staging cap; nothing appended, done not called; the cap counts
+ * the bytes not yet durable, and a record is always accepted when none are,
+ * so some done callback is then still to come), SK_ERR_IO (failed WAL),
+ * SK_ERR_INVAL, SK_ERR_NOMEM or the preamble callback's error. */
 int wal_append(wal *w, uint8_t type, const void *payload, uint32_t len, wal_done_fn done,
                void *arg, wal_lsn *lsn);
 /* Same, payload gathered from several pieces. */
@@ -91,30 +107,38 @@ int wal_appendv(wal *w, uint8_t type, const struct iovec *iov, int iovcnt, wal_d
 /* Starts a new segment at the next append (used to let old ones be trimmed). */
 void wal_roll(wal *w);
 
-/* Deletes, in the background, every segment that lies wholly below `upto`.
- * The segment that holds the end of the stream is never deleted. */
+/* Deletes, in the background and oldest first, every segment that lies
+ * wholly below `upto` (clamped to the durable LSN) and whose successor file
+ * exists. The segment that holds the end of the stream is never deleted.
+ * Reads of trimmed segments fail with SK_ERR_NOENT at once. */
 void wal_trim(wal *w, wal_lsn upto);
 
 wal_lsn wal_end_lsn(const wal *w);     /* after the last appended record */
 wal_lsn wal_durable_lsn(const wal *w); /* after the last durable record */
 wal_lsn wal_start_lsn(const wal *w);   /* first retained segment's start */
-size_t wal_pending_bytes(const wal *w);
+size_t wal_pending_bytes(const wal *w); /* appended, not yet durable */
 bool wal_failed(const wal *w);
+
+/* Start LSNs of the retained segments, ascending, in a malloc'd array the
+ * caller frees (any thread). */
+int wal_segments_snapshot(wal *w, wal_lsn **starts, size_t *n);
 
 /* Reads and verifies the record at lsn (any thread, blocking). On success
  * *type and *len are set and up to cap payload bytes copied into buf; a
  * payload longer than cap is SK_ERR_NOMEM with *len set. SK_ERR_NOENT when
- * the segment is gone (trimmed), SK_ERR_CORRUPT on a bad CRC. */
+ * the segment is gone (trimmed), SK_ERR_CORRUPT on a bad CRC or a position
+ * that holds no record, SK_ERR_INVAL when lsn is not below the durable LSN. */
 int wal_read_record(wal *w, wal_lsn lsn, uint8_t *type, void *buf, uint32_t cap, uint32_t *len);
 
-/* Finishes the in-flight and pending commits, then frees everything; the
- * remaining done callbacks run (with their result) before it returns. */
+/* Finishes the in-flight and pending commits and removals, then frees
+ * everything; the remaining done callbacks run (with their result) before it
+ * returns. Appends made from those callbacks get SK_ERR_CLOSED. */
 void wal_close(wal *w);
 
 /* Statistics for metrics. */
 typedef struct wal_stats {
-    uint64_t appends, commits, bytes_written;
-    uint64_t segments, segments_removed;
+    uint64_t appends, commits, bytes_written; /* bytes_written: durable, headers included */
+    uint64_t segments, segments_removed;      /* segments: retained now */
     int64_t last_commit_us; /* duration of the last write+sync */
 } wal_stats;
 void wal_get_stats(const wal *w, wal_stats *st);
