@@ -146,9 +146,14 @@ EOF
     fi
   fi
   : > "$dir/kafka.log"
-  nohup setsid "$@" kafka.Kafka "$dir/server.properties" >> "$dir/kafka.log" 2>&1 < /dev/null &
-  pid=$!
-  echo "$pid" > "$dir/kafka.pid"
+  rm -f "$dir/kafka.pid"
+  # Own session (survives the caller's terminal); the shell writes its own PID, which
+  # exec hands to java, so kafka.pid is Kafka's PID even if setsid had to fork.
+  nohup setsid sh -c 'echo $$ > "$0"; exec "$@"' "$dir/kafka.pid" \
+      "$@" kafka.Kafka "$dir/server.properties" >> "$dir/kafka.log" 2>&1 < /dev/null &
+  i=0
+  while [ ! -s "$dir/kafka.pid" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
+  pid=$(cat "$dir/kafka.pid" 2>/dev/null) || die "Kafka did not start (log: $dir/kafka.log)"
   timeout=${KAFKA_REF_TIMEOUT:-120}
   t0=$(date +%s)
   while :; do

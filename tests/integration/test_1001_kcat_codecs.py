@@ -42,7 +42,7 @@ def test_kcat_codec_roundtrip(broker, topic_name, messages, codec):
     p = ktest.run([kcat, "-b", broker.bootstrap, "-P", "-t", topic_name, "-p", "0", "-z", codec,
                    "-X", "linger.ms=20", "-X", "batch.num.messages=10000",
                    "-X", "message.timeout.ms=60000", "-X", "debug=broker,feature,msg",
-                   "-l", messages], timeout=120, what="kcat producer")
+                   "-l", messages], timeout=90, what="kcat producer")
     err = p.stderr.decode(errors="replace")
     assert "does not support compression" not in err, \
         "librdkafka refused to compress (COMPAT §0.1): " + "\n".join(
@@ -71,7 +71,7 @@ def test_kcat_codec_roundtrip(broker, topic_name, messages, codec):
 
     c = ktest.run([kcat, "-b", broker.bootstrap, "-C", "-t", topic_name, "-p", "0",
                    "-o", "beginning", "-c", str(N), "-e", "-q", "-f", "%o %s\\n",
-                   "-X", "fetch.wait.max.ms=100"], timeout=120, what="kcat consumer")
+                   "-X", "fetch.wait.max.ms=100"], timeout=90, what="kcat consumer")
     lines = c.stdout.decode(errors="replace").splitlines()
     bad = []
     for i, line in enumerate(lines[:N]):
