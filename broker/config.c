@@ -1,0 +1,598 @@
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sk_err.h"
+#include "sk_log.h"
+
+#define OFF(f) offsetof(sk_config, f)
+#define I32MAX 2147483647LL
+#define I64MAX INT64_MAX
+
+static const char *check_listeners(const char *v)
+{
+    static char why[256];
+    sk_listener tmp[SK_MAX_LISTENERS];
+    int n;
+    if (!*v)
+        return NULL;
+    if (sk_parse_listeners(v, tmp, &n, why, sizeof why) != 0)
+        return why;
+    return NULL;
+}
+
+static const char *check_nonempty_listeners(const char *v)
+{
+    if (!*v)
+        return "must name at least one listener, e.g. PLAINTEXT://localhost:9092";
+    return check_listeners(v);
+}
+
+static const char *check_log_level(const char *v)
+{
+    return sk_log_parse_level(v) < 0 ? "must be one of error, warn, info, debug" : NULL;
+}
+
+static const char *check_ts_type(const char *v)
+{
+    if (strcmp(v, "CreateTime") == 0 || strcmp(v, "LogAppendTime") == 0)
+        return NULL;
+    return "must be CreateTime or LogAppendTime";
+}
+
+static const char *check_wal_url(const char *v)
+{
+    if (!*v || strncmp(v, "file://", 7) == 0 || strncmp(v, "nfs://", 6) == 0)
+        return NULL;
+    return "must be a file:// or nfs:// URL";
+}
+
+static const char *check_rack(const char *v)
+{
+    for (const char *p = v; *p; p++)
+        if (!isalnum((unsigned char)*p) && *p != '-' && *p != '_' && *p != '.')
+            return "may hold only letters, digits, '-', '_' and '.'";
+    return NULL;
+}
+
+/* The table. Keep it sorted by group, then by importance. */
+const sk_prop sk_props[] = {
+    /* Node */
+    {"node.id", SK_PROP_INT, OFF(node_id), "1", 0, I32MAX, "Node",
+     "Identifier of this node in the cluster; returned to clients as the broker id.", NULL},
+    {"broker.rack", SK_PROP_STRING, OFF(broker_rack), "", 0, 0, "Node",
+     "The availability zone of this node (Kafka's rack). Clients of a known zone are served "
+     "by nodes of their zone.",
+     check_rack},
+    {"listeners", SK_PROP_STRING, OFF(listeners_str), "PLAINTEXT://localhost:9092", 0, 0, "Node",
+     "Comma-separated NAME://host:port addresses to listen on. An empty host binds every "
+     "interface.",
+     check_nonempty_listeners},
+    {"advertised.listeners", SK_PROP_STRING, OFF(advertised_listeners_str), "", 0, 0, "Node",
+     "Addresses given to clients in Metadata, per listener name. Defaults to `listeners` "
+     "(with the machine's host name where a listener has no host).",
+     check_listeners},
+    {"data.dir", SK_PROP_STRING, OFF(data_dir), "./skiff-data", 0, 0, "Node",
+     "Local state directory: the SQLite view of partition metadata and, by default, the WAL. "
+     "Nothing here is needed to recover data that the WAL holds.",
+     NULL},
+    {"log.level", SK_PROP_STRING, OFF(log_level), "info", 0, 0, "Node",
+     "Verbosity of the node's log on standard error: error, warn, info or debug.",
+     check_log_level},
+
+    /* Storage */
+    {"wal.url", SK_PROP_STRING, OFF(wal_url), "", 0, 0, "Storage",
+     "Where the write-ahead log lives: file:///path (local disk or a kernel-mounted NFS/FSx "
+     "path) or nfs://host/export/path?version=3. Default: file://<data.dir>/wal.",
+     check_wal_url},
+    {"wal.segment.bytes", SK_PROP_LONG, OFF(wal_segment_bytes), "134217728", 1048576,
+     1LL << 40, "Storage",
+     "Size at which the WAL starts a new segment file. Retention deletes whole segments.", NULL},
+    {"wal.cache.bytes", SK_PROP_LONG, OFF(wal_cache_bytes), "268435456", 0, I64MAX, "Storage",
+     "Memory for recently written batches, which serve fetches without reading storage.", NULL},
+    {"wal.max.pending.bytes", SK_PROP_LONG, OFF(wal_max_pending_bytes), "67108864", 1048576,
+     I64MAX, "Storage",
+     "Bytes accepted but not yet durable beyond which the node stops reading new requests "
+     "until the WAL catches up (back-pressure on a slow volume).",
+     NULL},
+
+    /* Topics */
+    {"num.partitions", SK_PROP_INT, OFF(num_partitions), "1", 1, 100000, "Topics",
+     "Partitions of an automatically created topic, and of CreateTopics asking for -1.", NULL},
+    {"default.replication.factor", SK_PROP_SHORT, OFF(default_replication_factor), "1", 1, 3,
+     "Topics",
+     "Replication factor reported for topics created without one. Durability comes from the "
+     "shared volume and S3, so any factor from 1 to 3 is accepted and the node is the only "
+     "replica.",
+     NULL},
+    {"auto.create.topics.enable", SK_PROP_BOOL, OFF(auto_create_topics_enable), "true", 0, 0,
+     "Topics", "Create a topic when a client asks Metadata for it and allows auto-creation.",
+     NULL},
+    {"delete.topic.enable", SK_PROP_BOOL, OFF(delete_topic_enable), "true", 0, 0, "Topics",
+     "Allow DeleteTopics.", NULL},
+    {"log.retention.ms", SK_PROP_LONG, OFF(log_retention_ms), "604800000", -1, I64MAX, "Topics",
+     "Default retention.ms of topics: batches older than this are deleted (-1: keep forever).",
+     NULL},
+    {"log.retention.bytes", SK_PROP_LONG, OFF(log_retention_bytes), "-1", -1, I64MAX, "Topics",
+     "Default retention.bytes of topics: per-partition size beyond which the oldest batches "
+     "are deleted (-1: no limit).",
+     NULL},
+    {"log.retention.check.interval.ms", SK_PROP_LONG, OFF(log_retention_check_interval_ms),
+     "300000", 100, I64MAX, "Topics", "How often retention runs.", NULL},
+    {"message.max.bytes", SK_PROP_INT, OFF(message_max_bytes), "1048588", 64, I32MAX, "Topics",
+     "Default max.message.bytes of topics: the largest record batch accepted.", NULL},
+    {"log.message.timestamp.type", SK_PROP_STRING, OFF(log_message_timestamp_type), "CreateTime",
+     0, 0, "Topics",
+     "Default message.timestamp.type of topics: CreateTime keeps the producer's timestamps, "
+     "LogAppendTime stamps batches with the node's clock.",
+     check_ts_type},
+    {"log.message.timestamp.before.max.ms", SK_PROP_LONG,
+     OFF(log_message_timestamp_before_max_ms), "9223372036854775807", 0, I64MAX, "Topics",
+     "Largest accepted distance of a CreateTime timestamp into the past.", NULL},
+    {"log.message.timestamp.after.max.ms", SK_PROP_LONG, OFF(log_message_timestamp_after_max_ms),
+     "3600000", 0, I64MAX, "Topics",
+     "Largest accepted distance of a CreateTime timestamp into the future.", NULL},
+
+    /* Network */
+    {"socket.request.max.bytes", SK_PROP_INT, OFF(socket_request_max_bytes), "104857600", 1024,
+     I32MAX, "Network",
+     "Largest request frame accepted; a larger size prefix closes the connection before "
+     "anything is allocated.",
+     NULL},
+    {"socket.max.inflight.requests", SK_PROP_INT, OFF(max_inflight_requests_per_connection),
+     "1000", 1, 1000000, "Network",
+     "Requests of one connection being processed or waiting to be answered; past it the node "
+     "stops reading that connection.",
+     NULL},
+    {"socket.max.output.bytes", SK_PROP_LONG, OFF(max_output_bytes_per_connection), "16777216",
+     65536, I64MAX, "Network",
+     "Response bytes of one connection not yet taken by the client; past it the node stops "
+     "reading that connection.",
+     NULL},
+    {"connections.max.idle.ms", SK_PROP_INT, OFF(connections_max_idle_ms), "600000", 0, I32MAX,
+     "Network", "Close connections idle this long (0: never).", NULL},
+
+    /* Groups */
+    {"group.min.session.timeout.ms", SK_PROP_INT, OFF(group_min_session_timeout_ms), "6000", 1,
+     I32MAX, "Groups", "Smallest session timeout a group member may ask for.", NULL},
+    {"group.max.session.timeout.ms", SK_PROP_INT, OFF(group_max_session_timeout_ms), "1800000",
+     1, I32MAX, "Groups", "Largest session timeout a group member may ask for.", NULL},
+    {"group.initial.rebalance.delay.ms", SK_PROP_INT, OFF(group_initial_rebalance_delay_ms),
+     "3000", 0, I32MAX, "Groups",
+     "How long the first rebalance of an empty group waits for more members.", NULL},
+    {"offsets.retention.minutes", SK_PROP_INT, OFF(offsets_retention_minutes), "10080", 1,
+     I32MAX, "Groups",
+     "Committed offsets of a group that has been empty this long are deleted.", NULL},
+    {"offsets.retention.check.interval.ms", SK_PROP_LONG,
+     OFF(offsets_retention_check_interval_ms), "600000", 100, I64MAX, "Groups",
+     "How often expired committed offsets are looked for.", NULL},
+};
+const size_t sk_nprops = sizeof sk_props / sizeof sk_props[0];
+
+_Static_assert(sizeof sk_props / sizeof sk_props[0] <= 128, "explicit_mask holds 128 bits");
+
+const sk_prop *sk_config_find(const char *name)
+{
+    for (size_t i = 0; i < sk_nprops; i++)
+        if (strcmp(sk_props[i].name, name) == 0)
+            return &sk_props[i];
+    return NULL;
+}
+
+static int set_prop(sk_config *c, const sk_prop *p, const char *value, char *why, size_t whylen)
+{
+    char *base = (char *)c;
+    switch (p->type) {
+    case SK_PROP_INT:
+    case SK_PROP_SHORT:
+    case SK_PROP_LONG: {
+        errno = 0;
+        char *end;
+        long long v = strtoll(value, &end, 10);
+        if (!*value || *end || errno) {
+            snprintf(why, whylen, "property %s: '%s' is not an integer", p->name, value);
+            return SK_ERR_INVAL;
+        }
+        if (v < p->min || v > p->max) {
+            snprintf(why, whylen, "property %s: %lld is outside [%" PRId64 ", %" PRId64 "]",
+                     p->name, v, p->min, p->max);
+            return SK_ERR_INVAL;
+        }
+        if (p->type == SK_PROP_INT)
+            *(int32_t *)(base + p->offset) = (int32_t)v;
+        else if (p->type == SK_PROP_SHORT)
+            *(int16_t *)(base + p->offset) = (int16_t)v;
+        else
+            *(int64_t *)(base + p->offset) = (int64_t)v;
+        return 0;
+    }
+    case SK_PROP_BOOL:
+        if (strcmp(value, "true") == 0)
+            *(bool *)(base + p->offset) = true;
+        else if (strcmp(value, "false") == 0)
+            *(bool *)(base + p->offset) = false;
+        else {
+            snprintf(why, whylen, "property %s: '%s' is not true or false", p->name, value);
+            return SK_ERR_INVAL;
+        }
+        return 0;
+    case SK_PROP_STRING: {
+        if (p->check) {
+            const char *reason = p->check(value);
+            if (reason) {
+                snprintf(why, whylen, "property %s: '%s' %s", p->name, value, reason);
+                return SK_ERR_INVAL;
+            }
+        }
+        char **slot = (char **)(base + p->offset);
+        char *dup = strdup(value);
+        if (!dup) {
+            snprintf(why, whylen, "out of memory");
+            return SK_ERR_NOMEM;
+        }
+        free(*slot);
+        *slot = dup;
+        return 0;
+    }
+    }
+    return SK_ERR_INVAL;
+}
+
+void sk_config_init(sk_config *c)
+{
+    memset(c, 0, sizeof *c);
+    char why[256];
+    for (size_t i = 0; i < sk_nprops; i++) {
+        int rc = set_prop(c, &sk_props[i], sk_props[i].def ? sk_props[i].def : "", why, sizeof why);
+        if (rc != 0) {
+            SK_ERROR("config", "bad built-in default: %s", why);
+            abort();
+        }
+    }
+}
+
+void sk_config_free(sk_config *c)
+{
+    for (size_t i = 0; i < sk_nprops; i++)
+        if (sk_props[i].type == SK_PROP_STRING) {
+            char **slot = (char **)((char *)c + sk_props[i].offset);
+            free(*slot);
+            *slot = NULL;
+        }
+}
+
+int sk_config_set(sk_config *c, const char *name, const char *value, char *why, size_t whylen)
+{
+    const sk_prop *p = sk_config_find(name);
+    if (!p) {
+        snprintf(why, whylen, "unknown property '%s' (skiffd --help lists them)", name);
+        return SK_ERR_INVAL;
+    }
+    int rc = set_prop(c, p, value, why, whylen);
+    if (rc == 0) {
+        size_t i = (size_t)(p - sk_props);
+        c->explicit_mask[i / 64] |= 1ull << (i % 64);
+    }
+    return rc;
+}
+
+bool sk_config_is_explicit(const sk_config *c, const sk_prop *p)
+{
+    size_t i = (size_t)(p - sk_props);
+    return (c->explicit_mask[i / 64] >> (i % 64)) & 1;
+}
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1]))
+        *--e = 0;
+    return s;
+}
+
+int sk_config_load_file(sk_config *c, const char *path, char *why, size_t whylen)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(why, whylen, "cannot read config file %s: %s", path, strerror(errno));
+        return SK_ERR_INVAL;
+    }
+    char line[8192];
+    char logical[16384];
+    size_t llen = 0;
+    int lineno = 0, rc = 0;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        char *s = line;
+        size_t n = strlen(s);
+        while (n && (s[n - 1] == '\n' || s[n - 1] == '\r'))
+            s[--n] = 0;
+        /* Java properties: a trailing backslash continues the line. */
+        bool cont = n && s[n - 1] == '\\';
+        if (cont)
+            s[--n] = 0;
+        char *t = llen ? trim(s) : s;
+        size_t tl = strlen(t);
+        if (llen + tl + 1 > sizeof logical) {
+            snprintf(why, whylen, "%s:%d: line too long", path, lineno);
+            rc = SK_ERR_INVAL;
+            break;
+        }
+        memcpy(logical + llen, t, tl + 1);
+        llen += tl;
+        if (cont)
+            continue;
+        llen = 0;
+        char *l = trim(logical);
+        if (!*l || *l == '#' || *l == '!')
+            continue;
+        char *sep = l + strcspn(l, "=:");
+        if (!*sep) {
+            snprintf(why, whylen, "%s:%d: expected name=value", path, lineno);
+            rc = SK_ERR_INVAL;
+            break;
+        }
+        *sep = 0;
+        char *name = trim(l), *value = trim(sep + 1);
+        char inner[512];
+        if (sk_config_set(c, name, value, inner, sizeof inner) != 0) {
+            snprintf(why, whylen, "%s:%d: %s", path, lineno, inner);
+            rc = SK_ERR_INVAL;
+            break;
+        }
+    }
+    fclose(f);
+    return rc;
+}
+
+int sk_parse_listeners(const char *s, sk_listener *out, int *n, char *why, size_t whylen)
+{
+    *n = 0;
+    const char *p = s;
+    while (*p) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        char item[400];
+        if (len >= sizeof item) {
+            snprintf(why, whylen, "listener too long");
+            return SK_ERR_INVAL;
+        }
+        memcpy(item, p, len);
+        item[len] = 0;
+        char *it = trim(item);
+        if (*it) {
+            if (*n == SK_MAX_LISTENERS) {
+                snprintf(why, whylen, "more than %d listeners", SK_MAX_LISTENERS);
+                return SK_ERR_INVAL;
+            }
+            char *sep = strstr(it, "://");
+            if (!sep || sep == it) {
+                snprintf(why, whylen, "listener '%s' is not NAME://host:port", it);
+                return SK_ERR_INVAL;
+            }
+            sk_listener *l = &out[*n];
+            memset(l, 0, sizeof *l);
+            size_t nl = (size_t)(sep - it);
+            if (nl >= sizeof l->name) {
+                snprintf(why, whylen, "listener name too long in '%s'", it);
+                return SK_ERR_INVAL;
+            }
+            memcpy(l->name, it, nl);
+            for (char *q = l->name; *q; q++)
+                if (!isalnum((unsigned char)*q) && *q != '_' && *q != '-') {
+                    snprintf(why, whylen, "listener name '%s' has invalid characters", l->name);
+                    return SK_ERR_INVAL;
+                }
+            char *hp = sep + 3;
+            char *colon = strrchr(hp, ':');
+            if (!colon) {
+                snprintf(why, whylen, "listener '%s' has no port", it);
+                return SK_ERR_INVAL;
+            }
+            char *hs = hp, *he = colon;
+            if (*hs == '[' && he > hs && he[-1] == ']') {
+                hs++;
+                he--;
+            }
+            if ((size_t)(he - hs) >= sizeof l->host) {
+                snprintf(why, whylen, "host too long in '%s'", it);
+                return SK_ERR_INVAL;
+            }
+            memcpy(l->host, hs, (size_t)(he - hs));
+            char *pe;
+            errno = 0;
+            long port = strtol(colon + 1, &pe, 10);
+            if (!colon[1] || *pe || errno || port < 0 || port > 65535) {
+                snprintf(why, whylen, "listener '%s' has an invalid port", it);
+                return SK_ERR_INVAL;
+            }
+            l->port = (int)port;
+            for (int i = 0; i < *n; i++)
+                if (strcmp(out[i].name, l->name) == 0) {
+                    snprintf(why, whylen, "listener name %s appears twice", l->name);
+                    return SK_ERR_INVAL;
+                }
+            (*n)++;
+        }
+        if (!end)
+            break;
+        p = end + 1;
+    }
+    return 0;
+}
+
+int sk_config_finish(sk_config *c, char *why, size_t whylen)
+{
+    char inner[256];
+    if (sk_parse_listeners(c->listeners_str, c->listeners, &c->nlisteners, inner, sizeof inner)) {
+        snprintf(why, whylen, "property listeners: %s", inner);
+        return SK_ERR_INVAL;
+    }
+    if (c->nlisteners == 0) {
+        snprintf(why, whylen, "property listeners: no listener given");
+        return SK_ERR_INVAL;
+    }
+    if (*c->advertised_listeners_str) {
+        if (sk_parse_listeners(c->advertised_listeners_str, c->advertised, &c->nadvertised, inner,
+                               sizeof inner)) {
+            snprintf(why, whylen, "property advertised.listeners: %s", inner);
+            return SK_ERR_INVAL;
+        }
+        for (int i = 0; i < c->nadvertised; i++) {
+            bool found = false;
+            for (int j = 0; j < c->nlisteners; j++)
+                found |= strcmp(c->advertised[i].name, c->listeners[j].name) == 0;
+            if (!found) {
+                snprintf(why, whylen,
+                         "property advertised.listeners: %s is not a listener name in listeners",
+                         c->advertised[i].name);
+                return SK_ERR_INVAL;
+            }
+        }
+    }
+    /* Every listener needs an advertised address. */
+    for (int j = 0; j < c->nlisteners; j++) {
+        bool found = false;
+        for (int i = 0; i < c->nadvertised; i++)
+            found |= strcmp(c->advertised[i].name, c->listeners[j].name) == 0;
+        if (found)
+            continue;
+        sk_listener *a = &c->advertised[c->nadvertised++];
+        *a = c->listeners[j];
+        if (!a->host[0] || strcmp(a->host, "0.0.0.0") == 0 || strcmp(a->host, "::") == 0) {
+            if (gethostname(a->host, sizeof a->host) != 0)
+                snprintf(a->host, sizeof a->host, "localhost");
+        }
+    }
+    if (c->group_min_session_timeout_ms > c->group_max_session_timeout_ms) {
+        snprintf(why, whylen,
+                 "property group.min.session.timeout.ms is above group.max.session.timeout.ms");
+        return SK_ERR_INVAL;
+    }
+    if (!*c->data_dir) {
+        snprintf(why, whylen, "property data.dir: must not be empty");
+        return SK_ERR_INVAL;
+    }
+    if (!*c->wal_url) {
+        char *u = malloc(strlen(c->data_dir) + 16);
+        if (!u)
+            return SK_ERR_NOMEM;
+        sprintf(u, "file://%s/wal", c->data_dir);
+        free(c->wal_url);
+        c->wal_url = u;
+    }
+    return 0;
+}
+
+const char *sk_config_get_text(const sk_config *c, const sk_prop *p, char *buf, size_t len)
+{
+    const char *base = (const char *)c;
+    switch (p->type) {
+    case SK_PROP_INT:
+        snprintf(buf, len, "%" PRId32, *(const int32_t *)(base + p->offset));
+        break;
+    case SK_PROP_SHORT:
+        snprintf(buf, len, "%d", *(const int16_t *)(base + p->offset));
+        break;
+    case SK_PROP_LONG:
+        snprintf(buf, len, "%" PRId64, *(const int64_t *)(base + p->offset));
+        break;
+    case SK_PROP_BOOL:
+        snprintf(buf, len, "%s", *(const bool *)(base + p->offset) ? "true" : "false");
+        break;
+    case SK_PROP_STRING: {
+        const char *s = *(char *const *)(base + p->offset);
+        snprintf(buf, len, "%s", s ? s : "");
+        break;
+    }
+    }
+    return buf;
+}
+
+static const char *type_name(sk_prop_type t)
+{
+    switch (t) {
+    case SK_PROP_INT:
+        return "int";
+    case SK_PROP_SHORT:
+        return "short";
+    case SK_PROP_LONG:
+        return "long";
+    case SK_PROP_BOOL:
+        return "boolean";
+    case SK_PROP_STRING:
+        return "string";
+    }
+    return "?";
+}
+
+void sk_config_print_help(const char *argv0)
+{
+    printf("usage: %s [-c FILE] [--override name=value]... [--help] [--version]\n\n"
+           "Skiff: a Kafka-compatible broker on a shared-volume WAL and S3.\n"
+           "Properties come from built-in defaults, then FILE (Java properties syntax),\n"
+           "then each --override, in that order.\n",
+           argv0);
+    const char *group = "";
+    for (size_t i = 0; i < sk_nprops; i++) {
+        const sk_prop *p = &sk_props[i];
+        if (strcmp(group, p->group) != 0) {
+            group = p->group;
+            printf("\n%s:\n", group);
+        }
+        printf("  %-38s %s (default: %s)\n", p->name, type_name(p->type),
+               p->def && *p->def ? p->def : "empty");
+        /* Wrap the description at ~76 columns, indented. */
+        const char *d = p->doc;
+        while (*d) {
+            size_t take = strlen(d);
+            if (take > 72) {
+                take = 72;
+                while (take > 0 && d[take] != ' ')
+                    take--;
+                if (take == 0)
+                    take = 72;
+            }
+            printf("      %.*s\n", (int)take, d);
+            d += take;
+            while (*d == ' ')
+                d++;
+        }
+    }
+}
+
+void sk_config_print_markdown(void)
+{
+    printf("# Configuration\n\n"
+           "This page is generated from the property table in `broker/config.c` by\n"
+           "`skiffd --gen-config-doc` (`make docs`); do not edit it by hand.\n\n"
+           "Properties are read from built-in defaults, then from the file given with\n"
+           "`skiffd -c FILE` (Java properties syntax: `name=value`, `#` comments, `\\`\n"
+           "continuation), then from each `--override name=value`, in that order.\n"
+           "Unknown properties and invalid values stop start-up with a message naming\n"
+           "the property. Names follow Apache Kafka's wherever Kafka has the property.\n");
+    const char *group = "";
+    for (size_t i = 0; i < sk_nprops; i++) {
+        const sk_prop *p = &sk_props[i];
+        if (strcmp(group, p->group) != 0) {
+            group = p->group;
+            printf("\n## %s\n\n| Property | Type | Default | Range | Description |\n"
+                   "|---|---|---|---|---|\n",
+                   group);
+        }
+        char range[96] = "";
+        if (p->type == SK_PROP_INT || p->type == SK_PROP_SHORT || p->type == SK_PROP_LONG)
+            snprintf(range, sizeof range, "[%" PRId64 ", %" PRId64 "]", p->min, p->max);
+        printf("| `%s` | %s | %s%s%s | %s | %s |\n", p->name, type_name(p->type),
+               p->def && *p->def ? "`" : "", p->def && *p->def ? p->def : "(empty)",
+               p->def && *p->def ? "`" : "", range, p->doc);
+    }
+}

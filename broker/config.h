@@ -1,0 +1,121 @@
+/*
+ * config: every property of skiffd, declared once in one table.
+ *
+ * The table (config.c) drives parsing of `-c FILE` (Java properties syntax)
+ * and `--override name=value`, validation, `skiffd --help` and the generated
+ * docs/CONFIGURATION.md. Names are Kafka's wherever Kafka has one.
+ *
+ * Contract: sk_config_* run at start-up on the main thread; afterwards the
+ * parsed sk_config is read-only and may be read from any thread. Errors are
+ * returned as SK_ERR_INVAL with a message naming the property and the reason.
+ */
+#ifndef CONFIG_H
+#define CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SK_MAX_LISTENERS 8
+
+typedef struct sk_listener {
+    char name[32]; /* PLAINTEXT, or a custom listener name */
+    char host[256];
+    int port;
+} sk_listener;
+
+typedef struct sk_config {
+    /* node */
+    int32_t node_id;
+    char *broker_rack;
+    char *listeners_str;
+    char *advertised_listeners_str;
+    sk_listener listeners[SK_MAX_LISTENERS];
+    int nlisteners;
+    sk_listener advertised[SK_MAX_LISTENERS];
+    int nadvertised;
+    char *data_dir;
+    char *log_level;
+
+    /* storage */
+    char *wal_url;
+    int64_t wal_segment_bytes;
+    int64_t wal_cache_bytes;
+    int64_t wal_max_pending_bytes;
+
+    /* topics */
+    int32_t num_partitions;
+    int16_t default_replication_factor;
+    bool auto_create_topics_enable;
+    bool delete_topic_enable;
+    int64_t log_retention_ms;
+    int64_t log_retention_bytes;
+    int64_t log_retention_check_interval_ms;
+    int32_t message_max_bytes;
+    char *log_message_timestamp_type;
+    int64_t log_message_timestamp_before_max_ms;
+    int64_t log_message_timestamp_after_max_ms;
+
+    /* network */
+    int32_t socket_request_max_bytes;
+    int32_t max_inflight_requests_per_connection;
+    int64_t max_output_bytes_per_connection;
+    int32_t connections_max_idle_ms;
+
+    /* groups */
+    int32_t group_min_session_timeout_ms;
+    int32_t group_max_session_timeout_ms;
+    int32_t group_initial_rebalance_delay_ms;
+    int32_t offsets_retention_minutes;
+    int64_t offsets_retention_check_interval_ms;
+
+    /* set when the user gave the property (file or override) */
+    uint64_t explicit_mask[2];
+} sk_config;
+
+typedef enum sk_prop_type {
+    SK_PROP_INT,    /* int32_t */
+    SK_PROP_SHORT,  /* int16_t */
+    SK_PROP_LONG,   /* int64_t */
+    SK_PROP_BOOL,
+    SK_PROP_STRING, /* char *, malloc'd */
+} sk_prop_type;
+
+typedef struct sk_prop {
+    const char *name;
+    sk_prop_type type;
+    size_t offset;
+    const char *def;   /* default, as text; NULL = no default (empty) */
+    int64_t min, max;  /* numeric bounds */
+    const char *group; /* section in the docs */
+    const char *doc;
+    /* extra validation of a string value; returns NULL or a reason */
+    const char *(*check)(const char *value);
+} sk_prop;
+
+extern const sk_prop sk_props[];
+extern const size_t sk_nprops;
+
+/* Sets every default. */
+void sk_config_init(sk_config *c);
+void sk_config_free(sk_config *c);
+/* Sets one property from text; on error writes why (naming the property). */
+int sk_config_set(sk_config *c, const char *name, const char *value, char *why, size_t whylen);
+/* Reads a Java-properties file. */
+int sk_config_load_file(sk_config *c, const char *path, char *why, size_t whylen);
+/* Cross-property checks and derived values (listeners parsing, wal.url
+ * default from data.dir). Call after all sets. */
+int sk_config_finish(sk_config *c, char *why, size_t whylen);
+
+const sk_prop *sk_config_find(const char *name);
+/* Current value of a property as text (into buf). */
+const char *sk_config_get_text(const sk_config *c, const sk_prop *p, char *buf, size_t len);
+bool sk_config_is_explicit(const sk_config *c, const sk_prop *p);
+
+void sk_config_print_help(const char *argv0);
+void sk_config_print_markdown(void);
+
+/* Parses "NAME://host:port,..." into out (max SK_MAX_LISTENERS). */
+int sk_parse_listeners(const char *s, sk_listener *out, int *n, char *why, size_t whylen);
+
+#endif

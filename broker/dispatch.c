@@ -1,0 +1,298 @@
+#include "dispatch.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "handlers.h"
+#include "kmsg.h"
+#include "net.h"
+#include "sk_arena.h"
+#include "sk_err.h"
+#include "sk_log.h"
+
+static void h_api_versions(sk_req *r);
+
+/* Versions follow the compatibility brief: never advertise what is not
+ * served, never raise a minimum above Kafka 4's, and keep the single
+ * versions old librdkafka probes for inside each range. Flexible-from is
+ * filled in from the generated message specs at start-up. */
+static sk_api_entry table[] = {
+    /* key  min max flex impl handler */
+    {0, 0, 12, 0, 3, h_produce, NULL},
+    {1, 4, 12, 0, 4, h_fetch, NULL},
+    {2, 1, 7, 0, 1, h_list_offsets, NULL},
+    {3, 0, 12, 0, 0, h_metadata, NULL},
+    {10, 0, 6, 0, 0, h_find_coordinator, NULL},
+    {18, 0, 4, 0, 0, h_api_versions, NULL},
+    {19, 2, 7, 0, 2, h_create_topics, NULL},
+    {20, 1, 6, 0, 1, h_delete_topics, NULL},
+    {22, 0, 5, 0, 0, h_init_producer_id, NULL},
+    {23, 2, 4, 0, 2, h_offset_for_leader_epoch, NULL},
+    {32, 1, 4, 0, 1, h_describe_configs, NULL},
+    {37, 0, 3, 0, 0, h_create_partitions, NULL},
+};
+#define NTABLE ((int)(sizeof table / sizeof table[0]))
+
+static void table_init(void)
+{
+    static bool done;
+    if (done)
+        return;
+    done = true;
+    for (int i = 0; i < NTABLE; i++) {
+        const kc_api *api = kc_api_get(table[i].key);
+        if (!api) {
+            SK_ERROR("dispatch", "API %d has no generated descriptors", table[i].key);
+            abort();
+        }
+        table[i].api = api;
+        table[i].flex = api->flex_min;
+        /* Advertising past the spec would be a lie the codec cannot serve. */
+        if (table[i].max > api->max_ver || table[i].impl_min < api->min_ver) {
+            SK_ERROR("dispatch", "API %s: table range %d-%d outside the spec's %d-%d", api->name,
+                     table[i].impl_min, table[i].max, api->min_ver, api->max_ver);
+            abort();
+        }
+    }
+}
+
+const sk_api_entry *sk_api_table(int *n)
+{
+    table_init();
+    *n = NTABLE;
+    return table;
+}
+
+const sk_api_entry *sk_api_lookup(int16_t key)
+{
+    table_init();
+    for (int i = 0; i < NTABLE; i++)
+        if (table[i].key == key)
+            return &table[i];
+    return NULL;
+}
+
+kc_str sk_req_str(sk_req *r, const char *s)
+{
+    kc_str out = {NULL, -1};
+    if (!s)
+        return out;
+    size_t n = strlen(s);
+    char *p = sk_arena_strndup(r->arena, s, n);
+    if (!p)
+        return out;
+    out.p = p;
+    out.len = (int32_t)n;
+    return out;
+}
+
+void *sk_req_array(sk_req *r, const kc_struct *elem, int32_t n)
+{
+    return kc_new_array(r->arena, elem, n);
+}
+
+void *sk_req_new_resp(sk_req *r)
+{
+    const kc_struct *d = r->entry->api->resp;
+    void *p = sk_arena_alloc(r->arena, d->size);
+    if (p)
+        kc_init(d, p);
+    return p;
+}
+
+static void put_be32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
+/* Encodes `body` of message `d` at `ver` into r->out, with the response
+ * header; ApiVersions always gets header v0 (clients parse it before they
+ * know whether the broker speaks flexible versions). */
+static int encode_into(sk_req *r, const kc_struct *d, int16_t ver, bool flexible, bool flex_header,
+                       const void *body)
+{
+    size_t hsz = kc_resp_header_size(flex_header);
+    size_t bsz = kc_size(d, ver, flexible, body);
+    size_t total = 4 + hsz + bsz;
+    if (total - 4 > INT32_MAX)
+        return SK_ERR_NOMEM;
+    uint8_t *out = malloc(total);
+    if (!out)
+        return SK_ERR_NOMEM;
+    put_be32(out, (uint32_t)(total - 4));
+    uint8_t *p = kc_put_resp_header(out + 4, r->hdr.correlation_id, flex_header);
+    uint8_t *end = kc_encode(d, ver, flexible, body, p);
+    if ((size_t)(end - out) != total) {
+        SK_ERROR("dispatch", "%s v%d: encoder wrote %zu bytes, sized %zu", r->entry->api->name,
+                 ver, (size_t)(end - out), total);
+        free(out);
+        return SK_ERR_PARSE;
+    }
+    free(r->out);
+    r->out = out;
+    r->out_len = total;
+    return 0;
+}
+
+void sk_req_respond(sk_req *r)
+{
+    bool flex_header = r->flexible && r->entry->key != 18;
+    if (encode_into(r, r->entry->api->resp, r->version, r->flexible, flex_header, r->resp) != 0) {
+        sk_req_close(r, "response encoding failed");
+        return;
+    }
+    r->state = SK_REQ_DONE;
+    sk_req_finish(r);
+}
+
+void sk_req_silent(sk_req *r)
+{
+    r->state = SK_REQ_SILENT;
+    sk_req_finish(r);
+}
+
+void sk_req_close(sk_req *r, const char *why)
+{
+    if (why)
+        SK_WARN("dispatch", "%s: closing connection: %s", r->conn->peer, why);
+    r->state = SK_REQ_CLOSE;
+    sk_req_finish(r);
+}
+
+/* ---- ApiVersions ---- */
+
+static void api_versions_fill(sk_req *r, kp_ApiVersionsResponse *resp, int16_t error)
+{
+    resp->error_code = error;
+    if (error == SK_KAFKA_UNSUPPORTED_VERSION) {
+        /* Tell the client the range of ApiVersions itself, and nothing else,
+         * so that it retries with a version we speak. */
+        kp_ApiVersionsResponse_ApiVersion *v =
+            sk_req_array(r, &kp_ApiVersionsResponse_ApiVersion_desc, 1);
+        if (v) {
+            const sk_api_entry *e = sk_api_lookup(18);
+            v[0].api_key = 18;
+            v[0].min_version = e->min;
+            v[0].max_version = e->max;
+            resp->api_keys.n = 1;
+            resp->api_keys.v = v;
+        }
+        return;
+    }
+    kp_ApiVersionsResponse_ApiVersion *v =
+        sk_req_array(r, &kp_ApiVersionsResponse_ApiVersion_desc, NTABLE);
+    if (!v)
+        return;
+    for (int i = 0; i < NTABLE; i++) {
+        v[i].api_key = table[i].key;
+        v[i].min_version = table[i].min;
+        v[i].max_version = table[i].max;
+    }
+    resp->api_keys.n = NTABLE;
+    resp->api_keys.v = v;
+    resp->finalized_features_epoch = -1;
+}
+
+static void h_api_versions(sk_req *r)
+{
+    kp_ApiVersionsRequest *req = r->body;
+    if (r->version >= 3 && req->client_software_name.len > 0)
+        SK_DEBUG("dispatch", "%s: client %.*s %.*s", r->conn->peer,
+                 req->client_software_name.len, req->client_software_name.p,
+                 req->client_software_version.len > 0 ? req->client_software_version.len : 0,
+                 req->client_software_version.p);
+    api_versions_fill(r, r->resp, SK_KAFKA_NONE);
+    sk_req_respond(r);
+}
+
+/* An ApiVersions request of a version we do not know: its body cannot be
+ * parsed, so answer with a v0 body (which every version can read) holding
+ * UNSUPPORTED_VERSION and our ApiVersions range. */
+static void api_versions_unsupported(sk_req *r)
+{
+    kp_ApiVersionsResponse *resp = sk_arena_alloc(r->arena, sizeof *resp);
+    if (!resp) {
+        sk_req_close(r, "out of memory");
+        return;
+    }
+    kc_init(&kp_ApiVersionsResponse_desc, resp);
+    api_versions_fill(r, resp, SK_KAFKA_UNSUPPORTED_VERSION);
+    if (encode_into(r, &kp_ApiVersionsResponse_desc, 0, false, false, resp) != 0) {
+        sk_req_close(r, "response encoding failed");
+        return;
+    }
+    r->state = SK_REQ_DONE;
+    sk_req_finish(r);
+}
+
+/* ---- dispatch ---- */
+
+void sk_dispatch(sk_req *r)
+{
+    table_init();
+    if (r->frame_len < 8) {
+        sk_req_close(r, "request shorter than its header");
+        return;
+    }
+    int16_t key = (int16_t)(r->frame[0] << 8 | r->frame[1]);
+    int16_t ver = (int16_t)(r->frame[2] << 8 | r->frame[3]);
+    r->hdr.api_key = key;
+    r->hdr.api_version = ver;
+    r->hdr.correlation_id = (int32_t)((uint32_t)r->frame[4] << 24 | (uint32_t)r->frame[5] << 16 |
+                                      (uint32_t)r->frame[6] << 8 | r->frame[7]);
+    r->version = ver;
+    const sk_api_entry *e = sk_api_lookup(key);
+    if (!e) {
+        SK_WARN("dispatch", "%s: unknown API key %d (version %d); closing the connection",
+                r->conn->peer, key, ver);
+        r->state = SK_REQ_CLOSE;
+        sk_req_finish(r);
+        return;
+    }
+    r->entry = e;
+    r->arena = sk_arena_new((size_t)r->frame_len * 8 + (1u << 20));
+    if (!r->arena) {
+        sk_req_close(r, "out of memory");
+        return;
+    }
+    if (key == 18 && ver > e->max) {
+        api_versions_unsupported(r);
+        return;
+    }
+    if (ver < e->impl_min || ver > e->max) {
+        SK_WARN("dispatch", "%s: %s version %d is not served (%d-%d); closing the connection",
+                r->conn->peer, e->api->name, ver, e->impl_min, e->max);
+        r->state = SK_REQ_CLOSE;
+        sk_req_finish(r);
+        return;
+    }
+    r->flexible = ver >= e->flex;
+    kc_reader rd;
+    kc_reader_init(&rd, r->frame, r->frame_len);
+    if (kc_read_req_header(&rd, &r->hdr, r->flexible) != 0) {
+        SK_WARN("dispatch", "%s: %s v%d: malformed request header at byte %zu; closing",
+                r->conn->peer, e->api->name, ver, rd.err_at);
+        r->state = SK_REQ_CLOSE;
+        sk_req_finish(r);
+        return;
+    }
+    r->body = sk_arena_alloc(r->arena, e->api->req->size);
+    r->resp = sk_req_new_resp(r);
+    if (!r->body || !r->resp) {
+        sk_req_close(r, "out of memory");
+        return;
+    }
+    int rc = kc_decode(e->api->req, ver, r->flexible, &rd, r->body, r->arena);
+    if (rc != 0) {
+        SK_WARN("dispatch", "%s: %s v%d: cannot decode the request (%s at byte %zu of %zu); "
+                "closing the connection",
+                r->conn->peer, e->api->name, ver, sk_err_name(rc), rd.err_at, r->frame_len);
+        r->state = SK_REQ_CLOSE;
+        sk_req_finish(r);
+        return;
+    }
+    e->handler(r);
+}

@@ -1,0 +1,417 @@
+/*
+ * Fetch: serve batches below the high watermark from the WAL cache, or from
+ * storage through the SQLite view's batch index on a reader thread, and
+ * long-poll (max_wait_ms / min_bytes) until produce moves a watermark.
+ *
+ * A fetch is evaluated from scratch each time (first call, wake-up, disk
+ * read done, timeout): cached batches are only pointed at, never kept
+ * across loop turns, so eviction cannot pull memory from under a response.
+ */
+#include <event2/event.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "dispatch.h"
+#include "handlers.h"
+#include "kmsg.h"
+#include "meta.h"
+#include "net.h"
+#include "node.h"
+#include "plog.h"
+#include "sk_arena.h"
+#include "sk_err.h"
+#include "sk_log.h"
+#include "sk_map.h"
+#include "sk_time.h"
+#include "store.h"
+
+#define MAX_SEGS 512 /* batches per partition in one response */
+
+/* Batches read from storage for one partition. */
+struct disk {
+    bool wanted; /* asked for in the current job */
+    bool have;   /* result below is valid */
+    int64_t offset, max_bytes;
+    kc_uuid id;
+    int32_t part;
+    uint8_t *buf; /* concatenated batches */
+    int64_t len;
+    int64_t first_base, end; /* offsets the result covers: [first batch base, end) */
+    int err;
+};
+
+struct sk_fwait {
+    sk_req *r;
+    sk_node *n;
+    struct event *timer;
+    sk_part **regs; /* partitions this fetch is parked on */
+    int nregs;
+    int nflat;            /* partitions in the request */
+    struct disk *disk;    /* per flat partition */
+    bool job_running;
+    bool parked;
+    bool finished;
+    bool disk_tried;
+    bool shutdown;
+    sk_arena *keep; /* the decoded request and the response skeleton */
+};
+
+static void fetch_eval(sk_fwait *w);
+
+static void unpark(sk_fwait *w)
+{
+    for (int i = 0; i < w->nregs; i++)
+        sk_part_del_waiter(w->regs[i], w);
+    w->nregs = 0;
+    w->parked = false;
+    if (w->timer)
+        event_del(w->timer);
+}
+
+static void fetch_cleanup(sk_req *r)
+{
+    sk_fwait *w = r->hctx;
+    if (!w)
+        return;
+    unpark(w);
+    if (w->timer)
+        event_free(w->timer);
+    for (int i = 0; i < w->nflat; i++)
+        free(w->disk[i].buf);
+    free(w->disk);
+    free(w->regs);
+    sk_arena_destroy(w->keep);
+    free(w);
+    r->hctx = NULL;
+}
+
+void sk_fetch_wake(sk_fwait *w)
+{
+    if (w->finished || w->job_running)
+        return;
+    unpark(w);
+    fetch_eval(w);
+}
+
+void sk_fetch_wake_all(sk_node *n)
+{
+    /* Parked fetches hang off partitions; collect them through every
+     * partition of every topic. */
+    size_t it = 0;
+    void *v;
+    while (sk_map_next(n->topics_by_id, &it, NULL, NULL, &v)) {
+        sk_topic *t = v;
+        for (int32_t i = 0; i < t->nparts; i++) {
+            sk_part *p = t->parts[i];
+            while (p->nwaiters > 0) {
+                sk_fwait *w = p->waiters[0];
+                w->shutdown = true;
+                if (w->job_running)
+                    unpark(w); /* its disk read answers when done */
+                else
+                    sk_fetch_wake(w);
+            }
+        }
+    }
+}
+
+static void timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    sk_fwait *w = arg;
+    if (w->finished || w->job_running)
+        return;
+    unpark(w);
+    w->shutdown = true; /* timed out: answer with what there is */
+    fetch_eval(w);
+}
+
+/* ---- reads from storage, on a reader thread ---- */
+
+static void disk_work(void *arg)
+{
+    sk_fwait *w = arg;
+    sk_node *n = w->n;
+    for (int i = 0; i < w->nflat; i++) {
+        struct disk *d = &w->disk[i];
+        if (!d->wanted)
+            continue;
+        d->wanted = false;
+        free(d->buf);
+        d->buf = NULL;
+        d->len = 0;
+        sk_batch_loc locs[64];
+        int nl = sk_store_read_batches(n->store, &d->id, d->part, d->offset, d->max_bytes, locs,
+                                       64);
+        if (nl < 0) {
+            d->err = nl;
+            d->have = true;
+            continue;
+        }
+        int64_t total = 0;
+        for (int k = 0; k < nl; k++)
+            total += locs[k].len;
+        d->buf = malloc(total ? (size_t)total : 1);
+        uint32_t cap = 0;
+        uint8_t *tmp = NULL;
+        d->err = d->buf ? 0 : SK_ERR_NOMEM;
+        int64_t pos = 0;
+        d->first_base = nl ? locs[0].base : d->offset;
+        d->end = d->offset;
+        for (int k = 0; k < nl && d->err == 0; k++) {
+            uint32_t need = locs[k].len + SK_DATA_HEADER;
+            if (need > cap) {
+                free(tmp);
+                tmp = malloc(need);
+                cap = tmp ? need : 0;
+                if (!tmp) {
+                    d->err = SK_ERR_NOMEM;
+                    break;
+                }
+            }
+            uint8_t type;
+            uint32_t len;
+            int rc = wal_read_record(n->wal, locs[k].lsn, &type, tmp, cap, &len);
+            if (rc != 0 || type != SK_WAL_DATA || len != need) {
+                /* A trimmed segment ends the read: what came before is
+                 * still good. */
+                if (k == 0)
+                    d->err = rc ? rc : SK_ERR_CORRUPT;
+                break;
+            }
+            memcpy(d->buf + pos, tmp + SK_DATA_HEADER, locs[k].len);
+            pos += locs[k].len;
+            d->end = locs[k].last + 1;
+        }
+        free(tmp);
+        d->len = pos;
+        d->have = true;
+    }
+}
+
+static void disk_done(void *arg)
+{
+    sk_fwait *w = arg;
+    w->job_running = false;
+    if (w->finished)
+        return;
+    fetch_eval(w);
+}
+
+/* ---- evaluation ---- */
+
+static int16_t check_epoch(const sk_part *p, int32_t current)
+{
+    if (current < 0 || current == p->leader_epoch)
+        return 0;
+    return current > p->leader_epoch ? SK_KAFKA_UNKNOWN_LEADER_EPOCH
+                                     : SK_KAFKA_FENCED_LEADER_EPOCH;
+}
+
+static void fetch_eval(sk_fwait *w)
+{
+    sk_req *r = w->r;
+    sk_node *n = w->n;
+    kp_FetchRequest *req = r->body;
+    kp_FetchResponse *resp = r->resp;
+    int64_t budget = req->max_bytes > 0 ? req->max_bytes : 0;
+    int64_t total = 0;
+    bool any_error = false, need_disk = false, first_data = true;
+    int flat = 0;
+    /* r->arena holds only what one evaluation builds (h_fetch moved the
+     * request and the skeleton to w->keep). */
+    sk_arena_reset(r->arena);
+    for (int32_t i = 0; i < resp->responses.n; i++) {
+        kp_FetchRequest_FetchTopic *ft = &req->topics.v[i];
+        kp_FetchResponse_FetchableTopicResponse *tr = &resp->responses.v[i];
+        sk_topic *t = ft->topic.len > 0 ? sk_topic_get(n, ft->topic.p, (size_t)ft->topic.len)
+                                        : NULL;
+        for (int32_t j = 0; j < tr->partitions.n; j++, flat++) {
+            kp_FetchRequest_FetchPartition *fp = &ft->partitions.v[j];
+            kp_FetchResponse_PartitionData *pd = &tr->partitions.v[j];
+            struct disk *d = &w->disk[flat];
+            pd->partition_index = fp->partition;
+            pd->records = (kc_records){NULL, 0, 0, NULL};
+            pd->error_code = 0;
+            sk_part *p = sk_part_get(t, fp->partition);
+            if (!p) {
+                pd->error_code = SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION;
+                pd->high_watermark = pd->last_stable_offset = pd->log_start_offset = -1;
+                any_error = true;
+                continue;
+            }
+            pd->high_watermark = p->hw;
+            pd->last_stable_offset = p->hw;
+            pd->log_start_offset = p->log_start;
+            if (req->isolation_level == 1)
+                pd->aborted_transactions.n = 0;
+            int16_t ee = check_epoch(p, fp->current_leader_epoch);
+            if (ee) {
+                pd->error_code = ee;
+                any_error = true;
+                continue;
+            }
+            int64_t off = fp->fetch_offset;
+            if (off < p->log_start || off > p->next_offset) {
+                pd->error_code = SK_KAFKA_OFFSET_OUT_OF_RANGE;
+                any_error = true;
+                continue;
+            }
+            if (off >= p->hw)
+                continue;
+            int64_t limit = fp->partition_max_bytes > 0 ? fp->partition_max_bytes : 0;
+            if (budget - total < limit)
+                limit = budget - total;
+            if (limit <= 0 && !first_data)
+                continue;
+            /* Storage results first: they hold exactly the old batches. */
+            if (d->have && d->err == 0 && d->len > 0 && off >= d->first_base && off < d->end) {
+                if (!first_data && d->len > limit)
+                    continue;
+                kc_bytes *seg = sk_arena_alloc(r->arena, sizeof *seg);
+                if (!seg)
+                    continue;
+                seg->p = d->buf;
+                seg->len = (int32_t)d->len;
+                pd->records = (kc_records){NULL, (int32_t)d->len, 1, seg};
+                total += d->len;
+                first_data = false;
+                continue;
+            }
+            kc_bytes *segs = sk_arena_calloc(r->arena, MAX_SEGS, sizeof *segs);
+            if (!segs)
+                continue;
+            int64_t bytes;
+            bool miss;
+            int ns = sk_part_cached(p, off, p->hw, limit > 0 ? limit : 1, segs, MAX_SEGS, &bytes,
+                                    &miss);
+            if (miss) {
+                if (!w->disk_tried) {
+                    d->wanted = true;
+                    d->have = false;
+                    d->offset = off;
+                    d->max_bytes = limit > 0 ? limit : 1;
+                    d->id = p->topic->id;
+                    d->part = p->index;
+                    need_disk = true;
+                }
+                continue;
+            }
+            if (ns == 0)
+                continue;
+            /* KIP-74: only the first partition with data may exceed the
+             * limits, by its first batch. */
+            if (!first_data && bytes > limit)
+                continue;
+            pd->records = (kc_records){NULL, (int32_t)bytes, ns, segs};
+            total += bytes;
+            first_data = false;
+        }
+    }
+    if (need_disk) {
+        w->disk_tried = true;
+        w->job_running = true;
+        if (sk_node_read_job(n, disk_work, disk_done, w) == 0)
+            return;
+        w->job_running = false;
+    }
+    bool enough = total >= (int64_t)req->min_bytes;
+    if (enough || any_error || req->max_wait_ms <= 0 || w->shutdown || n->stopping ||
+        r->conn->closed) {
+        w->finished = true;
+        unpark(w);
+        n->n_fetched_bytes += (uint64_t)total;
+        sk_req_respond(r);
+        return;
+    }
+    /* Park until a watermark moves or max_wait passes. */
+    flat = 0;
+    for (int32_t i = 0; i < resp->responses.n; i++) {
+        kp_FetchRequest_FetchTopic *ft = &req->topics.v[i];
+        sk_topic *t = ft->topic.len > 0 ? sk_topic_get(n, ft->topic.p, (size_t)ft->topic.len)
+                                        : NULL;
+        for (int32_t j = 0; j < ft->partitions.n; j++) {
+            sk_part *p = sk_part_get(t, ft->partitions.v[j].partition);
+            if (p && sk_part_add_waiter(p, w) == 0)
+                w->regs[w->nregs++] = p;
+        }
+    }
+    w->parked = true;
+    /* New data may have become durable while the disk job ran. */
+    if (!w->timer) {
+        w->timer = event_new(n->base, -1, 0, timer_cb, w);
+        int64_t ms = req->max_wait_ms;
+        struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+        if (w->timer)
+            event_add(w->timer, &tv);
+    }
+}
+
+void h_fetch(sk_req *r)
+{
+    kp_FetchRequest *req = r->body;
+    kp_FetchResponse *resp = r->resp;
+    sk_node *n = r->node;
+    if (r->version >= 7 && req->session_id != 0) {
+        /* Skiff declines fetch sessions (session id 0 in every answer), so
+         * a client can only name one it invented. */
+        resp->error_code = SK_KAFKA_FETCH_SESSION_ID_NOT_FOUND;
+        resp->session_id = 0;
+        sk_req_respond(r);
+        return;
+    }
+    resp->session_id = 0;
+    int32_t nt = req->topics.n > 0 ? req->topics.n : 0;
+    /* The response skeleton and the request body must outlive the arena
+     * resets of each evaluation: move the request into its own arena. */
+    sk_arena *keep = r->arena;
+    r->arena = sk_arena_new((size_t)r->frame_len * 8 + (1u << 20));
+    if (!r->arena) {
+        r->arena = keep;
+        sk_req_close(r, "out of memory");
+        return;
+    }
+    sk_fwait *w = calloc(1, sizeof *w);
+    int nflat = 0;
+    for (int32_t i = 0; i < nt; i++)
+        nflat += req->topics.v[i].partitions.n > 0 ? req->topics.v[i].partitions.n : 0;
+    kp_FetchResponse_FetchableTopicResponse *trs =
+        kc_new_array(keep, &kp_FetchResponse_FetchableTopicResponse_desc, nt);
+    if (!w || (nt && !trs)) {
+        free(w);
+        sk_arena_destroy(r->arena);
+        r->arena = keep;
+        sk_req_close(r, "out of memory");
+        return;
+    }
+    w->r = r;
+    w->n = n;
+    w->nflat = nflat;
+    w->disk = calloc((size_t)(nflat ? nflat : 1), sizeof *w->disk);
+    w->regs = calloc((size_t)(nflat ? nflat : 1), sizeof *w->regs);
+    r->hctx = w;
+    r->cleanup = fetch_cleanup;
+    /* The decoded request and the skeleton stay in `keep`, freed with the
+     * request through cleanup. */
+    w->keep = keep;
+    if (!w->disk || !w->regs) {
+        sk_req_close(r, "out of memory");
+        return;
+    }
+    for (int32_t i = 0; i < nt; i++) {
+        kp_FetchRequest_FetchTopic *ft = &req->topics.v[i];
+        int32_t np = ft->partitions.n > 0 ? ft->partitions.n : 0;
+        trs[i].topic = ft->topic;
+        trs[i].partitions.n = np;
+        trs[i].partitions.v = kc_new_array(keep, &kp_FetchResponse_PartitionData_desc, np);
+        if (np && !trs[i].partitions.v) {
+            sk_req_close(r, "out of memory");
+            return;
+        }
+    }
+    resp->responses.n = nt;
+    resp->responses.v = trs;
+    fetch_eval(w);
+}

@@ -1,0 +1,228 @@
+/*
+ * Metadata (with automatic topic creation) and FindCoordinator.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "dispatch.h"
+#include "handlers.h"
+#include "kmsg.h"
+#include "net.h"
+#include "node.h"
+#include "plog.h"
+#include "sk_arena.h"
+#include "sk_err.h"
+#include "sk_log.h"
+#include "sk_map.h"
+#include "tconf.h"
+
+/* No ACLs: every operation is allowed. Bits are Kafka's AclOperation codes. */
+#define TOPIC_ALL_OPS                                                                         \
+    ((1 << 3) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 10) | (1 << 11))
+#define CLUSTER_ALL_OPS                                                                       \
+    ((1 << 4) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 12))
+
+static void fill_topic(sk_req *r, kp_MetadataRequest *req,
+                       kp_MetadataResponse_MetadataResponseTopic *mt, const sk_topic *t)
+{
+    int32_t node = r->node->cfg->node_id;
+    mt->error_code = 0;
+    mt->name = sk_req_str(r, t->name);
+    mt->topic_id = t->id;
+    mt->is_internal = false;
+    if (req->include_topic_authorized_operations)
+        mt->topic_authorized_operations = TOPIC_ALL_OPS;
+    kp_MetadataResponse_MetadataResponsePartition *ps =
+        sk_req_array(r, &kp_MetadataResponse_MetadataResponsePartition_desc, t->nparts);
+    int32_t *one = sk_arena_alloc(r->arena, sizeof *one);
+    if (!ps || !one)
+        return;
+    *one = node;
+    for (int32_t i = 0; i < t->nparts; i++) {
+        ps[i].partition_index = i;
+        ps[i].leader_id = node;
+        ps[i].leader_epoch = t->parts[i]->leader_epoch;
+        ps[i].replica_nodes.n = 1;
+        ps[i].replica_nodes.v = one;
+        ps[i].isr_nodes.n = 1;
+        ps[i].isr_nodes.v = one;
+        ps[i].offline_replicas.n = 0;
+    }
+    mt->partitions.n = t->nparts;
+    mt->partitions.v = ps;
+}
+
+static void metadata_finish(sk_req *r)
+{
+    kp_MetadataRequest *req = r->body;
+    kp_MetadataResponse *resp = r->resp;
+    /* Topics created on the way are looked up again: they are durable now. */
+    for (int32_t i = 0; i < resp->topics.n; i++) {
+        kp_MetadataResponse_MetadataResponseTopic *mt = &resp->topics.v[i];
+        if (mt->error_code != SK_KAFKA_LEADER_NOT_AVAILABLE)
+            continue;
+        sk_topic *t = mt->name.len > 0 ? sk_topic_get(r->node, mt->name.p, (size_t)mt->name.len)
+                                       : NULL;
+        if (t)
+            fill_topic(r, req, mt, t);
+        else
+            mt->error_code = SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION;
+    }
+    sk_req_respond(r);
+}
+
+static void created(void *arg, int err)
+{
+    sk_req *r = arg;
+    (void)err; /* a failed WAL leaves the topic LEADER_NOT_AVAILABLE */
+    if (--r->pending == 0)
+        metadata_finish(r);
+}
+
+void h_metadata(sk_req *r)
+{
+    sk_node *n = r->node;
+    kp_MetadataRequest *req = r->body;
+    kp_MetadataResponse *resp = r->resp;
+    const sk_listener *adv = sk_conn_advertised(r->conn);
+
+    kp_MetadataResponse_MetadataResponseBroker *b =
+        sk_req_array(r, &kp_MetadataResponse_MetadataResponseBroker_desc, 1);
+    if (!b) {
+        sk_req_close(r, "out of memory");
+        return;
+    }
+    b->node_id = n->cfg->node_id;
+    b->host = sk_req_str(r, adv->host);
+    b->port = adv->port;
+    b->rack = n->cfg->broker_rack[0] ? sk_req_str(r, n->cfg->broker_rack) : (kc_str){NULL, -1};
+    resp->brokers.n = 1;
+    resp->brokers.v = b;
+    resp->cluster_id = sk_req_str(r, n->cluster_id);
+    resp->controller_id = n->cfg->node_id;
+    if (req->include_cluster_authorized_operations)
+        resp->cluster_authorized_operations = CLUSTER_ALL_OPS;
+
+    /* v0: an empty list means every topic; v1+: null does. */
+    bool all = req->topics.n < 0 || (r->version == 0 && req->topics.n == 0);
+    if (all) {
+        size_t count = sk_map_count(n->topics_by_name);
+        kp_MetadataResponse_MetadataResponseTopic *ts =
+            sk_req_array(r, &kp_MetadataResponse_MetadataResponseTopic_desc, (int32_t)count);
+        if (count && !ts) {
+            sk_req_close(r, "out of memory");
+            return;
+        }
+        size_t it = 0, k = 0;
+        void *v;
+        while (sk_map_next(n->topics_by_name, &it, NULL, NULL, &v) && k < count)
+            fill_topic(r, req, &ts[k++], v);
+        resp->topics.n = (int32_t)k;
+        resp->topics.v = ts;
+        sk_req_respond(r);
+        return;
+    }
+
+    int32_t nt = req->topics.n;
+    kp_MetadataResponse_MetadataResponseTopic *ts =
+        sk_req_array(r, &kp_MetadataResponse_MetadataResponseTopic_desc, nt);
+    if (nt && !ts) {
+        sk_req_close(r, "out of memory");
+        return;
+    }
+    resp->topics.n = nt;
+    resp->topics.v = ts;
+    bool may_create =
+        n->cfg->auto_create_topics_enable && (r->version < 4 || req->allow_auto_topic_creation);
+    r->pending = 1;
+    for (int32_t i = 0; i < nt; i++) {
+        kp_MetadataRequest_MetadataRequestTopic *rt = &req->topics.v[i];
+        kp_MetadataResponse_MetadataResponseTopic *mt = &ts[i];
+        if (rt->name.len < 0) {
+            /* Lookup by topic id (v10+). */
+            sk_topic *t = sk_topic_get_id(n, &rt->topic_id);
+            mt->topic_id = rt->topic_id;
+            if (t)
+                fill_topic(r, req, mt, t);
+            else
+                mt->error_code = SK_KAFKA_UNKNOWN_TOPIC_ID;
+            continue;
+        }
+        mt->name = rt->name;
+        sk_topic *t = sk_topic_get(n, rt->name.p, (size_t)rt->name.len);
+        if (t) {
+            fill_topic(r, req, mt, t);
+            continue;
+        }
+        if (sk_topic_name_invalid(rt->name.p, (size_t)rt->name.len)) {
+            mt->error_code = SK_KAFKA_INVALID_TOPIC_EXCEPTION;
+            continue;
+        }
+        if (!may_create || n->stopping) {
+            mt->error_code = SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION;
+            continue;
+        }
+        sk_tconf conf;
+        char why[256];
+        if (sk_tconf_build(n->cfg, 0, NULL, NULL, NULL, NULL, &conf, why, sizeof why) != 0) {
+            mt->error_code = -1; /* UNKNOWN_SERVER_ERROR */
+            continue;
+        }
+        /* Answer once the topic is durable; until then it counts as
+         * LEADER_NOT_AVAILABLE, which is also the answer if the WAL fails. */
+        mt->error_code = SK_KAFKA_LEADER_NOT_AVAILABLE;
+        r->pending++;
+        if (sk_node_create_topic(n, rt->name.p, (size_t)rt->name.len, n->cfg->num_partitions,
+                                 n->cfg->default_replication_factor, &conf, created, r,
+                                 NULL) != 0) {
+            r->pending--;
+            sk_tconf_free(&conf);
+        }
+    }
+    if (--r->pending == 0)
+        metadata_finish(r);
+}
+
+void h_find_coordinator(sk_req *r)
+{
+    sk_node *n = r->node;
+    kp_FindCoordinatorRequest *req = r->body;
+    kp_FindCoordinatorResponse *resp = r->resp;
+    const sk_listener *adv = sk_conn_advertised(r->conn);
+    /* Key type 0 is a group; transactions (1) and share groups (2) are not
+     * served. */
+    int16_t err = req->key_type == 0 ? 0 : SK_KAFKA_COORDINATOR_NOT_AVAILABLE;
+    const char *msg = err ? "transactions and share groups are not supported" : NULL;
+    if (req->key_type != 0 && req->key_type != 1 && req->key_type != 2) {
+        err = SK_KAFKA_INVALID_REQUEST;
+        msg = "unknown coordinator key type";
+    }
+    if (r->version < 4) {
+        resp->error_code = err;
+        resp->error_message = msg ? sk_req_str(r, msg) : (kc_str){NULL, -1};
+        resp->node_id = err ? -1 : n->cfg->node_id;
+        resp->host = sk_req_str(r, err ? "" : adv->host);
+        resp->port = err ? -1 : adv->port;
+        sk_req_respond(r);
+        return;
+    }
+    int32_t nk = req->coordinator_keys.n > 0 ? req->coordinator_keys.n : 0;
+    kp_FindCoordinatorResponse_Coordinator *cs =
+        sk_req_array(r, &kp_FindCoordinatorResponse_Coordinator_desc, nk);
+    if (nk && !cs) {
+        sk_req_close(r, "out of memory");
+        return;
+    }
+    for (int32_t i = 0; i < nk; i++) {
+        cs[i].key = req->coordinator_keys.v[i];
+        cs[i].error_code = err;
+        cs[i].error_message = msg ? sk_req_str(r, msg) : (kc_str){NULL, -1};
+        cs[i].node_id = err ? -1 : n->cfg->node_id;
+        cs[i].host = sk_req_str(r, err ? "" : adv->host);
+        cs[i].port = err ? -1 : adv->port;
+    }
+    resp->coordinators.n = nk;
+    resp->coordinators.v = cs;
+    sk_req_respond(r);
+}

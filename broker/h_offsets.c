@@ -1,0 +1,316 @@
+/*
+ * ListOffsets (earliest, latest, by timestamp, max timestamp) and
+ * OffsetForLeaderEpoch.
+ *
+ * Timestamp look-ups need the batches: the first batch whose max timestamp
+ * reaches the target is found in the SQLite view (batches older than the
+ * cache) or in the cache, then its records are scanned for the exact
+ * offset. Storage reads run on a reader thread.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "dispatch.h"
+#include "handlers.h"
+#include "kbatch.h"
+#include "kmsg.h"
+#include "meta.h"
+#include "node.h"
+#include "plog.h"
+#include "sk_arena.h"
+#include "sk_err.h"
+#include "sk_log.h"
+#include "store.h"
+
+#define LATEST -1
+#define EARLIEST -2
+#define MAX_TIMESTAMP -3
+
+struct scan {
+    int64_t target;
+    int64_t offset, ts;
+};
+
+static int scan_cb(void *arg, const kb_record *rec)
+{
+    struct scan *s = arg;
+    if (rec->timestamp >= s->target) {
+        s->offset = rec->offset;
+        s->ts = rec->timestamp;
+        return 1;
+    }
+    return 0;
+}
+
+/* The first record of the batch with timestamp >= target. */
+static bool scan_batch(const uint8_t *p, size_t len, int64_t target, int64_t *off, int64_t *ts)
+{
+    struct scan s = {target, -1, -1};
+    if (kb_foreach_record(p, len, 0, scan_cb, &s) != 0 || s.offset < 0)
+        return false;
+    *off = s.offset;
+    *ts = s.ts;
+    return true;
+}
+
+/* One partition's look-up that needs storage. */
+struct lo_item {
+    kp_ListOffsetsResponse_ListOffsetsPartitionResponse *out;
+    kc_uuid id;
+    int32_t part;
+    int64_t target;     /* timestamp sought */
+    int64_t below;      /* look in the view only below this base offset */
+    int64_t batch_base; /* MAX_TIMESTAMP: the batch that holds it */
+    bool by_offset;
+    /* result */
+    bool found;
+    int64_t offset, ts;
+    bool check_cache; /* nothing in storage: look in the cache */
+};
+
+struct lo_job {
+    sk_req *r;
+    struct lo_item *items;
+    int n;
+};
+
+static bool read_and_scan(sk_node *n, const sk_batch_loc *loc, int64_t target, int64_t *off,
+                          int64_t *ts)
+{
+    uint32_t cap = loc->len + SK_DATA_HEADER;
+    uint8_t *buf = malloc(cap);
+    if (!buf)
+        return false;
+    uint8_t type;
+    uint32_t len;
+    bool ok = wal_read_record(n->wal, loc->lsn, &type, buf, cap, &len) == 0 &&
+              type == SK_WAL_DATA && len == cap &&
+              scan_batch(buf + SK_DATA_HEADER, loc->len, target, off, ts);
+    free(buf);
+    return ok;
+}
+
+static void lo_work(void *arg)
+{
+    struct lo_job *j = arg;
+    sk_node *n = j->r->node;
+    for (int i = 0; i < j->n; i++) {
+        struct lo_item *it = &j->items[i];
+        sk_batch_loc loc;
+        int rc = it->by_offset
+                     ? sk_store_find_offset(n->store, &it->id, it->part, it->batch_base, &loc)
+                     : sk_store_find_ts(n->store, &it->id, it->part, it->target, it->below, &loc);
+        if (rc == 1)
+            it->found = read_and_scan(n, &loc, it->target, &it->offset, &it->ts);
+        else
+            it->check_cache = true;
+    }
+}
+
+/* Looks for the first cached batch of p reaching target, from `from` on. */
+static bool cache_lookup(const sk_part *p, int64_t from_base, int64_t target, int64_t *off,
+                         int64_t *ts)
+{
+    int64_t start = sk_part_cache_start(p);
+    if (start < 0)
+        return false;
+    if (from_base < start)
+        from_base = start;
+    for (int64_t o = from_base; o < p->hw;) {
+        const sk_cbatch *b = sk_part_cached_at(p, o);
+        if (!b)
+            return false;
+        if (b->max_ts >= target)
+            return scan_batch(b->data, b->len, target, off, ts);
+        o = b->last + 1;
+    }
+    return false;
+}
+
+static void lo_finish(struct lo_job *j)
+{
+    sk_req *r = j->r;
+    for (int i = 0; i < j->n; i++) {
+        struct lo_item *it = &j->items[i];
+        sk_part *p = sk_part_get(sk_topic_get_id(r->node, &it->id), it->part);
+        if (!it->found && it->check_cache && p)
+            it->found = cache_lookup(p, it->by_offset ? it->batch_base : -1, it->target,
+                                     &it->offset, &it->ts);
+        if (it->found && p && it->offset >= p->log_start) {
+            it->out->offset = it->offset;
+            it->out->timestamp = it->ts;
+        } else {
+            it->out->offset = -1;
+            it->out->timestamp = -1;
+        }
+    }
+    free(j->items);
+    free(j);
+    sk_req_respond(r);
+}
+
+static void lo_done(void *arg)
+{
+    lo_finish(arg);
+}
+
+void h_list_offsets(sk_req *r)
+{
+    sk_node *n = r->node;
+    kp_ListOffsetsRequest *req = r->body;
+    kp_ListOffsetsResponse *resp = r->resp;
+    int32_t nt = req->topics.n > 0 ? req->topics.n : 0;
+    kp_ListOffsetsResponse_ListOffsetsTopicResponse *trs =
+        sk_req_array(r, &kp_ListOffsetsResponse_ListOffsetsTopicResponse_desc, nt);
+    int total = 0;
+    for (int32_t i = 0; i < nt; i++)
+        total += req->topics.v[i].partitions.n > 0 ? req->topics.v[i].partitions.n : 0;
+    struct lo_job *j = calloc(1, sizeof *j);
+    if (j)
+        j->items = calloc((size_t)(total ? total : 1), sizeof *j->items);
+    if ((nt && !trs) || !j || !j->items) {
+        if (j)
+            free(j->items);
+        free(j);
+        sk_req_close(r, "out of memory");
+        return;
+    }
+    j->r = r;
+    resp->topics.n = nt;
+    resp->topics.v = trs;
+    for (int32_t i = 0; i < nt; i++) {
+        kp_ListOffsetsRequest_ListOffsetsTopic *lt = &req->topics.v[i];
+        int32_t np = lt->partitions.n > 0 ? lt->partitions.n : 0;
+        trs[i].name = lt->name;
+        trs[i].partitions.n = np;
+        trs[i].partitions.v =
+            sk_req_array(r, &kp_ListOffsetsResponse_ListOffsetsPartitionResponse_desc, np);
+        if (np && !trs[i].partitions.v) {
+            free(j->items);
+            free(j);
+            sk_req_close(r, "out of memory");
+            return;
+        }
+        sk_topic *t = lt->name.len > 0 ? sk_topic_get(n, lt->name.p, (size_t)lt->name.len) : NULL;
+        for (int32_t k = 0; k < np; k++) {
+            kp_ListOffsetsRequest_ListOffsetsPartition *lp = &lt->partitions.v[k];
+            kp_ListOffsetsResponse_ListOffsetsPartitionResponse *out = &trs[i].partitions.v[k];
+            out->partition_index = lp->partition_index;
+            out->offset = -1;
+            out->timestamp = -1;
+            sk_part *p = sk_part_get(t, lp->partition_index);
+            if (!p) {
+                out->error_code = SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION;
+                continue;
+            }
+            if (lp->current_leader_epoch >= 0 && lp->current_leader_epoch != p->leader_epoch) {
+                out->error_code = lp->current_leader_epoch > p->leader_epoch
+                                      ? SK_KAFKA_UNKNOWN_LEADER_EPOCH
+                                      : SK_KAFKA_FENCED_LEADER_EPOCH;
+                continue;
+            }
+            out->leader_epoch = p->leader_epoch;
+            if (lp->timestamp == LATEST) {
+                out->offset = p->hw; /* also the LSO: no transactions */
+                continue;
+            }
+            if (lp->timestamp == EARLIEST) {
+                out->offset = p->log_start;
+                continue;
+            }
+            if (lp->timestamp < MAX_TIMESTAMP ||
+                (lp->timestamp == MAX_TIMESTAMP && r->version < 7)) {
+                out->error_code = SK_KAFKA_INVALID_REQUEST;
+                continue;
+            }
+            struct lo_item *it = &j->items[j->n++];
+            it->out = out;
+            it->id = p->topic->id;
+            it->part = p->index;
+            if (lp->timestamp == MAX_TIMESTAMP) {
+                if (p->max_ts_base < 0 || p->max_ts_base < p->log_start) {
+                    j->n--;
+                    continue;
+                }
+                it->target = p->max_ts;
+                it->batch_base = p->max_ts_base;
+                it->by_offset = true;
+                int64_t cs = sk_part_cache_start(p);
+                if (cs >= 0 && p->max_ts_base >= cs) {
+                    it->check_cache = true;
+                    continue;
+                }
+            } else {
+                it->target = lp->timestamp;
+                int64_t cs = sk_part_cache_start(p);
+                it->below = cs >= 0 ? cs : INT64_MAX;
+                if (cs >= 0 && cs <= p->log_start) {
+                    it->check_cache = true; /* the cache holds the whole log */
+                    continue;
+                }
+            }
+        }
+    }
+    bool need_store = false;
+    for (int i = 0; i < j->n; i++)
+        need_store |= !j->items[i].check_cache;
+    if (need_store && sk_node_read_job(n, lo_work, lo_done, j) == 0)
+        return;
+    lo_finish(j);
+}
+
+void h_offset_for_leader_epoch(sk_req *r)
+{
+    sk_node *n = r->node;
+    kp_OffsetForLeaderEpochRequest *req = r->body;
+    kp_OffsetForLeaderEpochResponse *resp = r->resp;
+    int32_t nt = req->topics.n > 0 ? req->topics.n : 0;
+    kp_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult *trs =
+        sk_req_array(r, &kp_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_desc, nt);
+    if (nt && !trs) {
+        sk_req_close(r, "out of memory");
+        return;
+    }
+    resp->topics.n = nt;
+    resp->topics.v = trs;
+    for (int32_t i = 0; i < nt; i++) {
+        kp_OffsetForLeaderEpochRequest_OffsetForLeaderTopic *lt = &req->topics.v[i];
+        int32_t np = lt->partitions.n > 0 ? lt->partitions.n : 0;
+        trs[i].topic = lt->topic;
+        trs[i].partitions.n = np;
+        trs[i].partitions.v =
+            sk_req_array(r, &kp_OffsetForLeaderEpochResponse_EpochEndOffset_desc, np);
+        if (np && !trs[i].partitions.v) {
+            sk_req_close(r, "out of memory");
+            return;
+        }
+        sk_topic *t = lt->topic.len > 0 ? sk_topic_get(n, lt->topic.p, (size_t)lt->topic.len)
+                                        : NULL;
+        for (int32_t k = 0; k < np; k++) {
+            kp_OffsetForLeaderEpochRequest_OffsetForLeaderPartition *lp = &lt->partitions.v[k];
+            kp_OffsetForLeaderEpochResponse_EpochEndOffset *out = &trs[i].partitions.v[k];
+            out->partition = lp->partition;
+            out->leader_epoch = -1;
+            out->end_offset = -1;
+            sk_part *p = sk_part_get(t, lp->partition);
+            if (!p) {
+                out->error_code = SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION;
+                continue;
+            }
+            if (lp->current_leader_epoch >= 0 && lp->current_leader_epoch != p->leader_epoch) {
+                out->error_code = lp->current_leader_epoch > p->leader_epoch
+                                      ? SK_KAFKA_UNKNOWN_LEADER_EPOCH
+                                      : SK_KAFKA_FENCED_LEADER_EPOCH;
+                continue;
+            }
+            /* A partition has had one leader epoch on this node: everything
+             * up to the high watermark belongs to it. */
+            if (lp->leader_epoch == p->leader_epoch) {
+                out->leader_epoch = p->leader_epoch;
+                out->end_offset = p->hw;
+            }
+        }
+    }
+    sk_req_respond(r);
+}

@@ -1,0 +1,313 @@
+/*
+ * Produce: validate each partition's batch, deduplicate idempotent retries,
+ * assign offsets, append to the WAL, and answer once every append of the
+ * request is durable (acks=1 and acks=all alike: the WAL is the replica).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "dispatch.h"
+#include "handlers.h"
+#include "kbatch.h"
+#include "kmsg.h"
+#include "net.h"
+#include "node.h"
+#include "plog.h"
+#include "pstate.h"
+#include "sk_arena.h"
+#include "sk_err.h"
+#include "sk_log.h"
+#include "sk_time.h"
+
+/* One partition's append in flight. Allocated outside the request's arena:
+ * an acks=0 request is finished before its appends are durable. */
+struct pappend {
+    sk_req *r; /* NULL for acks=0 */
+    sk_node *n;
+    kp_ProduceResponse_PartitionProduceResponse *pr;
+    kc_uuid id;
+    int32_t part;
+    int64_t last;
+};
+
+static void produce_maybe_respond(sk_req *r)
+{
+    if (--r->pending > 0)
+        return;
+    sk_req_respond(r);
+}
+
+static void append_durable(void *arg, int err)
+{
+    struct pappend *pa = arg;
+    sk_part *p = sk_part_get(sk_topic_get_id(pa->n, &pa->id), pa->part);
+    if (err == 0 && p && pa->last + 1 > p->hw) {
+        p->hw = pa->last + 1;
+        sk_part_wake(p);
+    }
+    if (pa->r) {
+        if (err != 0) {
+            pa->pr->error_code = SK_KAFKA_KAFKA_STORAGE_ERROR;
+            pa->pr->base_offset = -1;
+            if (pa->r->version >= 8)
+                pa->pr->error_message = sk_req_str(pa->r, "the write-ahead log failed");
+        } else if (p) {
+            pa->pr->log_start_offset = p->log_start;
+        }
+        produce_maybe_respond(pa->r);
+    }
+    free(pa);
+}
+
+static void dup_durable(void *arg, int err)
+{
+    struct pappend *pa = arg;
+    if (err != 0) {
+        pa->pr->error_code = SK_KAFKA_KAFKA_STORAGE_ERROR;
+        pa->pr->base_offset = -1;
+    }
+    produce_maybe_respond(pa->r);
+    free(pa);
+}
+
+static void set_error(sk_req *r, kp_ProduceResponse_PartitionProduceResponse *pr, int16_t code,
+                      const char *msg)
+{
+    pr->error_code = code;
+    pr->base_offset = -1;
+    if (r->version >= 8 && msg)
+        pr->error_message = sk_req_str(r, msg);
+}
+
+static const char *validate_message(int code)
+{
+    switch (code) {
+    case SK_KAFKA_CORRUPT_MESSAGE:
+        return "the record batch is corrupt (CRC or lengths)";
+    case SK_KAFKA_MESSAGE_TOO_LARGE:
+        return "the record batch is larger than max.message.bytes";
+    case SK_KAFKA_INVALID_RECORD:
+        return "the records are invalid";
+    case SK_KAFKA_UNSUPPORTED_COMPRESSION_TYPE:
+        return "zstd needs Produce v7 or later";
+    case SK_KAFKA_INVALID_TIMESTAMP:
+        return "a record timestamp is outside the accepted range";
+    default:
+        return NULL;
+    }
+}
+
+/* Appends one partition's batch; fills pr. Returns whether an asynchronous
+ * completion is pending for it. */
+static bool produce_partition(sk_req *r, int16_t acks, sk_topic *t,
+                              kp_ProduceRequest_PartitionProduceData *pd,
+                              kp_ProduceResponse_PartitionProduceResponse *pr)
+{
+    sk_node *n = r->node;
+    pr->index = pd->index;
+    sk_part *p = sk_part_get(t, pd->index);
+    if (!p) {
+        set_error(r, pr, SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION,
+                  "This server does not host this topic-partition.");
+        return false;
+    }
+    pr->log_start_offset = p->log_start;
+    if (pd->records.len <= 0) {
+        set_error(r, pr, SK_KAFKA_INVALID_RECORD, "a produce request must carry one batch");
+        return false;
+    }
+    int64_t now = sk_now_ms();
+    kb_limits lim = {0};
+    lim.max_batch_bytes = t->conf.max_message_bytes;
+    lim.produce_version = r->version;
+    lim.now_ms = now;
+    lim.ts_before_max_ms = t->conf.ts_before_max_ms;
+    lim.ts_after_max_ms = t->conf.ts_after_max_ms;
+    lim.log_append_time = t->conf.log_append_time;
+    lim.validate_records = true;
+    kb_header h;
+    int32_t bad = -1;
+    int code = kb_validate(pd->records.p, (size_t)pd->records.len, &lim, &h, &bad);
+    if (code != 0) {
+        set_error(r, pr, (int16_t)(code > 0 ? code : SK_KAFKA_CORRUPT_MESSAGE),
+                  validate_message(code));
+        if (r->version >= 8 && bad >= 0) {
+            kp_ProduceResponse_BatchIndexAndErrorMessage *e =
+                sk_req_array(r, &kp_ProduceResponse_BatchIndexAndErrorMessage_desc, 1);
+            if (e) {
+                e->batch_index = bad;
+                pr->record_errors.n = 1;
+                pr->record_errors.v = e;
+            }
+        }
+        SK_DEBUG("produce", "%s: %s-%d: %s", r->conn->peer, t->name, pd->index,
+                 sk_err_name(code));
+        return false;
+    }
+    if (h.attributes & KB_ATTR_TRANSACTIONAL) {
+        set_error(r, pr, SK_KAFKA_INVALID_TXN_STATE, "transactions are not supported");
+        return false;
+    }
+    int32_t count = h.last_offset_delta + 1;
+    sk_pstate *ps = NULL;
+    if (h.producer_id >= 0) {
+        ps = sk_part_pstate(p, h.producer_id, false);
+        const sk_pbatch *dup;
+        int last_seq = sk_seq_add(h.base_sequence, h.last_offset_delta);
+        int rc = sk_pstate_check(ps, h.producer_epoch, h.base_sequence, last_seq, &dup);
+        if (rc == SK_PSTATE_DUPLICATE) {
+            /* A retry of a batch already written: answer with its original
+             * offset, once the original is durable. */
+            pr->base_offset = dup->base;
+            pr->log_append_time_ms = dup->timestamp;
+            if (acks == 0 || wal_durable_lsn(n->wal) >= dup->lsn_end)
+                return false;
+            struct pappend *pa = calloc(1, sizeof *pa);
+            if (!pa) {
+                set_error(r, pr, SK_KAFKA_REQUEST_TIMED_OUT, "out of memory");
+                return false;
+            }
+            pa->r = r;
+            pa->pr = pr;
+            r->pending++;
+            sk_node_wait_durable(n, dup->lsn_end, dup_durable, pa);
+            return true;
+        }
+        if (rc != SK_PSTATE_APPEND) {
+            set_error(r, pr, (int16_t)rc,
+                      rc == SK_KAFKA_INVALID_PRODUCER_EPOCH
+                          ? "the producer epoch is older than the current one"
+                          : "out of order sequence number");
+            return false;
+        }
+    }
+
+    sk_cbatch *cb = malloc(sizeof *cb + (size_t)pd->records.len);
+    struct pappend *pa = calloc(1, sizeof *pa);
+    if (!cb || !pa) {
+        free(cb);
+        free(pa);
+        set_error(r, pr, SK_KAFKA_REQUEST_TIMED_OUT, "out of memory");
+        return false;
+    }
+    memcpy(cb->data, pd->records.p, (size_t)pd->records.len);
+    cb->len = (uint32_t)pd->records.len;
+    int64_t base = p->next_offset;
+    kb_set_base_offset(cb->data, base);
+    kb_set_leader_epoch(cb->data, p->leader_epoch);
+    int64_t append_ts = -1;
+    if (t->conf.log_append_time) {
+        kb_set_log_append_time(cb->data, now);
+        h.attributes |= KB_ATTR_LOG_APPEND_TIME;
+        h.max_timestamp = now;
+        append_ts = now;
+    }
+    h.base_offset = base;
+    cb->base = base;
+    cb->last = base + h.last_offset_delta;
+    cb->max_ts = h.max_timestamp;
+    pa->r = acks == 0 ? NULL : r;
+    pa->n = n;
+    pa->pr = pr;
+    pa->id = t->id;
+    pa->part = p->index;
+    pa->last = cb->last;
+    wal_lsn lsn, lsn_end;
+    int rc = sk_node_append_data(n, p, cb->data, cb->len, &h, append_durable, pa, &lsn, &lsn_end);
+    if (rc != 0) {
+        free(cb);
+        free(pa);
+        set_error(r, pr,
+                  rc == SK_ERR_AGAIN ? SK_KAFKA_REQUEST_TIMED_OUT : SK_KAFKA_KAFKA_STORAGE_ERROR,
+                  "the write-ahead log cannot take the batch");
+        return false;
+    }
+    /* Effects follow the append (see node.h). */
+    cb->lsn = lsn;
+    p->next_offset = cb->last + 1;
+    if (h.max_timestamp > p->max_ts) {
+        p->max_ts = h.max_timestamp;
+        p->max_ts_base = base;
+    }
+    if (h.producer_id >= 0) {
+        ps = sk_part_pstate(p, h.producer_id, true);
+        if (ps) {
+            sk_pbatch pb = {h.base_sequence, sk_seq_add(h.base_sequence, h.last_offset_delta),
+                            base, cb->last, append_ts, lsn_end};
+            sk_pstate_push(ps, h.producer_epoch, &pb);
+            ps->last_ts = now;
+        }
+    }
+    sk_cache_add(n, p, cb);
+    n->n_produced_batches++;
+    n->n_produced_bytes += cb->len;
+    (void)count;
+    pr->base_offset = base;
+    pr->log_append_time_ms = append_ts;
+    if (acks == 0)
+        return false;
+    r->pending++;
+    return true;
+}
+
+void h_produce(sk_req *r)
+{
+    kp_ProduceRequest *req = r->body;
+    kp_ProduceResponse *resp = r->resp;
+    int16_t acks = req->acks;
+    resp->responses.n = req->topic_data.n > 0 ? req->topic_data.n : 0;
+    resp->responses.v = sk_req_array(r, &kp_ProduceResponse_TopicProduceResponse_desc,
+                                     resp->responses.n);
+    if (resp->responses.n && !resp->responses.v) {
+        sk_req_close(r, "out of memory");
+        return;
+    }
+    bool bad_acks = acks != -1 && acks != 0 && acks != 1;
+    /* Hold the response until every partition is handled, even when the
+     * WAL answers synchronously. */
+    r->pending = 1;
+    for (int32_t i = 0; i < resp->responses.n; i++) {
+        kp_ProduceRequest_TopicProduceData *td = &req->topic_data.v[i];
+        kp_ProduceResponse_TopicProduceResponse *tr = &resp->responses.v[i];
+        tr->name = td->name;
+        int32_t np = td->partition_data.n > 0 ? td->partition_data.n : 0;
+        tr->partition_responses.n = np;
+        tr->partition_responses.v =
+            sk_req_array(r, &kp_ProduceResponse_PartitionProduceResponse_desc, np);
+        if (np && !tr->partition_responses.v) {
+            sk_req_close(r, "out of memory");
+            return;
+        }
+        sk_topic *t = td->name.len > 0 ? sk_topic_get(r->node, td->name.p, (size_t)td->name.len)
+                                       : NULL;
+        for (int32_t j = 0; j < np; j++) {
+            kp_ProduceRequest_PartitionProduceData *pd = &td->partition_data.v[j];
+            kp_ProduceResponse_PartitionProduceResponse *pr = &tr->partition_responses.v[j];
+            pr->index = pd->index;
+            if (bad_acks) {
+                set_error(r, pr, SK_KAFKA_INVALID_REQUIRED_ACKS, "acks must be -1, 0 or 1");
+                continue;
+            }
+            if (!t) {
+                set_error(r, pr, SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION,
+                          "This server does not host this topic-partition.");
+                continue;
+            }
+            produce_partition(r, acks, t, pd, pr);
+        }
+    }
+    if (acks == 0 && !bad_acks) {
+        /* With acks=0 the producer learns of an error only from a closed
+         * connection, as with Kafka. */
+        for (int32_t i = 0; i < resp->responses.n; i++)
+            for (int32_t j = 0; j < resp->responses.v[i].partition_responses.n; j++)
+                if (resp->responses.v[i].partition_responses.v[j].error_code) {
+                    sk_req_close(r, NULL);
+                    return;
+                }
+        sk_req_silent(r);
+        return;
+    }
+    produce_maybe_respond(r);
+}

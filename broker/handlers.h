@@ -1,0 +1,33 @@
+/*
+ * handlers: one function per Kafka API, registered in dispatch.c.
+ *
+ * Each takes a decoded request (r->body) and a default-initialised response
+ * (r->resp), and finishes the request with sk_req_respond, sk_req_silent or
+ * sk_req_close, at once or later from a callback.
+ *
+ * Thread: the event loop.
+ */
+#ifndef HANDLERS_H
+#define HANDLERS_H
+
+#include "types.h"
+
+void h_produce(sk_req *r);
+void h_fetch(sk_req *r);
+void h_list_offsets(sk_req *r);
+void h_metadata(sk_req *r);
+void h_find_coordinator(sk_req *r);
+void h_create_topics(sk_req *r);
+void h_delete_topics(sk_req *r);
+void h_create_partitions(sk_req *r);
+void h_init_producer_id(sk_req *r);
+void h_offset_for_leader_epoch(sk_req *r);
+void h_describe_configs(sk_req *r);
+
+/* A fetch parked on a partition whose high watermark moved (or which went
+ * away): re-evaluate it. */
+void sk_fetch_wake(sk_fwait *w);
+/* Shutdown: answer every parked fetch now. */
+void sk_fetch_wake_all(sk_node *n);
+
+#endif

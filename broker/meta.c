@@ -1,0 +1,346 @@
+#include "meta.h"
+
+#include <string.h>
+
+#include "sk_err.h"
+#include "sk_map.h"
+
+#define META_VERSION 1
+#define DATA_VERSION 1
+#define SNAP_VERSION 1
+
+void sk_data_header(uint8_t out[SK_DATA_HEADER], const kc_uuid *id, int32_t part)
+{
+    out[0] = DATA_VERSION;
+    memcpy(out + 1, id->b, 16);
+    uint32_t p = (uint32_t)part;
+    for (int i = 0; i < 4; i++)
+        out[17 + i] = (uint8_t)(p >> (8 * i));
+}
+
+int sk_data_decode(const uint8_t *p, size_t n, kc_uuid *id, int32_t *part, const uint8_t **batch,
+                   size_t *batch_len)
+{
+    if (n < SK_DATA_HEADER || p[0] != DATA_VERSION)
+        return SK_ERR_CORRUPT;
+    memcpy(id->b, p + 1, 16);
+    *part = (int32_t)((uint32_t)p[17] | (uint32_t)p[18] << 8 | (uint32_t)p[19] << 16 |
+                      (uint32_t)p[20] << 24);
+    *batch = p + SK_DATA_HEADER;
+    *batch_len = n - SK_DATA_HEADER;
+    return 0;
+}
+
+static void head(sk_buf *b, uint8_t kind)
+{
+    sk_buf_u8(b, META_VERSION);
+    sk_buf_u8(b, kind);
+}
+
+void sk_conf_block_put(sk_buf *b, int n, char *const *names, char *const *values)
+{
+    sk_buf_u32(b, (uint32_t)n);
+    for (int i = 0; i < n; i++) {
+        sk_buf_str(b, names[i], strlen(names[i]));
+        sk_buf_str(b, values[i], strlen(values[i]));
+    }
+}
+
+int sk_conf_iter_init(sk_conf_iter *it, const uint8_t *p, size_t n)
+{
+    sk_rd_init(&it->rd, p, n);
+    it->left = sk_rd_u32(&it->rd);
+    return sk_rd_failed(&it->rd) ? -1 : 0;
+}
+
+int sk_conf_iter_next(sk_conf_iter *it, const char **name, size_t *nlen, const char **value,
+                      size_t *vlen)
+{
+    if (it->left == 0)
+        return 0;
+    it->left--;
+    *name = (const char *)sk_rd_str(&it->rd, nlen);
+    *value = (const char *)sk_rd_str(&it->rd, vlen);
+    return sk_rd_failed(&it->rd) ? -1 : 1;
+}
+
+/* Reads a config block out of r, returning where it lies. */
+static void conf_block_span(sk_rd *r, const uint8_t **p, size_t *n)
+{
+    const uint8_t *start = r->p;
+    uint32_t count = sk_rd_u32(r);
+    for (uint32_t i = 0; i < count && !sk_rd_failed(r); i++) {
+        size_t l;
+        sk_rd_str(r, &l);
+        sk_rd_str(r, &l);
+    }
+    *p = start;
+    *n = sk_rd_failed(r) ? 0 : (size_t)(r->p - start);
+}
+
+void sk_meta_topic_create(sk_buf *b, const sk_topic *t)
+{
+    head(b, SK_META_TOPIC_CREATE);
+    sk_buf_put(b, t->id.b, 16);
+    sk_buf_str(b, t->name, strlen(t->name));
+    sk_buf_u32(b, (uint32_t)t->nparts);
+    sk_buf_u16(b, (uint16_t)t->replication_factor);
+    sk_conf_block_put(b, t->conf.noverrides, t->conf.names, t->conf.values);
+}
+
+void sk_meta_topic_delete(sk_buf *b, const kc_uuid *id)
+{
+    head(b, SK_META_TOPIC_DELETE);
+    sk_buf_put(b, id->b, 16);
+}
+
+void sk_meta_topic_config(sk_buf *b, const sk_topic *t)
+{
+    head(b, SK_META_TOPIC_CONFIG);
+    sk_buf_put(b, t->id.b, 16);
+    sk_conf_block_put(b, t->conf.noverrides, t->conf.names, t->conf.values);
+}
+
+void sk_meta_partitions(sk_buf *b, const kc_uuid *id, int32_t nparts)
+{
+    head(b, SK_META_PARTITIONS);
+    sk_buf_put(b, id->b, 16);
+    sk_buf_u32(b, (uint32_t)nparts);
+}
+
+void sk_meta_log_start(sk_buf *b, const kc_uuid *id, int32_t part, int64_t log_start)
+{
+    head(b, SK_META_LOG_START);
+    sk_buf_put(b, id->b, 16);
+    sk_buf_u32(b, (uint32_t)part);
+    sk_buf_u64(b, (uint64_t)log_start);
+}
+
+void sk_meta_pid(sk_buf *b, int64_t next_pid)
+{
+    head(b, SK_META_PID);
+    sk_buf_u64(b, (uint64_t)next_pid);
+}
+
+void sk_meta_cluster(sk_buf *b, const char *cluster_id)
+{
+    head(b, SK_META_CLUSTER);
+    sk_buf_str(b, cluster_id, strlen(cluster_id));
+}
+
+void sk_meta_group(sk_buf *b, const void *body, size_t len)
+{
+    head(b, SK_META_GROUP);
+    sk_buf_put(b, body, len);
+}
+
+int sk_meta_decode(const uint8_t *p, size_t n, sk_meta *m)
+{
+    memset(m, 0, sizeof *m);
+    sk_rd r;
+    sk_rd_init(&r, p, n);
+    if (sk_rd_u8(&r) != META_VERSION)
+        return SK_ERR_CORRUPT;
+    m->kind = sk_rd_u8(&r);
+    const uint8_t *id;
+    switch (m->kind) {
+    case SK_META_TOPIC_CREATE:
+        if ((id = sk_rd_bytes(&r, 16)))
+            memcpy(m->id.b, id, 16);
+        m->name = (const char *)sk_rd_str(&r, &m->name_len);
+        m->nparts = (int32_t)sk_rd_u32(&r);
+        m->rf = (int16_t)sk_rd_u16(&r);
+        conf_block_span(&r, &m->configs, &m->configs_len);
+        break;
+    case SK_META_TOPIC_DELETE:
+        if ((id = sk_rd_bytes(&r, 16)))
+            memcpy(m->id.b, id, 16);
+        break;
+    case SK_META_TOPIC_CONFIG:
+        if ((id = sk_rd_bytes(&r, 16)))
+            memcpy(m->id.b, id, 16);
+        conf_block_span(&r, &m->configs, &m->configs_len);
+        break;
+    case SK_META_PARTITIONS:
+        if ((id = sk_rd_bytes(&r, 16)))
+            memcpy(m->id.b, id, 16);
+        m->nparts = (int32_t)sk_rd_u32(&r);
+        break;
+    case SK_META_LOG_START:
+        if ((id = sk_rd_bytes(&r, 16)))
+            memcpy(m->id.b, id, 16);
+        m->part = (int32_t)sk_rd_u32(&r);
+        m->value = (int64_t)sk_rd_u64(&r);
+        break;
+    case SK_META_PID:
+        m->value = (int64_t)sk_rd_u64(&r);
+        break;
+    case SK_META_CLUSTER:
+        m->name = (const char *)sk_rd_str(&r, &m->name_len);
+        break;
+    case SK_META_GROUP:
+        m->body = r.p;
+        m->body_len = sk_rd_left(&r);
+        r.p = r.end;
+        break;
+    default:
+        return SK_ERR_CORRUPT;
+    }
+    if (sk_rd_failed(&r) || sk_rd_left(&r) != 0)
+        return SK_ERR_CORRUPT;
+    if (m->kind == SK_META_TOPIC_CREATE && (m->nparts <= 0 || m->configs == NULL))
+        return SK_ERR_CORRUPT;
+    return 0;
+}
+
+/* Batches are written oldest first, so that reading them back with the same
+ * push operation as appends rebuilds the ring exactly. */
+void sk_pstate_put(sk_buf *b, const sk_pstate *ps)
+{
+    sk_buf_u64(b, (uint64_t)ps->pid);
+    sk_buf_u16(b, (uint16_t)ps->epoch);
+    sk_buf_u64(b, (uint64_t)ps->last_ts);
+    sk_buf_u8(b, ps->n);
+    for (int i = ps->n - 1; i >= 0; i--) {
+        const sk_pbatch *pb =
+            &ps->b[(ps->head + SK_PSTATE_BATCHES - i) % SK_PSTATE_BATCHES];
+        sk_buf_u32(b, (uint32_t)pb->first_seq);
+        sk_buf_u32(b, (uint32_t)pb->last_seq);
+        sk_buf_u64(b, (uint64_t)pb->base);
+        sk_buf_u64(b, (uint64_t)pb->last);
+        sk_buf_u64(b, (uint64_t)pb->timestamp);
+    }
+}
+
+int sk_pstate_get(sk_rd *r, sk_pstate *ps)
+{
+    memset(ps, 0, sizeof *ps);
+    ps->pid = (int64_t)sk_rd_u64(r);
+    ps->epoch = (int16_t)sk_rd_u16(r);
+    ps->last_ts = (int64_t)sk_rd_u64(r);
+    uint8_t n = sk_rd_u8(r);
+    if (n > SK_PSTATE_BATCHES)
+        return SK_ERR_CORRUPT;
+    for (uint8_t i = 0; i < n; i++) {
+        sk_pbatch pb = {0};
+        pb.first_seq = (int32_t)sk_rd_u32(r);
+        pb.last_seq = (int32_t)sk_rd_u32(r);
+        pb.base = (int64_t)sk_rd_u64(r);
+        pb.last = (int64_t)sk_rd_u64(r);
+        pb.timestamp = (int64_t)sk_rd_u64(r);
+        ps->head = (uint8_t)((ps->head + (ps->n ? 1 : 0)) % SK_PSTATE_BATCHES);
+        ps->b[ps->head] = pb;
+        ps->n++;
+    }
+    return sk_rd_failed(r) ? SK_ERR_CORRUPT : 0;
+}
+
+int sk_snapshot_encode(const sk_node *n, uint8_t **out, uint32_t *len)
+{
+    sk_buf b;
+    sk_buf_init(&b, (size_t)1 << 30);
+    sk_buf_u8(&b, SNAP_VERSION);
+    sk_buf_str(&b, n->cluster_id, strlen(n->cluster_id));
+    sk_buf_u64(&b, (uint64_t)n->next_pid);
+    sk_buf_u32(&b, (uint32_t)sk_map_count(n->topics_by_id));
+    size_t it = 0;
+    void *v;
+    while (sk_map_next(n->topics_by_id, &it, NULL, NULL, &v)) {
+        const sk_topic *t = v;
+        sk_buf_put(&b, t->id.b, 16);
+        sk_buf_str(&b, t->name, strlen(t->name));
+        sk_buf_u32(&b, (uint32_t)t->nparts);
+        sk_buf_u16(&b, (uint16_t)t->replication_factor);
+        sk_conf_block_put(&b, t->conf.noverrides, t->conf.names, t->conf.values);
+        for (int32_t i = 0; i < t->nparts; i++) {
+            const sk_part *p = t->parts[i];
+            sk_buf_u64(&b, (uint64_t)p->log_start);
+            sk_buf_u64(&b, (uint64_t)p->next_offset);
+            sk_buf_u32(&b, (uint32_t)p->leader_epoch);
+            sk_buf_u64(&b, (uint64_t)p->max_ts);
+            sk_buf_u64(&b, (uint64_t)p->max_ts_base);
+            sk_buf_u32(&b, (uint32_t)sk_map_count(p->producers));
+            size_t pit = 0;
+            void *pv;
+            while (sk_map_next(p->producers, &pit, NULL, NULL, &pv))
+                sk_pstate_put(&b, pv);
+        }
+    }
+    sk_buf_u32(&b, 0); /* extra sections */
+    if (sk_buf_failed(&b)) {
+        sk_buf_free(&b);
+        return SK_ERR_NOMEM;
+    }
+    size_t l;
+    *out = sk_buf_take(&b, &l);
+    *len = (uint32_t)l;
+    return 0;
+}
+
+int sk_snapshot_visit(const uint8_t *p, size_t n, const sk_snapshot_visitor *v)
+{
+    sk_rd r;
+    sk_rd_init(&r, p, n);
+    if (sk_rd_u8(&r) != SNAP_VERSION)
+        return SK_ERR_CORRUPT;
+    size_t cid_len;
+    const char *cid = (const char *)sk_rd_str(&r, &cid_len);
+    int64_t next_pid = (int64_t)sk_rd_u64(&r);
+    if (sk_rd_failed(&r))
+        return SK_ERR_CORRUPT;
+    int rc;
+    if (v->head && (rc = v->head(v->arg, cid, cid_len, next_pid)) != 0)
+        return rc;
+    uint32_t ntopics = sk_rd_u32(&r);
+    for (uint32_t t = 0; t < ntopics && !sk_rd_failed(&r); t++) {
+        kc_uuid id;
+        const uint8_t *idp = sk_rd_bytes(&r, 16);
+        if (!idp)
+            break;
+        memcpy(id.b, idp, 16);
+        size_t name_len;
+        const char *name = (const char *)sk_rd_str(&r, &name_len);
+        int32_t nparts = (int32_t)sk_rd_u32(&r);
+        int16_t rf = (int16_t)sk_rd_u16(&r);
+        const uint8_t *conf;
+        size_t conf_len;
+        conf_block_span(&r, &conf, &conf_len);
+        if (sk_rd_failed(&r) || nparts <= 0)
+            return SK_ERR_CORRUPT;
+        if (v->topic && (rc = v->topic(v->arg, &id, name, name_len, nparts, rf, conf, conf_len)))
+            return rc;
+        for (int32_t i = 0; i < nparts; i++) {
+            int64_t log_start = (int64_t)sk_rd_u64(&r);
+            int64_t next = (int64_t)sk_rd_u64(&r);
+            int32_t epoch = (int32_t)sk_rd_u32(&r);
+            int64_t max_ts = (int64_t)sk_rd_u64(&r);
+            int64_t max_ts_base = (int64_t)sk_rd_u64(&r);
+            uint32_t nprod = sk_rd_u32(&r);
+            if (sk_rd_failed(&r))
+                return SK_ERR_CORRUPT;
+            if (v->part &&
+                (rc = v->part(v->arg, &id, i, log_start, next, epoch, max_ts, max_ts_base)))
+                return rc;
+            for (uint32_t k = 0; k < nprod; k++) {
+                sk_pstate ps;
+                if (sk_pstate_get(&r, &ps) != 0)
+                    return SK_ERR_CORRUPT;
+                if (v->pstate && (rc = v->pstate(v->arg, &id, i, &ps)))
+                    return rc;
+            }
+        }
+    }
+    uint32_t nextra = sk_rd_u32(&r);
+    for (uint32_t i = 0; i < nextra && !sk_rd_failed(&r); i++) {
+        uint8_t kind = sk_rd_u8(&r);
+        size_t blen;
+        const uint8_t *body = sk_rd_str(&r, &blen);
+        if (sk_rd_failed(&r))
+            break;
+        if (v->extra && (rc = v->extra(v->arg, kind, body, blen)))
+            return rc;
+    }
+    if (sk_rd_failed(&r) || sk_rd_left(&r) != 0)
+        return SK_ERR_CORRUPT;
+    return 0;
+}

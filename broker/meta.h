@@ -1,0 +1,117 @@
+/*
+ * meta: the broker's WAL record types and their encodings.
+ *
+ * The WAL is the source of truth for everything a node knows. Record types:
+ *  - SK_WAL_DATA: one RecordBatch of one partition, offsets already assigned:
+ *      u8 version (1) | 16-byte topic id | u32 partition | batch bytes
+ *  - SK_WAL_META: a change of metadata: u8 version (1) | u8 kind | fields
+ *  - WAL_T_PREAMBLE (the first record of every segment): a snapshot of all
+ *    metadata as of the segment's start, so that any retained segment is a
+ *    place to rebuild from (see snapshot below).
+ * Integers are little-endian, strings u32 length + bytes (common/sk_buf.h).
+ *
+ * Contract: pure encoding and decoding, any thread. Decoders borrow the
+ * input (names and config blocks point into it) and return 0 or
+ * SK_ERR_CORRUPT.
+ */
+#ifndef META_H
+#define META_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kc.h"
+#include "sk_buf.h"
+#include "types.h"
+
+enum {
+    SK_WAL_DATA = 2,
+    SK_WAL_META = 3,
+};
+
+#define SK_DATA_HEADER 21 /* version + topic id + partition */
+
+enum sk_meta_kind {
+    SK_META_TOPIC_CREATE = 1, /* id, name, partitions, rf, configs */
+    SK_META_TOPIC_DELETE = 2, /* id */
+    SK_META_TOPIC_CONFIG = 3, /* id, configs (the complete override set) */
+    SK_META_PARTITIONS = 4,   /* id, new partition count */
+    SK_META_LOG_START = 5,    /* id, partition, new log start offset */
+    SK_META_PID = 6,          /* producer ids below this are taken */
+    SK_META_CLUSTER = 7,      /* cluster id */
+    SK_META_GROUP = 8,        /* consumer-group record (groups.c owns the body) */
+};
+
+typedef struct sk_meta {
+    uint8_t kind;
+    kc_uuid id;
+    const char *name;
+    size_t name_len;
+    int32_t nparts;
+    int16_t rf;
+    int32_t part;
+    int64_t value; /* log start, next pid */
+    const uint8_t *configs; /* encoded config block */
+    size_t configs_len;
+    const uint8_t *body; /* SK_META_GROUP: the group record */
+    size_t body_len;
+} sk_meta;
+
+/* Data records. */
+void sk_data_header(uint8_t out[SK_DATA_HEADER], const kc_uuid *id, int32_t part);
+int sk_data_decode(const uint8_t *p, size_t n, kc_uuid *id, int32_t *part, const uint8_t **batch,
+                   size_t *batch_len);
+
+/* Metadata records. */
+int sk_meta_decode(const uint8_t *p, size_t n, sk_meta *m);
+void sk_meta_topic_create(sk_buf *b, const sk_topic *t);
+void sk_meta_topic_delete(sk_buf *b, const kc_uuid *id);
+void sk_meta_topic_config(sk_buf *b, const sk_topic *t);
+void sk_meta_partitions(sk_buf *b, const kc_uuid *id, int32_t nparts);
+void sk_meta_log_start(sk_buf *b, const kc_uuid *id, int32_t part, int64_t log_start);
+void sk_meta_pid(sk_buf *b, int64_t next_pid);
+void sk_meta_cluster(sk_buf *b, const char *cluster_id);
+void sk_meta_group(sk_buf *b, const void *body, size_t len);
+
+/* Config blocks: u32 count, then name and value strings. */
+void sk_conf_block_put(sk_buf *b, int n, char *const *names, char *const *values);
+/* Iterates a block; returns 1 per pair, 0 at the end, -1 when corrupt. */
+typedef struct sk_conf_iter {
+    sk_rd rd;
+    uint32_t left;
+} sk_conf_iter;
+int sk_conf_iter_init(sk_conf_iter *it, const uint8_t *p, size_t n);
+int sk_conf_iter_next(sk_conf_iter *it, const char **name, size_t *nlen, const char **value,
+                      size_t *vlen);
+
+/* Producer state (also the SQLite producers.state blob). */
+void sk_pstate_put(sk_buf *b, const sk_pstate *ps);
+int sk_pstate_get(sk_rd *r, sk_pstate *ps);
+
+/* Snapshot: the preamble of every WAL segment.
+ *   u8 version | str cluster id | u64 next pid | u32 ntopics | topics...
+ *   topic: id | str name | u32 nparts | u16 rf | config block | partitions
+ *   partition: u64 log start | u64 next offset | u32 leader epoch |
+ *              u64 max ts | u64 max ts base | u32 nproducers | pstates
+ *   then u32 nextra | extra sections (u8 kind | str body), e.g. groups. */
+int sk_snapshot_encode(const sk_node *n, uint8_t **out, uint32_t *len);
+
+/* Visits a snapshot: topic_fn for each topic (with its config block),
+ * part_fn for each partition, pstate_fn for each producer, extra_fn for
+ * each extra section. Any callback may be NULL. */
+typedef struct sk_snapshot_visitor {
+    void *arg;
+    int (*head)(void *arg, const char *cluster_id, size_t cid_len, int64_t next_pid);
+    int (*topic)(void *arg, const kc_uuid *id, const char *name, size_t name_len, int32_t nparts,
+                 int16_t rf, const uint8_t *configs, size_t configs_len);
+    int (*part)(void *arg, const kc_uuid *id, int32_t part, int64_t log_start,
+                int64_t next_offset, int32_t leader_epoch, int64_t max_ts, int64_t max_ts_base);
+    int (*pstate)(void *arg, const kc_uuid *id, int32_t part, const sk_pstate *ps);
+    int (*extra)(void *arg, uint8_t kind, const uint8_t *body, size_t len);
+} sk_snapshot_visitor;
+int sk_snapshot_visit(const uint8_t *p, size_t n, const sk_snapshot_visitor *v);
+
+/* Kinds of extra snapshot sections. */
+enum { SK_SNAP_GROUPS = 1 };
+
+#endif

@@ -1,0 +1,470 @@
+#include "net.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "config.h"
+#include "dispatch.h"
+#include "sk_arena.h"
+#include "sk_err.h"
+#include "sk_log.h"
+#include "sk_time.h"
+
+/* Smallest request: api key, version, correlation id, client id length. */
+#define MIN_FRAME 10
+
+static void conn_read_cb(struct bufferevent *bev, void *arg);
+static void conn_write_cb(struct bufferevent *bev, void *arg);
+static void conn_event_cb(struct bufferevent *bev, short what, void *arg);
+static void conn_kick_cb(evutil_socket_t fd, short what, void *arg);
+static void process_input(sk_conn *c);
+
+/* Connections whose last reference is gone wait here for the reaper, which
+ * runs from its own event: never inside a callback of the connection. */
+static sk_conn *reap_list;
+static struct event *reap_ev;
+
+static void reap_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    (void)arg;
+    while (reap_list) {
+        sk_conn *c = reap_list;
+        reap_list = c->next;
+        event_free(c->kick_ev);
+        free(c);
+    }
+}
+
+static void conn_unref(sk_conn *c)
+{
+    if (--c->refs > 0)
+        return;
+    sk_node *n = c->node;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        n->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    n->nconns--;
+    c->next = reap_list;
+    reap_list = c;
+    event_active(reap_ev, EV_TIMEOUT, 0);
+}
+
+static void conn_close(sk_conn *c)
+{
+    if (c->closed)
+        return;
+    c->closed = true;
+    SK_DEBUG("net", "closing connection from %s", c->peer);
+    if (c->bev) {
+        bufferevent_free(c->bev);
+        c->bev = NULL;
+    }
+    conn_unref(c);
+}
+
+static void set_reading(sk_conn *c, bool on)
+{
+    if (c->closed || c->read_enabled == on)
+        return;
+    c->read_enabled = on;
+    if (on)
+        bufferevent_enable(c->bev, EV_READ);
+    else
+        bufferevent_disable(c->bev, EV_READ);
+}
+
+static bool may_read(const sk_conn *c)
+{
+    const sk_config *cfg = c->node->cfg;
+    if (c->closed || c->close_after || c->node->paused || c->node->stopping)
+        return false;
+    if (c->ninflight >= cfg->max_inflight_requests_per_connection)
+        return false;
+    if ((int64_t)evbuffer_get_length(bufferevent_get_output(c->bev)) >
+        cfg->max_output_bytes_per_connection)
+        return false;
+    return true;
+}
+
+static void free_ref_cb(const void *data, size_t len, void *extra)
+{
+    (void)data;
+    (void)len;
+    free(extra);
+}
+
+static void req_free(sk_req *r)
+{
+    sk_conn *c = r->conn;
+    if (r->cleanup)
+        r->cleanup(r);
+    free(r->frame);
+    free(r->out);
+    sk_arena_destroy(r->arena);
+    free(r);
+    conn_unref(c);
+}
+
+/* Writes every finished request at the head of the queue, in order. */
+static void conn_flush(sk_conn *c)
+{
+    while (c->head && c->head->state != SK_REQ_RUNNING) {
+        sk_req *r = c->head;
+        c->head = r->next;
+        if (!c->head)
+            c->tail = NULL;
+        c->ninflight--;
+        if (!c->closed && !c->close_after) {
+            if (r->state == SK_REQ_DONE && r->out) {
+                struct evbuffer *out = bufferevent_get_output(c->bev);
+                if (evbuffer_add_reference(out, r->out, r->out_len, free_ref_cb, r->out) == 0)
+                    r->out = NULL;
+                else
+                    c->close_after = true;
+            } else if (r->state == SK_REQ_CLOSE) {
+                c->close_after = true;
+            }
+        }
+        req_free(r);
+    }
+    if (c->closed)
+        return;
+    if (c->close_after) {
+        set_reading(c, false);
+        if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+            event_active(c->kick_ev, EV_TIMEOUT, 0);
+        return;
+    }
+    if (!c->read_enabled && may_read(c))
+        event_active(c->kick_ev, EV_TIMEOUT, 0);
+}
+
+void sk_req_finish(sk_req *r)
+{
+    conn_flush(r->conn);
+}
+
+static void conn_kick_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    sk_conn *c = arg;
+    if (c->closed)
+        return;
+    if (c->close_after) {
+        if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+            conn_close(c);
+        return;
+    }
+    /* Input may already be buffered: bufferevents only call back on new
+     * data, so look at it before waiting for more. */
+    c->refs++;
+    process_input(c);
+    conn_unref(c);
+}
+
+static void process_input(sk_conn *c)
+{
+    sk_node *n = c->node;
+    while (!c->closed) {
+        if (!may_read(c)) {
+            set_reading(c, false);
+            return;
+        }
+        struct evbuffer *in = bufferevent_get_input(c->bev);
+        size_t avail = evbuffer_get_length(in);
+        if (avail < 4)
+            break;
+        uint8_t hdr[4];
+        evbuffer_copyout(in, hdr, 4);
+        int32_t size = (int32_t)((uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 |
+                                 (uint32_t)hdr[2] << 8 | hdr[3]);
+        if (size < MIN_FRAME || size > n->cfg->socket_request_max_bytes) {
+            SK_WARN("net", "%s: request size %d outside [%d, %d] (socket.request.max.bytes); "
+                    "closing the connection", c->peer, size, MIN_FRAME,
+                    n->cfg->socket_request_max_bytes);
+            conn_close(c);
+            return;
+        }
+        if (avail < 4 + (size_t)size) {
+            /* Wake up only once the whole frame is here. */
+            bufferevent_setwatermark(c->bev, EV_READ, 4 + (size_t)size, 0);
+            break;
+        }
+        bufferevent_setwatermark(c->bev, EV_READ, 0, 0);
+        uint8_t *frame = malloc((size_t)size);
+        sk_req *r = calloc(1, sizeof *r);
+        if (!frame || !r) {
+            free(frame);
+            free(r);
+            SK_ERROR("net", "%s: out of memory for a %d-byte request; closing", c->peer, size);
+            conn_close(c);
+            return;
+        }
+        evbuffer_drain(in, 4);
+        evbuffer_remove(in, frame, (size_t)size);
+        r->conn = c;
+        r->node = n;
+        r->frame = frame;
+        r->frame_len = (size_t)size;
+        r->state = SK_REQ_RUNNING;
+        r->start_us = sk_mono_us();
+        c->refs++;
+        if (c->tail)
+            c->tail->next = r;
+        else
+            c->head = r;
+        c->tail = r;
+        c->ninflight++;
+        c->last_active_ms = sk_mono_ms();
+        n->n_requests++;
+        sk_dispatch(r);
+    }
+    if (!c->closed && may_read(c))
+        set_reading(c, true);
+}
+
+static void conn_read_cb(struct bufferevent *bev, void *arg)
+{
+    (void)bev;
+    sk_conn *c = arg;
+    c->refs++;
+    process_input(c);
+    conn_unref(c);
+}
+
+static void conn_write_cb(struct bufferevent *bev, void *arg)
+{
+    (void)bev;
+    sk_conn *c = arg;
+    if (c->closed)
+        return;
+    if (c->close_after) {
+        if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+            event_active(c->kick_ev, EV_TIMEOUT, 0);
+        return;
+    }
+    if (!c->read_enabled && may_read(c))
+        event_active(c->kick_ev, EV_TIMEOUT, 0);
+}
+
+static void conn_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+    (void)bev;
+    sk_conn *c = arg;
+    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
+        if ((what & BEV_EVENT_ERROR) && EVUTIL_SOCKET_ERROR() != ECONNRESET)
+            SK_DEBUG("net", "%s: %s", c->peer,
+                     evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+        conn_close(c);
+    }
+}
+
+static void accept_cb(struct evconnlistener *lev, evutil_socket_t fd, struct sockaddr *sa,
+                      int salen, void *arg)
+{
+    (void)salen;
+    sk_node *n = arg;
+    int li = 0;
+    for (int i = 0; i < n->nlisteners; i++)
+        if (n->listeners[i] == lev)
+            li = n->listener_index_of[i];
+    if (n->stopping) {
+        evutil_closesocket(fd);
+        return;
+    }
+    sk_conn *c = calloc(1, sizeof *c);
+    if (!c) {
+        evutil_closesocket(fd);
+        return;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    c->node = n;
+    c->listener = li;
+    c->refs = 1;
+    c->bev = bufferevent_socket_new(n->base, fd, BEV_OPT_CLOSE_ON_FREE);
+    c->kick_ev = event_new(n->base, -1, 0, conn_kick_cb, c);
+    if (!c->bev || !c->kick_ev) {
+        if (c->bev)
+            bufferevent_free(c->bev);
+        else
+            evutil_closesocket(fd);
+        if (c->kick_ev)
+            event_free(c->kick_ev);
+        free(c);
+        return;
+    }
+    char host[INET6_ADDRSTRLEN] = "?";
+    int port = 0;
+    if (sa->sa_family == AF_INET) {
+        struct sockaddr_in *s4 = (struct sockaddr_in *)sa;
+        inet_ntop(AF_INET, &s4->sin_addr, host, sizeof host);
+        port = ntohs(s4->sin_port);
+    } else if (sa->sa_family == AF_INET6) {
+        struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)sa;
+        inet_ntop(AF_INET6, &s6->sin6_addr, host, sizeof host);
+        port = ntohs(s6->sin6_port);
+    }
+    snprintf(c->peer, sizeof c->peer, "%s:%d", host, port);
+    c->last_active_ms = sk_mono_ms();
+    bufferevent_setcb(c->bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
+    /* Resume reading once half the output limit has drained. */
+    bufferevent_setwatermark(c->bev, EV_WRITE, (size_t)n->cfg->max_output_bytes_per_connection / 2,
+                             0);
+    c->next = n->conns;
+    if (n->conns)
+        n->conns->prev = c;
+    n->conns = c;
+    n->nconns++;
+    if (n->paused) {
+        c->read_enabled = false;
+        bufferevent_disable(c->bev, EV_READ);
+    } else {
+        c->read_enabled = true;
+        bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+    }
+    bufferevent_enable(c->bev, EV_WRITE);
+    SK_DEBUG("net", "connection from %s", c->peer);
+}
+
+int sk_net_listen(sk_node *n, char *why, size_t whylen)
+{
+    if (!reap_ev)
+        reap_ev = event_new(n->base, -1, 0, reap_cb, NULL);
+    for (int i = 0; i < n->cfg->nlisteners; i++) {
+        const sk_listener *l = &n->cfg->listeners[i];
+        struct addrinfo hints = {0}, *res = NULL;
+        hints.ai_family = AF_UNSPEC;
+        hints.ai_socktype = SOCK_STREAM;
+        hints.ai_flags = AI_PASSIVE;
+        char port[16];
+        snprintf(port, sizeof port, "%d", l->port);
+        int rc = getaddrinfo(l->host[0] ? l->host : NULL, port, &hints, &res);
+        if (rc != 0) {
+            snprintf(why, whylen, "listener %s://%s:%d: %s", l->name, l->host, l->port,
+                     gai_strerror(rc));
+            return SK_ERR_INVAL;
+        }
+        int bound = 0;
+        char last_err[128] = "";
+        for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+            if (n->nlisteners == (int)(sizeof n->listeners / sizeof n->listeners[0]))
+                break;
+            struct evconnlistener *lev = evconnlistener_new_bind(
+                n->base, accept_cb, n, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC,
+                512, ai->ai_addr, (int)ai->ai_addrlen);
+            if (!lev) {
+                snprintf(last_err, sizeof last_err, "%s", strerror(errno));
+                continue;
+            }
+            n->listener_index_of[n->nlisteners] = i;
+            n->listeners[n->nlisteners++] = lev;
+            bound++;
+            /* A wildcard address covers both families on Linux. */
+            if (!l->host[0])
+                break;
+        }
+        freeaddrinfo(res);
+        if (!bound) {
+            snprintf(why, whylen, "listener %s://%s:%d: cannot bind: %s", l->name, l->host,
+                     l->port, last_err);
+            return SK_ERR_INVAL;
+        }
+        SK_INFO("net", "listening on %s://%s:%d", l->name, l->host[0] ? l->host : "*", l->port);
+    }
+    return 0;
+}
+
+const sk_listener *sk_conn_advertised(const sk_conn *c)
+{
+    const sk_config *cfg = c->node->cfg;
+    const char *name = cfg->listeners[c->listener].name;
+    for (int i = 0; i < cfg->nadvertised; i++)
+        if (strcmp(cfg->advertised[i].name, name) == 0)
+            return &cfg->advertised[i];
+    return &cfg->advertised[0];
+}
+
+void sk_net_stop_accepting(sk_node *n)
+{
+    for (int i = 0; i < n->nlisteners; i++)
+        evconnlistener_free(n->listeners[i]);
+    n->nlisteners = 0;
+}
+
+void sk_net_close_all(sk_node *n)
+{
+    sk_conn *c = n->conns;
+    while (c) {
+        sk_conn *next = c->next;
+        conn_close(c);
+        c = next;
+    }
+}
+
+bool sk_net_idle(const sk_node *n)
+{
+    for (const sk_conn *c = n->conns; c; c = c->next) {
+        if (c->closed)
+            continue;
+        if (c->head)
+            return false;
+        if (c->bev && evbuffer_get_length(bufferevent_get_output(c->bev)) > 0)
+            return false;
+    }
+    return true;
+}
+
+void sk_net_pause(sk_node *n)
+{
+    if (n->paused)
+        return;
+    n->paused = true;
+    for (sk_conn *c = n->conns; c; c = c->next)
+        set_reading(c, false);
+}
+
+void sk_net_resume(sk_node *n)
+{
+    if (!n->paused)
+        return;
+    n->paused = false;
+    for (sk_conn *c = n->conns; c; c = c->next)
+        if (!c->closed && may_read(c))
+            event_active(c->kick_ev, EV_TIMEOUT, 0);
+}
+
+void sk_net_reap_idle(sk_node *n)
+{
+    int64_t limit = n->cfg->connections_max_idle_ms;
+    if (limit <= 0)
+        return;
+    int64_t now = sk_mono_ms();
+    sk_conn *c = n->conns;
+    while (c) {
+        sk_conn *next = c->next;
+        if (!c->closed && !c->head && now - c->last_active_ms > limit) {
+            SK_DEBUG("net", "%s idle for %lld ms: closing", c->peer,
+                     (long long)(now - c->last_active_ms));
+            conn_close(c);
+        }
+        c = next;
+    }
+}

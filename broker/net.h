@@ -1,0 +1,67 @@
+/*
+ * net: listeners, connections, Kafka framing and in-order responses.
+ *
+ * Each connection reads size-prefixed frames (the size checked against
+ * socket.request.max.bytes before anything is allocated), turns each into an
+ * sk_req handed to the dispatcher, and writes responses strictly in request
+ * order, whatever order handlers finish in. Requests that end without a
+ * response (acks=0 produce) are skipped in that order.
+ *
+ * Back-pressure: a connection stops being read while it has
+ * socket.max.inflight.requests requests in flight or more than
+ * socket.max.output.bytes of replies its client has not taken, and every
+ * connection stops being read while the WAL holds more than
+ * wal.max.pending.bytes not yet durable (sk_net_pause/resume).
+ *
+ * Lifetime: a connection is reference-counted (one reference while open,
+ * one per live request). It is freed from a deferred event once closed and
+ * unreferenced, never inside one of its own callbacks.
+ *
+ * Thread: the event loop only.
+ */
+#ifndef NET_H
+#define NET_H
+
+#include <stddef.h>
+
+#include "types.h"
+
+struct sk_conn {
+    sk_node *node;
+    struct bufferevent *bev;
+    struct event *kick_ev; /* deferred work: resume reading, close, free */
+    int refs;
+    bool closed;       /* no more reading or writing; waits for refs to drop */
+    bool close_after;  /* close once the output buffer drains */
+    bool read_enabled;
+    sk_req *head, *tail; /* requests in arrival order */
+    int ninflight;
+    int listener; /* index into cfg->listeners */
+    char peer[64];
+    int64_t last_active_ms;
+    sk_conn *next, *prev;
+    char zone[64]; /* the client's zone, "" when unknown */
+};
+
+int sk_net_listen(sk_node *n, char *why, size_t whylen);
+/* The address clients of this connection's listener should use. */
+const struct sk_listener *sk_conn_advertised(const sk_conn *c);
+void sk_net_stop_accepting(sk_node *n);
+/* Closes every connection (shutdown). */
+void sk_net_close_all(sk_node *n);
+/* True when no connection has a request in flight or unsent output. */
+bool sk_net_idle(const sk_node *n);
+
+/* WAL back-pressure: stop or restart reading every connection. */
+void sk_net_pause(sk_node *n);
+void sk_net_resume(sk_node *n);
+
+/* Closes connections idle for longer than connections.max.idle.ms. */
+void sk_net_reap_idle(sk_node *n);
+
+/* A handler finished r (its state is DONE, SILENT or CLOSE): write what is
+ * now at the head of the connection's queue and release what was written.
+ * May be called from any loop callback, including inside the dispatch. */
+void sk_req_finish(sk_req *r);
+
+#endif

@@ -1,0 +1,873 @@
+#include "node.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <event2/thread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+
+#include "config.h"
+#include "handlers.h"
+#include "kbatch.h"
+#include "meta.h"
+#include "net.h"
+#include "plog.h"
+#include "sk_err.h"
+#include "sk_log.h"
+#include "sk_map.h"
+#include "sk_time.h"
+#include "sk_workq.h"
+#include "store.h"
+#include "tconf.h"
+
+/* ---- appends and durability ---- */
+
+/* One record between its append and its durability. */
+struct pend {
+    sk_node *n;
+    sk_store_rec rec;
+    sk_durable_fn fn;
+    void *arg;
+};
+
+struct sk_dwait {
+    sk_dwait *next;
+    wal_lsn end;
+    sk_durable_fn fn;
+    void *arg;
+};
+
+/* Records that became durable since the last flush, for the view. */
+static sk_store_txn *cur_txn;
+static bool store_inflight;
+
+static void store_flush_cb(evutil_socket_t fd, short what, void *arg);
+
+static void append_done(void *arg, int err, wal_lsn lsn)
+{
+    (void)lsn;
+    struct pend *pe = arg;
+    sk_node *n = pe->n;
+    if (err == 0) {
+        if (!cur_txn)
+            cur_txn = sk_store_txn_new();
+        if (!cur_txn || sk_store_txn_add(cur_txn, &pe->rec) != 0) {
+            /* The view falls behind; it is rebuilt from the WAL at the next
+             * start. Keep the cache from evicting what it cannot find. */
+            SK_ERROR("node", "out of memory queueing a record for the SQLite view");
+        }
+        event_active(n->store_flush_ev, EV_TIMEOUT, 0);
+    }
+    sk_store_rec_free(&pe->rec);
+    if (pe->fn)
+        pe->fn(pe->arg, err);
+    free(pe);
+}
+
+static int append_pend(sk_node *n, uint8_t type, const struct iovec *iov, int iovcnt,
+                       struct pend *pe, sk_durable_fn fn, void *arg, wal_lsn *lsn_end)
+{
+    size_t len = 0;
+    for (int i = 0; i < iovcnt; i++)
+        len += iov[i].iov_len;
+    wal_lsn lsn;
+    int rc = wal_appendv(n->wal, type, iov, iovcnt, append_done, pe, &lsn);
+    if (rc != 0) {
+        sk_store_rec_free(&pe->rec);
+        free(pe);
+        return rc;
+    }
+    pe->rec.lsn = lsn;
+    pe->rec.end = lsn + WAL_RECORD_HEADER + len;
+    pe->n = n;
+    pe->fn = fn;
+    pe->arg = arg;
+    if (lsn_end)
+        *lsn_end = pe->rec.end;
+    if (wal_pending_bytes(n->wal) > (size_t)n->cfg->wal_max_pending_bytes)
+        sk_net_pause(n);
+    return 0;
+}
+
+int sk_node_append(sk_node *n, uint8_t type, const struct iovec *iov, int iovcnt,
+                   sk_durable_fn fn, void *arg, wal_lsn *lsn_end)
+{
+    struct pend *pe = calloc(1, sizeof *pe);
+    if (!pe)
+        return SK_ERR_NOMEM;
+    size_t len = 0;
+    for (int i = 0; i < iovcnt; i++)
+        len += iov[i].iov_len;
+    uint8_t *flat = malloc(len ? len : 1);
+    if (!flat) {
+        free(pe);
+        return SK_ERR_NOMEM;
+    }
+    size_t k = 0;
+    for (int i = 0; i < iovcnt; i++) {
+        memcpy(flat + k, iov[i].iov_base, iov[i].iov_len);
+        k += iov[i].iov_len;
+    }
+    int rc = sk_store_rec_parse(&pe->rec, 0, type, flat, (uint32_t)len);
+    free(flat);
+    if (rc != 0) {
+        free(pe);
+        return rc;
+    }
+    return append_pend(n, type, iov, iovcnt, pe, fn, arg, lsn_end);
+}
+
+int sk_node_append_data(sk_node *n, sk_part *p, const uint8_t *batch, uint32_t len,
+                        const kb_header *h, sk_durable_fn fn, void *arg, wal_lsn *lsn,
+                        wal_lsn *lsn_end)
+{
+    struct pend *pe = calloc(1, sizeof *pe);
+    if (!pe)
+        return SK_ERR_NOMEM;
+    uint8_t head[SK_DATA_HEADER];
+    sk_data_header(head, &p->topic->id, p->index);
+    sk_store_rec_data(&pe->rec, &p->topic->id, p->index, h, len);
+    struct iovec iov[2] = {{head, sizeof head}, {(void *)batch, len}};
+    int rc = append_pend(n, SK_WAL_DATA, iov, 2, pe, fn, arg, lsn_end);
+    if (rc == 0 && lsn)
+        *lsn = *lsn_end - WAL_RECORD_HEADER - sizeof head - len;
+    return rc;
+}
+
+void sk_node_wait_durable(sk_node *n, wal_lsn end, sk_durable_fn fn, void *arg)
+{
+    if (wal_durable_lsn(n->wal) >= end) {
+        fn(arg, 0);
+        return;
+    }
+    sk_dwait *w = calloc(1, sizeof *w);
+    if (!w) {
+        fn(arg, SK_ERR_NOMEM);
+        return;
+    }
+    w->end = end;
+    w->fn = fn;
+    w->arg = arg;
+    w->next = n->dwaiters;
+    n->dwaiters = w;
+}
+
+static void run_dwaiters(sk_node *n, int err)
+{
+    wal_lsn durable = wal_durable_lsn(n->wal);
+    sk_dwait **pp = &n->dwaiters;
+    sk_dwait *ready = NULL;
+    while (*pp) {
+        sk_dwait *w = *pp;
+        if (err || w->end <= durable) {
+            *pp = w->next;
+            w->next = ready;
+            ready = w;
+        } else {
+            pp = &w->next;
+        }
+    }
+    while (ready) {
+        sk_dwait *w = ready;
+        ready = w->next;
+        w->fn(w->arg, err);
+        free(w);
+    }
+}
+
+static void store_done(void *arg, int err, wal_lsn applied)
+{
+    sk_node *n = arg;
+    store_inflight = false;
+    if (err) {
+        /* The view is derived: a failed transaction is redone from the WAL
+         * at the next start. Stop evicting so fetches still find batches. */
+        SK_ERROR("node", "SQLite view update failed (%s); it will be rebuilt from the WAL at "
+                 "the next start", sk_err_name(err));
+        return;
+    }
+    n->store_applied = applied;
+    sk_cache_evict(n);
+    if (cur_txn && sk_store_txn_count(cur_txn))
+        event_active(n->store_flush_ev, EV_TIMEOUT, 0);
+}
+
+static void store_flush_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    sk_node *n = arg;
+    run_dwaiters(n, wal_failed(n->wal) ? SK_ERR_IO : 0);
+    if (n->paused && wal_pending_bytes(n->wal) <= (size_t)n->cfg->wal_max_pending_bytes / 2 &&
+        !n->stopping)
+        sk_net_resume(n);
+    /* One transaction at a time keeps the view's 'applied' exact and lets
+     * the next one gather everything that became durable meanwhile. */
+    if (store_inflight || !cur_txn || sk_store_txn_count(cur_txn) == 0)
+        return;
+    sk_store_txn *t = cur_txn;
+    cur_txn = NULL;
+    store_inflight = true;
+    /* Every record in t is durable and the WAL completes in order, so the
+     * view reflects the WAL up to the end of t's last record. */
+    sk_store_submit(n->store, t, store_done, n);
+}
+
+int sk_node_read_job(sk_node *n, void (*fn)(void *), void (*done)(void *), void *arg)
+{
+    return sk_workq_submit(n->readers, fn, done, arg);
+}
+
+/* ---- metadata changes ---- */
+
+static int append_meta(sk_node *n, sk_buf *b, sk_durable_fn fn, void *arg)
+{
+    if (sk_buf_failed(b)) {
+        sk_buf_free(b);
+        return SK_ERR_NOMEM;
+    }
+    struct iovec iov = {b->data, b->len};
+    int rc = sk_node_append(n, SK_WAL_META, &iov, 1, fn, arg, NULL);
+    sk_buf_free(b);
+    return rc;
+}
+
+static void random_uuid(kc_uuid *u)
+{
+    if (getrandom(u->b, 16, 0) != 16) {
+        for (int i = 0; i < 16; i++)
+            u->b[i] = (uint8_t)rand();
+    }
+    u->b[6] = (uint8_t)((u->b[6] & 0x0f) | 0x40);
+    u->b[8] = (uint8_t)((u->b[8] & 0x3f) | 0x80);
+}
+
+int sk_node_create_topic(sk_node *n, const char *name, size_t len, int32_t nparts, int16_t rf,
+                         sk_tconf *conf, sk_durable_fn fn, void *arg, sk_topic **out)
+{
+    kc_uuid id;
+    do
+        random_uuid(&id);
+    while (sk_topic_get_id(n, &id));
+    /* Build the record from a stack topic, append, then register. */
+    sk_topic tmp = {.name = (char *)name, .id = id, .nparts = nparts, .conf = *conf,
+                    .replication_factor = rf};
+    char *nm = strndup(name, len);
+    if (!nm)
+        return SK_ERR_NOMEM;
+    tmp.name = nm;
+    sk_buf b;
+    sk_buf_init(&b, 1 << 20);
+    sk_meta_topic_create(&b, &tmp);
+    free(nm);
+    int rc = append_meta(n, &b, fn, arg);
+    if (rc != 0)
+        return rc;
+    sk_topic *t = sk_topic_new(n, &id, name, len, nparts, rf, conf);
+    if (!t) {
+        SK_ERROR("node", "out of memory registering topic %.*s", (int)len, name);
+        return SK_ERR_NOMEM;
+    }
+    SK_INFO("node", "created topic %s with %d partitions", t->name, nparts);
+    if (out)
+        *out = t;
+    return 0;
+}
+
+int sk_node_delete_topic(sk_node *n, sk_topic *t, sk_durable_fn fn, void *arg)
+{
+    sk_buf b;
+    sk_buf_init(&b, 1024);
+    sk_meta_topic_delete(&b, &t->id);
+    int rc = append_meta(n, &b, fn, arg);
+    if (rc == 0) {
+        SK_INFO("node", "deleted topic %s", t->name);
+        sk_topic_remove(n, t);
+    }
+    return rc;
+}
+
+int sk_node_add_partitions(sk_node *n, sk_topic *t, int32_t nparts, sk_durable_fn fn, void *arg)
+{
+    sk_buf b;
+    sk_buf_init(&b, 1024);
+    sk_meta_partitions(&b, &t->id, nparts);
+    int rc = append_meta(n, &b, fn, arg);
+    if (rc == 0)
+        rc = sk_topic_grow(t, nparts);
+    return rc;
+}
+
+int sk_node_set_topic_config(sk_node *n, sk_topic *t, sk_tconf *conf, sk_durable_fn fn,
+                             void *arg)
+{
+    sk_topic tmp = *t;
+    tmp.conf = *conf;
+    sk_buf b;
+    sk_buf_init(&b, 1 << 20);
+    sk_meta_topic_config(&b, &tmp);
+    int rc = append_meta(n, &b, fn, arg);
+    if (rc == 0) {
+        sk_tconf_free(&t->conf);
+        t->conf = *conf;
+        memset(conf, 0, sizeof *conf);
+    }
+    return rc;
+}
+
+int sk_node_set_log_start(sk_node *n, sk_part *p, int64_t offset, sk_durable_fn fn, void *arg)
+{
+    sk_buf b;
+    sk_buf_init(&b, 1024);
+    sk_meta_log_start(&b, &p->topic->id, p->index, offset);
+    int rc = append_meta(n, &b, fn, arg);
+    if (rc == 0 && offset > p->log_start) {
+        p->log_start = offset;
+        if (p->next_offset < offset)
+            p->next_offset = p->hw = offset;
+        if (p->max_ts_base >= 0 && p->max_ts_base < offset) {
+            p->max_ts = -1;
+            p->max_ts_base = -1;
+        }
+    }
+    return rc;
+}
+
+int sk_node_alloc_pid(sk_node *n, int64_t *pid, sk_durable_fn fn, void *arg)
+{
+    int64_t id = n->next_pid;
+    sk_buf b;
+    sk_buf_init(&b, 64);
+    sk_meta_pid(&b, id + 1);
+    int rc = append_meta(n, &b, fn, arg);
+    if (rc == 0) {
+        n->next_pid = id + 1;
+        *pid = id;
+    }
+    return rc;
+}
+
+/* ---- segment preamble ---- */
+
+static int preamble_cb(void *arg, wal_lsn start, uint8_t **buf, uint32_t *len)
+{
+    (void)start;
+    return sk_snapshot_encode(arg, buf, len);
+}
+
+/* ---- start-up ---- */
+
+struct replay {
+    sk_node *n;
+    sk_store_rec *recs;
+    size_t nrecs, cap;
+    wal_lsn last_end;
+    wal_lsn expect; /* the view's applied LSN: the first record must start there */
+    bool first;
+    bool gap; /* the view is behind the retained WAL */
+    int err;
+};
+
+static int replay_flush(struct replay *rp)
+{
+    if (rp->nrecs == 0)
+        return 0;
+    int rc = sk_store_apply_sync(rp->n->store, rp->recs, rp->nrecs, rp->last_end);
+    for (size_t i = 0; i < rp->nrecs; i++)
+        sk_store_rec_free(&rp->recs[i]);
+    rp->nrecs = 0;
+    return rc;
+}
+
+static int replay_cb(void *arg, wal_lsn lsn, uint8_t type, const uint8_t *payload, uint32_t len)
+{
+    struct replay *rp = arg;
+    if (rp->first) {
+        rp->first = false;
+        /* A view that is not empty must continue exactly where the replay
+         * starts: at its applied LSN, or at the preamble of a segment that
+         * starts there. Otherwise it missed records that were trimmed. */
+        bool ok = sk_store_is_empty(rp->n->store) || lsn == rp->expect ||
+                  (type == WAL_T_PREAMBLE && lsn == rp->expect + WAL_SEGMENT_HEADER);
+        if (!ok) {
+            rp->gap = true;
+            return SK_ERR_CORRUPT;
+        }
+    }
+    if (rp->nrecs == rp->cap) {
+        size_t ncap = rp->cap ? rp->cap * 2 : 1024;
+        sk_store_rec *nr = realloc(rp->recs, ncap * sizeof *nr);
+        if (!nr)
+            return SK_ERR_NOMEM;
+        rp->recs = nr;
+        rp->cap = ncap;
+    }
+    int rc = sk_store_rec_parse(&rp->recs[rp->nrecs], lsn, type, payload, len);
+    if (rc != 0) {
+        SK_ERROR("node", "WAL record at LSN %llu (type %d) cannot be parsed",
+                 (unsigned long long)lsn, type);
+        return rc;
+    }
+    rp->nrecs++;
+    rp->last_end = lsn + WAL_RECORD_HEADER + len;
+    if (rp->nrecs >= 4096)
+        return replay_flush(rp);
+    return 0;
+}
+
+/* Loading the view into memory. */
+static int load_head(void *arg, const char *cid, size_t cid_len, int64_t next_pid)
+{
+    sk_node *n = arg;
+    snprintf(n->cluster_id, sizeof n->cluster_id, "%.*s", (int)cid_len, cid);
+    n->next_pid = next_pid;
+    return 0;
+}
+
+static int load_topic(void *arg, const kc_uuid *id, const char *name, size_t name_len,
+                      int32_t nparts, int16_t rf, const uint8_t *conf, size_t conf_len)
+{
+    sk_node *n = arg;
+    sk_tconf tc;
+    if (sk_tconf_from_block(n->cfg, conf, conf_len, &tc) != 0) {
+        SK_ERROR("node", "topic %.*s has a configuration this skiffd does not accept",
+                 (int)name_len, name);
+        return SK_ERR_CORRUPT;
+    }
+    if (!sk_topic_new(n, id, name, name_len, nparts, rf, &tc)) {
+        sk_tconf_free(&tc);
+        return SK_ERR_NOMEM;
+    }
+    return 0;
+}
+
+static int load_part(void *arg, const kc_uuid *id, int32_t part, int64_t log_start, int64_t next,
+                     int32_t epoch, int64_t max_ts, int64_t max_ts_base)
+{
+    sk_part *p = sk_part_get(sk_topic_get_id(arg, id), part);
+    if (!p)
+        return 0;
+    p->log_start = log_start;
+    p->next_offset = p->hw = next;
+    p->leader_epoch = epoch;
+    p->max_ts = max_ts;
+    p->max_ts_base = max_ts_base;
+    return 0;
+}
+
+static int load_pstate(void *arg, const kc_uuid *id, int32_t part, const sk_pstate *ps)
+{
+    sk_part *p = sk_part_get(sk_topic_get_id(arg, id), part);
+    if (!p)
+        return 0;
+    sk_pstate *dst = sk_part_pstate(p, ps->pid, true);
+    if (!dst)
+        return SK_ERR_NOMEM;
+    *dst = *ps;
+    return 0;
+}
+
+static int open_wal(sk_node *n, wal_lsn from, struct replay *rp, char *why, size_t whylen)
+{
+    char inner[512] = "";
+    wal_storage *st = wal_storage_open(n->base, n->cfg->wal_url, inner, sizeof inner);
+    if (!st) {
+        snprintf(why, whylen, "property wal.url: %s", inner);
+        return SK_ERR_INVAL;
+    }
+    wal_opts o = {0};
+    o.segment_bytes = (uint64_t)n->cfg->wal_segment_bytes;
+    /* Room for one whole request beyond the back-pressure threshold, so a
+     * request admitted under the threshold always fits. */
+    o.max_pending_bytes = (uint64_t)n->cfg->wal_max_pending_bytes +
+                          (uint64_t)n->cfg->socket_request_max_bytes + (64u << 20);
+    o.node_id = (uint32_t)n->cfg->node_id;
+    o.owner_epoch = 0;
+    o.preamble = preamble_cb;
+    o.preamble_arg = n;
+    memset(rp, 0, sizeof *rp);
+    rp->n = n;
+    rp->first = true;
+    rp->expect = from;
+    int err = 0;
+    n->wal = wal_open(n->base, st, &o, from, replay_cb, rp, &err, inner, sizeof inner);
+    if (!n->wal) {
+        for (size_t i = 0; i < rp->nrecs; i++)
+            sk_store_rec_free(&rp->recs[i]);
+        free(rp->recs);
+        rp->recs = NULL;
+        if (rp->gap)
+            return SK_ERR_AGAIN;
+        snprintf(why, whylen, "cannot open the WAL at %s: %s", n->cfg->wal_url, inner);
+        return err ? err : SK_ERR_IO;
+    }
+    err = replay_flush(rp);
+    free(rp->recs);
+    rp->recs = NULL;
+    if (err) {
+        snprintf(why, whylen, "cannot bring the SQLite view up to date with the WAL");
+        return err;
+    }
+    return 0;
+}
+
+static void make_cluster_id(char *out, size_t len)
+{
+    static const char b64[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    kc_uuid u;
+    random_uuid(&u);
+    size_t k = 0;
+    uint32_t acc = 0;
+    int bits = 0;
+    for (int i = 0; i < 16 && k + 1 < len; i++) {
+        acc = acc << 8 | u.b[i];
+        bits += 8;
+        while (bits >= 6 && k + 1 < len) {
+            out[k++] = b64[(acc >> (bits - 6)) & 63];
+            bits -= 6;
+        }
+    }
+    if (bits > 0 && k + 1 < len)
+        out[k++] = b64[(acc << (6 - bits)) & 63];
+    out[k] = 0;
+}
+
+static int mkdir_p(const char *path)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    for (char *p = tmp + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+                return -1;
+            *p = '/';
+        }
+    if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+        return -1;
+    return 0;
+}
+
+static void retention_cb(evutil_socket_t fd, short what, void *arg);
+static void signal_cb(evutil_socket_t fd, short what, void *arg);
+
+sk_node *sk_node_new(sk_config *cfg, char *why, size_t whylen)
+{
+    sk_node *n = calloc(1, sizeof *n);
+    if (!n) {
+        snprintf(why, whylen, "out of memory");
+        return NULL;
+    }
+    n->cfg = cfg;
+    n->started_ms = sk_now_ms();
+    evthread_use_pthreads();
+    n->base = event_base_new();
+    n->topics_by_name = sk_map_new();
+    n->topics_by_id = sk_map_new();
+    if (!n->base || !n->topics_by_name || !n->topics_by_id) {
+        snprintf(why, whylen, "out of memory");
+        goto fail;
+    }
+    if (mkdir_p(cfg->data_dir) != 0) {
+        snprintf(why, whylen, "property data.dir: cannot create %s: %s", cfg->data_dir,
+                 strerror(errno));
+        goto fail;
+    }
+    char dbpath[4200];
+    snprintf(dbpath, sizeof dbpath, "%s/skiff.db", cfg->data_dir);
+    n->store = sk_store_open(dbpath, why, whylen);
+    if (!n->store)
+        goto fail;
+
+    wal_lsn from = sk_store_applied(n->store);
+    struct replay rp;
+    int rc = open_wal(n, from, &rp, why, whylen);
+    if (rc == SK_ERR_AGAIN) {
+        SK_WARN("node", "the SQLite view (at LSN %llu) is behind the retained WAL; rebuilding "
+                "it from the WAL",
+                (unsigned long long)from);
+        if (sk_store_reset(n->store) != 0) {
+            snprintf(why, whylen, "cannot reset the SQLite view %s", dbpath);
+            goto fail;
+        }
+        rc = open_wal(n, 0, &rp, why, whylen);
+    }
+    if (rc != 0)
+        goto fail;
+    if (!sk_store_is_empty(n->store) && sk_store_applied(n->store) > wal_end_lsn(n->wal)) {
+        snprintf(why, whylen,
+                 "the SQLite view %s reflects the WAL up to LSN %llu but the WAL at %s ends at "
+                 "LSN %llu: the WAL was replaced or truncated. Move %s away to rebuild the view "
+                 "from this WAL",
+                 dbpath, (unsigned long long)sk_store_applied(n->store), cfg->wal_url,
+                 (unsigned long long)wal_end_lsn(n->wal), dbpath);
+        goto fail;
+    }
+    n->store_applied = sk_store_applied(n->store);
+    sk_snapshot_visitor lv = {n, load_head, load_topic, load_part, load_pstate, NULL};
+    if (sk_store_load(n->store, &lv) != 0) {
+        snprintf(why, whylen, "cannot load state from the SQLite view %s", dbpath);
+        goto fail;
+    }
+    if (sk_store_start(n->store, n->base) != 0) {
+        snprintf(why, whylen, "cannot start the SQLite thread");
+        goto fail;
+    }
+    n->readers = sk_workq_new(n->base, "skiff-read", 2);
+    n->store_flush_ev = event_new(n->base, -1, 0, store_flush_cb, n);
+    if (!n->readers || !n->store_flush_ev) {
+        snprintf(why, whylen, "out of memory");
+        goto fail;
+    }
+    if (!n->cluster_id[0]) {
+        make_cluster_id(n->cluster_id, sizeof n->cluster_id);
+        sk_buf b;
+        sk_buf_init(&b, 256);
+        sk_meta_cluster(&b, n->cluster_id);
+        if (append_meta(n, &b, NULL, NULL) != 0) {
+            snprintf(why, whylen, "cannot write the cluster id to the WAL");
+            goto fail;
+        }
+    }
+    SK_INFO("node", "node %d of cluster %s: %zu topics, WAL %s from LSN %llu to %llu",
+            cfg->node_id, n->cluster_id, sk_map_count(n->topics_by_id), cfg->wal_url,
+            (unsigned long long)wal_start_lsn(n->wal), (unsigned long long)wal_end_lsn(n->wal));
+    return n;
+fail:
+    sk_node_destroy(n);
+    return NULL;
+}
+
+/* ---- retention and WAL trimming ---- */
+
+struct ret_item {
+    kc_uuid id;
+    int32_t part;
+    int64_t cutoff, max_bytes;
+    int64_t new_start;
+    int rc;
+};
+
+struct ret_job {
+    sk_node *n;
+    struct ret_item *items;
+    size_t nitems;
+    wal_lsn min_lsn;
+    int lsn_rc;
+};
+
+static bool retention_running;
+
+static void ret_work(void *arg)
+{
+    struct ret_job *j = arg;
+    /* Trim with what the view knows now: segments wholly below every
+     * batch it still indexes. LOG_START records appended by this round
+     * take effect in the next. */
+    j->lsn_rc = sk_store_min_lsn(j->n->store, &j->min_lsn);
+    for (size_t i = 0; i < j->nitems; i++) {
+        struct ret_item *it = &j->items[i];
+        it->rc = sk_store_retention_point(j->n->store, &it->id, it->part, it->cutoff,
+                                          it->max_bytes, &it->new_start);
+    }
+}
+
+static void ret_done(void *arg)
+{
+    struct ret_job *j = arg;
+    sk_node *n = j->n;
+    retention_running = false;
+    for (size_t i = 0; i < j->nitems && !n->stopping; i++) {
+        struct ret_item *it = &j->items[i];
+        sk_part *p = sk_part_get(sk_topic_get_id(n, &it->id), it->part);
+        if (!p || it->rc != 0 || it->new_start == -2)
+            continue;
+        int64_t target = it->new_start == -1 ? p->hw : it->new_start;
+        /* Never past what the view had indexed when the job ran: newer
+         * batches were not considered. */
+        if (target > p->hw)
+            target = p->hw;
+        if (target > p->log_start) {
+            SK_INFO("retention", "%s-%d: log start %lld -> %lld", p->topic->name, p->index,
+                    (long long)p->log_start, (long long)target);
+            if (sk_node_set_log_start(n, p, target, NULL, NULL) != 0)
+                break;
+        }
+    }
+    if (j->lsn_rc == 0 && !n->stopping) {
+        wal_lsn upto = j->min_lsn < n->store_applied ? j->min_lsn : n->store_applied;
+        wal_trim(n->wal, upto);
+    }
+    free(j->items);
+    free(j);
+}
+
+void sk_node_retention(sk_node *n)
+{
+    if (retention_running || n->stopping)
+        return;
+    struct ret_job *j = calloc(1, sizeof *j);
+    if (!j)
+        return;
+    j->n = n;
+    size_t cap = 0;
+    size_t it = 0;
+    void *v;
+    int64_t now = sk_now_ms();
+    while (sk_map_next(n->topics_by_id, &it, NULL, NULL, &v)) {
+        sk_topic *t = v;
+        if (t->conf.retention_ms < 0 && t->conf.retention_bytes < 0)
+            continue;
+        for (int32_t i = 0; i < t->nparts; i++) {
+            if (j->nitems == cap) {
+                cap = cap ? cap * 2 : 64;
+                struct ret_item *ni = realloc(j->items, cap * sizeof *ni);
+                if (!ni) {
+                    free(j->items);
+                    free(j);
+                    return;
+                }
+                j->items = ni;
+            }
+            struct ret_item *ri = &j->items[j->nitems++];
+            memset(ri, 0, sizeof *ri);
+            ri->id = t->id;
+            ri->part = i;
+            ri->cutoff = t->conf.retention_ms < 0 ? -1 : now - t->conf.retention_ms;
+            ri->max_bytes = t->conf.retention_bytes;
+        }
+    }
+    retention_running = true;
+    if (sk_node_read_job(n, ret_work, ret_done, j) != 0) {
+        retention_running = false;
+        free(j->items);
+        free(j);
+    }
+}
+
+static void retention_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    sk_node *n = arg;
+    sk_node_retention(n);
+    sk_net_reap_idle(n);
+}
+
+/* ---- run and shutdown ---- */
+
+static struct event *shutdown_ev;
+static int64_t shutdown_deadline;
+
+static void shutdown_check_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    sk_node *n = arg;
+    if (!sk_net_idle(n) && sk_mono_ms() < shutdown_deadline)
+        return;
+    if (!sk_net_idle(n))
+        SK_WARN("node", "shutdown: requests still in flight after the grace period");
+    event_del(shutdown_ev);
+    sk_net_close_all(n);
+    event_base_loopexit(n->base, NULL);
+}
+
+static void begin_shutdown(sk_node *n)
+{
+    if (n->stopping)
+        return;
+    n->stopping = true;
+    SK_INFO("node", "shutting down: finishing in-flight requests");
+    sk_net_stop_accepting(n);
+    sk_net_pause(n);
+    sk_fetch_wake_all(n);
+    shutdown_deadline = sk_mono_ms() + 30000;
+    shutdown_ev = event_new(n->base, -1, EV_PERSIST, shutdown_check_cb, n);
+    struct timeval tv = {0, 10000};
+    event_add(shutdown_ev, &tv);
+}
+
+static void signal_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)what;
+    sk_node *n = arg;
+    SK_INFO("node", "signal %d received", (int)fd);
+    begin_shutdown(n);
+}
+
+int sk_node_run(sk_node *n)
+{
+    char why[512];
+    if (sk_net_listen(n, why, sizeof why) != 0) {
+        SK_ERROR("node", "%s", why);
+        return 1;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    int sigs[] = {SIGTERM, SIGINT};
+    for (int i = 0; i < 2; i++) {
+        n->sig_ev[i] = evsignal_new(n->base, sigs[i], signal_cb, n);
+        event_add(n->sig_ev[i], NULL);
+    }
+    n->retention_ev = event_new(n->base, -1, EV_PERSIST, retention_cb, n);
+    int64_t iv = n->cfg->log_retention_check_interval_ms;
+    struct timeval tv = {iv / 1000, (iv % 1000) * 1000};
+    event_add(n->retention_ev, &tv);
+    SK_INFO("node", "serving");
+    event_base_dispatch(n->base);
+
+    /* Everything acknowledged is durable already; close the WAL so that
+     * whatever is still pending is synced too, and let the view catch up. */
+    wal_close(n->wal);
+    n->wal = NULL;
+    sk_store_drain(n->store);
+    if (cur_txn && sk_store_txn_count(cur_txn) &&
+        sk_store_txn_apply_sync(n->store, cur_txn) != 0)
+        SK_WARN("node", "the SQLite view could not take the last records; the next start "
+                "replays them from the WAL");
+    sk_store_txn_free(cur_txn);
+    cur_txn = NULL;
+    SK_INFO("node", "stopped");
+    return 0;
+}
+
+void sk_node_destroy(sk_node *n)
+{
+    if (!n)
+        return;
+    if (n->wal)
+        wal_close(n->wal);
+    if (n->readers)
+        sk_workq_destroy(n->readers);
+    if (n->store)
+        sk_store_close(n->store);
+    size_t it = 0;
+    void *v;
+    /* Collect first: removing changes the map being walked. */
+    while (n->topics_by_id && sk_map_count(n->topics_by_id)) {
+        it = 0;
+        if (!sk_map_next(n->topics_by_id, &it, NULL, NULL, &v))
+            break;
+        sk_topic_remove(n, v);
+    }
+    sk_map_destroy(n->topics_by_name);
+    sk_map_destroy(n->topics_by_id);
+    for (int i = 0; i < 3; i++)
+        if (n->sig_ev[i])
+            event_free(n->sig_ev[i]);
+    if (n->retention_ev)
+        event_free(n->retention_ev);
+    if (n->store_flush_ev)
+        event_free(n->store_flush_ev);
+    if (shutdown_ev)
+        event_free(shutdown_ev);
+    shutdown_ev = NULL;
+    if (n->base)
+        event_base_free(n->base);
+    free(n);
+}

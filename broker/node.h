@@ -1,0 +1,65 @@
+/*
+ * node: one skiffd process: start-up and recovery, the WAL with its
+ * durability callbacks, the SQLite view kept in step with it, the WAL
+ * cache, retention, and shutdown.
+ *
+ * Start-up (sk_node_new) is blocking and runs before the loop serves: it
+ * opens the SQLite view, recovers the WAL, replays into the view every
+ * record the view does not reflect yet (rebuilding it from the oldest
+ * segment's snapshot when it is missing, behind the retained WAL, or ahead of
+ * it), then loads topics, partitions and producer state into memory.
+ *
+ * Rule for every change: append the WAL record first, then change the
+ * in-memory state, and acknowledge only from the durability callback. The
+ * in-memory state is thus the end of the appended stream; a segment
+ * preamble snapshot taken at any append is consistent with the stream.
+ *
+ * Thread: the event loop (sk_node_run runs it).
+ */
+#ifndef NODE_H
+#define NODE_H
+
+#include <sys/uio.h>
+
+#include "types.h"
+
+sk_node *sk_node_new(sk_config *cfg, char *why, size_t whylen);
+/* Listens and serves until SIGTERM/SIGINT; returns the exit status. */
+int sk_node_run(sk_node *n);
+void sk_node_destroy(sk_node *n);
+
+/* Called once the record is durable (err 0) or can never be (err < 0). */
+typedef void (*sk_durable_fn)(void *arg, int err);
+
+/* Appends a record (see meta.h for types). On success *lsn_end is the
+ * record's end LSN, and fn runs once it is durable; the record reaches the
+ * SQLite view after that. Returns SK_ERR_IO when the WAL has failed. */
+int sk_node_append(sk_node *n, uint8_t type, const struct iovec *iov, int iovcnt,
+                   sk_durable_fn fn, void *arg, wal_lsn *lsn_end);
+/* Appends a partition's batch (final offsets already written in it). *lsn
+ * is where the record starts, *lsn_end where it ends. */
+struct kb_header;
+int sk_node_append_data(sk_node *n, sk_part *p, const uint8_t *batch, uint32_t len,
+                        const struct kb_header *h, sk_durable_fn fn, void *arg, wal_lsn *lsn,
+                        wal_lsn *lsn_end);
+/* Runs fn once the WAL is durable up to `end` (at once if it already is). */
+void sk_node_wait_durable(sk_node *n, wal_lsn end, sk_durable_fn fn, void *arg);
+
+/* Runs fn on a reader thread, then done on the loop. */
+int sk_node_read_job(sk_node *n, void (*fn)(void *), void (*done)(void *), void *arg);
+
+/* Metadata changes, each appended to the WAL and applied in memory. `fn`
+ * runs when durable. They return 0 or a Kafka error (with why). */
+int sk_node_create_topic(sk_node *n, const char *name, size_t len, int32_t nparts, int16_t rf,
+                         sk_tconf *conf, sk_durable_fn fn, void *arg, sk_topic **out);
+int sk_node_delete_topic(sk_node *n, sk_topic *t, sk_durable_fn fn, void *arg);
+int sk_node_add_partitions(sk_node *n, sk_topic *t, int32_t nparts, sk_durable_fn fn, void *arg);
+int sk_node_set_topic_config(sk_node *n, sk_topic *t, sk_tconf *conf, sk_durable_fn fn,
+                             void *arg);
+int sk_node_set_log_start(sk_node *n, sk_part *p, int64_t offset, sk_durable_fn fn, void *arg);
+int sk_node_alloc_pid(sk_node *n, int64_t *pid, sk_durable_fn fn, void *arg);
+
+/* Runs retention now (tests and the periodic timer). */
+void sk_node_retention(sk_node *n);
+
+#endif

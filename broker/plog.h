@@ -1,0 +1,58 @@
+/*
+ * plog: topics and partitions in memory, and the WAL cache.
+ *
+ * Topics are found by name and by id. Each partition keeps its offsets, its
+ * idempotent producers, its cached batches (a ring in offset order) and the
+ * fetches parked on it. The cache is bounded by wal.cache.bytes, evicting in
+ * WAL order, but never a batch the SQLite view does not cover yet: until it
+ * does, the cache is the only index of that batch.
+ *
+ * Thread: the event loop.
+ */
+#ifndef PLOG_H
+#define PLOG_H
+
+#include "types.h"
+
+/* Registers a new topic (taking conf). NULL when out of memory. */
+sk_topic *sk_topic_new(sk_node *n, const kc_uuid *id, const char *name, size_t len,
+                       int32_t nparts, int16_t rf, sk_tconf *conf);
+/* Unregisters and frees a topic: its cached batches are dropped and its
+ * parked fetches woken (they then see the topic gone). */
+void sk_topic_remove(sk_node *n, sk_topic *t);
+int sk_topic_grow(sk_topic *t, int32_t nparts);
+sk_topic *sk_topic_get(const sk_node *n, const char *name, size_t len);
+sk_topic *sk_topic_get_id(const sk_node *n, const kc_uuid *id);
+static inline sk_part *sk_part_get(const sk_topic *t, int32_t i)
+{
+    return t && i >= 0 && i < t->nparts ? t->parts[i] : NULL;
+}
+
+/* Kafka's rules for topic names; returns NULL or the reason. */
+const char *sk_topic_name_invalid(const char *name, size_t len);
+
+sk_pstate *sk_part_pstate(sk_part *p, int64_t pid, bool create);
+
+/* Adds an appended batch at the end of the partition's cache. */
+void sk_cache_add(sk_node *n, sk_part *p, sk_cbatch *b);
+/* Evicts the oldest batches while over the limit and covered by the view. */
+void sk_cache_evict(sk_node *n);
+
+/* Collects cached batches of p holding offsets in [from, hw), in order,
+ * until max_bytes is reached (the first batch always counts). Returns the
+ * number of batches put in segs; *miss is true when the batch holding
+ * `from` is older than the cache (it must be read from storage). */
+int sk_part_cached(const sk_part *p, int64_t from, int64_t hw, int64_t max_bytes, kc_bytes *segs,
+                   int maxsegs, int64_t *bytes, bool *miss);
+/* The cached batch holding offset, or NULL. */
+const sk_cbatch *sk_part_cached_at(const sk_part *p, int64_t offset);
+/* Oldest offset the cache holds for p, or -1. */
+int64_t sk_part_cache_start(const sk_part *p);
+
+/* Parked fetches. */
+int sk_part_add_waiter(sk_part *p, sk_fwait *w);
+void sk_part_del_waiter(sk_part *p, sk_fwait *w);
+/* Wakes every fetch parked on p (the high watermark moved or p went away). */
+void sk_part_wake(sk_part *p);
+
+#endif

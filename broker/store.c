@@ -1,0 +1,982 @@
+#include "store.h"
+
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kbatch.h"
+#include "pstate.h"
+#include "sk_err.h"
+#include "sk_log.h"
+#include "sk_workq.h"
+
+#define SCHEMA_VERSION 1
+#define MAX_READERS 8
+
+static const char *const schema =
+    "CREATE TABLE IF NOT EXISTS kv(k TEXT PRIMARY KEY, v BLOB);"
+    "CREATE TABLE IF NOT EXISTS topics(id BLOB PRIMARY KEY, name TEXT UNIQUE NOT NULL,"
+    "  partitions INTEGER NOT NULL, rf INTEGER NOT NULL, configs BLOB NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS partitions(topic BLOB, part INTEGER, log_start INTEGER,"
+    "  next_offset INTEGER, leader_epoch INTEGER, max_ts INTEGER, max_ts_base INTEGER,"
+    "  bytes INTEGER, PRIMARY KEY(topic, part)) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS batches(topic BLOB, part INTEGER, base INTEGER, last INTEGER,"
+    "  lsn INTEGER, len INTEGER, max_ts INTEGER, PRIMARY KEY(topic, part, base)) WITHOUT ROWID;"
+    "CREATE INDEX IF NOT EXISTS batches_lsn ON batches(lsn);"
+    "CREATE TABLE IF NOT EXISTS producers(topic BLOB, part INTEGER, pid INTEGER, state BLOB,"
+    "  PRIMARY KEY(topic, part, pid)) WITHOUT ROWID;";
+
+enum {
+    ST_BEGIN,
+    ST_COMMIT,
+    ST_ROLLBACK,
+    ST_SET_KV,
+    ST_INS_BATCH,
+    ST_UPD_PART_DATA,
+    ST_GET_PROD,
+    ST_PUT_PROD,
+    ST_INS_TOPIC,
+    ST_INS_PART,
+    ST_DEL_TOPIC,
+    ST_DEL_TOPIC_PARTS,
+    ST_DEL_TOPIC_BATCHES,
+    ST_DEL_TOPIC_PRODS,
+    ST_UPD_TOPIC_CONF,
+    ST_UPD_TOPIC_NPARTS,
+    ST_UPD_LOG_START,
+    ST_DEL_BATCHES_BELOW,
+    ST_UPD_PART_BYTES,
+    ST_COUNT
+};
+
+static const char *const stmt_sql[ST_COUNT] = {
+    [ST_BEGIN] = "BEGIN IMMEDIATE",
+    [ST_COMMIT] = "COMMIT",
+    [ST_ROLLBACK] = "ROLLBACK",
+    [ST_SET_KV] = "INSERT OR REPLACE INTO kv(k, v) VALUES(?1, ?2)",
+    [ST_INS_BATCH] = "INSERT OR REPLACE INTO batches(topic, part, base, last, lsn, len, max_ts)"
+                     " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    [ST_UPD_PART_DATA] =
+        "UPDATE partitions SET next_offset = max(next_offset, ?3), bytes = bytes + ?4,"
+        " max_ts_base = CASE WHEN ?5 > max_ts THEN ?6 ELSE max_ts_base END,"
+        " max_ts = max(max_ts, ?5) WHERE topic = ?1 AND part = ?2",
+    [ST_GET_PROD] = "SELECT state FROM producers WHERE topic = ?1 AND part = ?2 AND pid = ?3",
+    [ST_PUT_PROD] = "INSERT OR REPLACE INTO producers(topic, part, pid, state) VALUES(?1,?2,?3,?4)",
+    [ST_INS_TOPIC] = "INSERT OR REPLACE INTO topics(id, name, partitions, rf, configs)"
+                     " VALUES(?1, ?2, ?3, ?4, ?5)",
+    [ST_INS_PART] = "INSERT OR IGNORE INTO partitions(topic, part, log_start, next_offset,"
+                    " leader_epoch, max_ts, max_ts_base, bytes) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, 0)",
+    [ST_DEL_TOPIC] = "DELETE FROM topics WHERE id = ?1",
+    [ST_DEL_TOPIC_PARTS] = "DELETE FROM partitions WHERE topic = ?1",
+    [ST_DEL_TOPIC_BATCHES] = "DELETE FROM batches WHERE topic = ?1",
+    [ST_DEL_TOPIC_PRODS] = "DELETE FROM producers WHERE topic = ?1",
+    [ST_UPD_TOPIC_CONF] = "UPDATE topics SET configs = ?2 WHERE id = ?1",
+    [ST_UPD_TOPIC_NPARTS] = "UPDATE topics SET partitions = ?2 WHERE id = ?1",
+    [ST_UPD_LOG_START] =
+        "UPDATE partitions SET log_start = max(log_start, ?3),"
+        " next_offset = max(next_offset, ?3) WHERE topic = ?1 AND part = ?2",
+    [ST_DEL_BATCHES_BELOW] =
+        "DELETE FROM batches WHERE topic = ?1 AND part = ?2 AND base < ?3 AND last < ?3",
+    [ST_UPD_PART_BYTES] =
+        "UPDATE partitions SET bytes = (SELECT coalesce(sum(len), 0) FROM batches"
+        " WHERE topic = ?1 AND part = ?2) WHERE topic = ?1 AND part = ?2",
+};
+
+struct sk_store {
+    char *path;
+    sqlite3 *db; /* the writer connection: start-up thread, then the store thread */
+    sqlite3_stmt *st[ST_COUNT];
+    wal_lsn applied;
+    bool empty;
+    sk_workq *q;
+    pthread_mutex_t rlock;
+    sqlite3 *readers[MAX_READERS];
+    int nreaders_free;
+    int nreaders_open;
+};
+
+static int db_err(sqlite3 *db, const char *what)
+{
+    SK_ERROR("store", "%s: %s", what, sqlite3_errmsg(db));
+    return SK_ERR_IO;
+}
+
+static int exec(sqlite3 *db, const char *sql)
+{
+    char *msg = NULL;
+    if (sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK) {
+        SK_ERROR("store", "%s: %s", sql, msg ? msg : "?");
+        sqlite3_free(msg);
+        return SK_ERR_IO;
+    }
+    return 0;
+}
+
+static sqlite3_stmt *S(sk_store *s, int i)
+{
+    sqlite3_reset(s->st[i]);
+    sqlite3_clear_bindings(s->st[i]);
+    return s->st[i];
+}
+
+static int step_done(sk_store *s, sqlite3_stmt *st)
+{
+    int rc = sqlite3_step(st);
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+        return db_err(s->db, sqlite3_sql(st));
+    return 0;
+}
+
+static int kv_get_i64(sqlite3 *db, const char *k, int64_t *v, bool *found)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db, "SELECT v FROM kv WHERE k = ?1", -1, &st, NULL) != SQLITE_OK)
+        return db_err(db, "prepare kv");
+    sqlite3_bind_text(st, 1, k, -1, SQLITE_STATIC);
+    *found = false;
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        *v = sqlite3_column_int64(st, 0);
+        *found = true;
+    }
+    sqlite3_finalize(st);
+    return 0;
+}
+
+static int set_kv_i64(sk_store *s, const char *k, int64_t v)
+{
+    sqlite3_stmt *st = S(s, ST_SET_KV);
+    sqlite3_bind_text(st, 1, k, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, v);
+    return step_done(s, st);
+}
+
+static int set_kv_text(sk_store *s, const char *k, const char *v, size_t n)
+{
+    sqlite3_stmt *st = S(s, ST_SET_KV);
+    sqlite3_bind_text(st, 1, k, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, v, (int)n, SQLITE_TRANSIENT);
+    return step_done(s, st);
+}
+
+static int open_conn(const char *path, bool readonly, sqlite3 **out)
+{
+    sqlite3 *db;
+    int flags = readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+    flags |= SQLITE_OPEN_NOMUTEX;
+    if (sqlite3_open_v2(path, &db, flags, NULL) != SQLITE_OK) {
+        SK_ERROR("store", "cannot open %s: %s", path, db ? sqlite3_errmsg(db) : "?");
+        sqlite3_close(db);
+        return SK_ERR_IO;
+    }
+    sqlite3_busy_timeout(db, 5000);
+    *out = db;
+    return 0;
+}
+
+static int prepare_all(sk_store *s)
+{
+    for (int i = 0; i < ST_COUNT; i++)
+        if (sqlite3_prepare_v3(s->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &s->st[i],
+                               NULL) != SQLITE_OK)
+            return db_err(s->db, stmt_sql[i]);
+    return 0;
+}
+
+static void finalize_all(sk_store *s)
+{
+    for (int i = 0; i < ST_COUNT; i++) {
+        sqlite3_finalize(s->st[i]);
+        s->st[i] = NULL;
+    }
+}
+
+static int read_state(sk_store *s)
+{
+    int64_t v;
+    bool found;
+    if (kv_get_i64(s->db, "applied", &v, &found))
+        return SK_ERR_IO;
+    s->applied = found ? (wal_lsn)v : 0;
+    s->empty = !found;
+    return 0;
+}
+
+sk_store *sk_store_open(const char *path, char *why, size_t whylen)
+{
+    sk_store *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->path = strdup(path);
+    pthread_mutex_init(&s->rlock, NULL);
+    if (open_conn(path, false, &s->db)) {
+        snprintf(why, whylen, "cannot open the SQLite view %s", path);
+        goto fail;
+    }
+    /* The view is rebuilt from the WAL after a crash, so it needs atomic
+     * transactions but not a sync per commit. */
+    if (exec(s->db, "PRAGMA journal_mode=WAL") || exec(s->db, "PRAGMA synchronous=NORMAL") ||
+        exec(s->db, schema)) {
+        snprintf(why, whylen, "cannot set up the SQLite view %s: %s", path,
+                 sqlite3_errmsg(s->db));
+        goto fail;
+    }
+    int64_t ver;
+    bool found;
+    if (kv_get_i64(s->db, "schema", &ver, &found))
+        goto fail_msg;
+    if (found && ver != SCHEMA_VERSION) {
+        snprintf(why, whylen, "the SQLite view %s has schema %lld, this skiffd needs %d", path,
+                 (long long)ver, SCHEMA_VERSION);
+        goto fail;
+    }
+    if (prepare_all(s) || read_state(s))
+        goto fail_msg;
+    if (!found && set_kv_i64(s, "schema", SCHEMA_VERSION))
+        goto fail_msg;
+    return s;
+fail_msg:
+    snprintf(why, whylen, "SQLite view %s: %s", path, sqlite3_errmsg(s->db));
+fail:
+    sk_store_close(s);
+    return NULL;
+}
+
+void sk_store_close(sk_store *s)
+{
+    if (!s)
+        return;
+    if (s->q)
+        sk_workq_destroy(s->q);
+    finalize_all(s);
+    for (int i = 0; i < s->nreaders_free; i++)
+        sqlite3_close(s->readers[i]);
+    if (s->db)
+        sqlite3_close(s->db);
+    pthread_mutex_destroy(&s->rlock);
+    free(s->path);
+    free(s);
+}
+
+wal_lsn sk_store_applied(const sk_store *s)
+{
+    return s->applied;
+}
+
+bool sk_store_is_empty(const sk_store *s)
+{
+    return s->empty;
+}
+
+int sk_store_reset(sk_store *s)
+{
+    int rc = exec(s->db, "BEGIN IMMEDIATE; DELETE FROM topics; DELETE FROM partitions;"
+                         "DELETE FROM batches; DELETE FROM producers; DELETE FROM kv WHERE k <> 'schema';"
+                         "COMMIT");
+    if (rc == 0) {
+        s->applied = 0;
+        s->empty = true;
+    }
+    return rc;
+}
+
+/* ---- records ---- */
+
+int sk_store_rec_parse(sk_store_rec *rec, wal_lsn lsn, uint8_t type, const uint8_t *payload,
+                       uint32_t len)
+{
+    memset(rec, 0, sizeof *rec);
+    rec->type = type;
+    rec->lsn = lsn;
+    rec->end = lsn + WAL_RECORD_HEADER + len;
+    if (type == SK_WAL_DATA) {
+        const uint8_t *batch;
+        size_t blen;
+        kb_header h;
+        kc_uuid id;
+        int32_t part;
+        if (sk_data_decode(payload, len, &id, &part, &batch, &blen) ||
+            kb_parse_header(batch, blen, &h))
+            return SK_ERR_CORRUPT;
+        sk_store_rec_data(rec, &id, part, &h, (uint32_t)blen);
+        rec->lsn = lsn;
+        rec->end = lsn + WAL_RECORD_HEADER + len;
+        return 0;
+    }
+    rec->payload = malloc(len ? len : 1);
+    if (!rec->payload)
+        return SK_ERR_NOMEM;
+    memcpy(rec->payload, payload, len);
+    rec->plen = len;
+    return 0;
+}
+
+void sk_store_rec_data(sk_store_rec *rec, const kc_uuid *id, int32_t part, const kb_header *h,
+                       uint32_t batch_len)
+{
+    memset(rec, 0, sizeof *rec);
+    rec->type = SK_WAL_DATA;
+    rec->id = *id;
+    rec->part = part;
+    rec->base = h->base_offset;
+    rec->last = h->base_offset + h->last_offset_delta;
+    rec->max_ts = h->max_timestamp;
+    rec->append_ts = (h->attributes & KB_ATTR_LOG_APPEND_TIME) ? h->max_timestamp : -1;
+    rec->len = batch_len;
+    rec->pid = h->producer_id;
+    rec->epoch = h->producer_epoch;
+    rec->base_seq = h->base_sequence;
+}
+
+void sk_store_rec_free(sk_store_rec *rec)
+{
+    free(rec->payload);
+    rec->payload = NULL;
+}
+
+static int apply_data(sk_store *s, const sk_store_rec *r)
+{
+    sqlite3_stmt *st = S(s, ST_INS_BATCH);
+    sqlite3_bind_blob(st, 1, r->id.b, 16, SQLITE_STATIC);
+    sqlite3_bind_int(st, 2, r->part);
+    sqlite3_bind_int64(st, 3, r->base);
+    sqlite3_bind_int64(st, 4, r->last);
+    sqlite3_bind_int64(st, 5, (int64_t)r->lsn);
+    sqlite3_bind_int64(st, 6, r->len);
+    sqlite3_bind_int64(st, 7, r->max_ts);
+    if (step_done(s, st))
+        return SK_ERR_IO;
+    st = S(s, ST_UPD_PART_DATA);
+    sqlite3_bind_blob(st, 1, r->id.b, 16, SQLITE_STATIC);
+    sqlite3_bind_int(st, 2, r->part);
+    sqlite3_bind_int64(st, 3, r->last + 1);
+    sqlite3_bind_int64(st, 4, r->len);
+    sqlite3_bind_int64(st, 5, r->max_ts);
+    sqlite3_bind_int64(st, 6, r->base);
+    if (step_done(s, st))
+        return SK_ERR_IO;
+    if (r->pid < 0)
+        return 0;
+    sk_pstate ps;
+    memset(&ps, 0, sizeof ps);
+    ps.pid = r->pid;
+    st = S(s, ST_GET_PROD);
+    sqlite3_bind_blob(st, 1, r->id.b, 16, SQLITE_STATIC);
+    sqlite3_bind_int(st, 2, r->part);
+    sqlite3_bind_int64(st, 3, r->pid);
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        sk_rd rd;
+        sk_rd_init(&rd, sqlite3_column_blob(st, 0), (size_t)sqlite3_column_bytes(st, 0));
+        if (sk_pstate_get(&rd, &ps) != 0) {
+            memset(&ps, 0, sizeof ps);
+            ps.pid = r->pid;
+        }
+    }
+    sqlite3_reset(st);
+    sk_pbatch pb = {r->base_seq, sk_seq_add(r->base_seq, (int32_t)(r->last - r->base)), r->base,
+                    r->last, r->append_ts, 0};
+    sk_pstate_push(&ps, r->epoch, &pb);
+    ps.last_ts = r->max_ts;
+    sk_buf b;
+    sk_buf_init(&b, 4096);
+    sk_pstate_put(&b, &ps);
+    st = S(s, ST_PUT_PROD);
+    sqlite3_bind_blob(st, 1, r->id.b, 16, SQLITE_STATIC);
+    sqlite3_bind_int(st, 2, r->part);
+    sqlite3_bind_int64(st, 3, r->pid);
+    sqlite3_bind_blob(st, 4, b.data, (int)b.len, SQLITE_TRANSIENT);
+    int rc = step_done(s, st);
+    sk_buf_free(&b);
+    return rc;
+}
+
+static int insert_topic(sk_store *s, const kc_uuid *id, const char *name, size_t name_len,
+                        int32_t nparts, int16_t rf, const uint8_t *conf, size_t conf_len)
+{
+    sqlite3_stmt *st = S(s, ST_INS_TOPIC);
+    sqlite3_bind_blob(st, 1, id->b, 16, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, name, (int)name_len, SQLITE_TRANSIENT);
+    sqlite3_bind_int(st, 3, nparts);
+    sqlite3_bind_int(st, 4, rf);
+    sqlite3_bind_blob(st, 5, conf, (int)conf_len, SQLITE_TRANSIENT);
+    return step_done(s, st);
+}
+
+static int insert_part(sk_store *s, const kc_uuid *id, int32_t part, int64_t log_start,
+                       int64_t next, int32_t epoch, int64_t max_ts, int64_t max_ts_base)
+{
+    sqlite3_stmt *st = S(s, ST_INS_PART);
+    sqlite3_bind_blob(st, 1, id->b, 16, SQLITE_STATIC);
+    sqlite3_bind_int(st, 2, part);
+    sqlite3_bind_int64(st, 3, log_start);
+    sqlite3_bind_int64(st, 4, next);
+    sqlite3_bind_int(st, 5, epoch);
+    sqlite3_bind_int64(st, 6, max_ts);
+    sqlite3_bind_int64(st, 7, max_ts_base);
+    return step_done(s, st);
+}
+
+static int by_topic(sk_store *s, int stmt, const kc_uuid *id)
+{
+    sqlite3_stmt *st = S(s, stmt);
+    sqlite3_bind_blob(st, 1, id->b, 16, SQLITE_STATIC);
+    return step_done(s, st);
+}
+
+static int topic_nparts(sk_store *s, const kc_uuid *id, int32_t *n)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(s->db, "SELECT partitions FROM topics WHERE id = ?1", -1, &st, NULL))
+        return db_err(s->db, "prepare");
+    sqlite3_bind_blob(st, 1, id->b, 16, SQLITE_STATIC);
+    *n = -1;
+    if (sqlite3_step(st) == SQLITE_ROW)
+        *n = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    return 0;
+}
+
+static int apply_meta(sk_store *s, const sk_store_rec *r)
+{
+    sk_meta m;
+    if (sk_meta_decode(r->payload, r->plen, &m) != 0) {
+        SK_ERROR("store", "corrupt metadata record at LSN %llu", (unsigned long long)r->lsn);
+        return SK_ERR_CORRUPT;
+    }
+    switch (m.kind) {
+    case SK_META_TOPIC_CREATE:
+        if (insert_topic(s, &m.id, m.name, m.name_len, m.nparts, m.rf, m.configs, m.configs_len))
+            return SK_ERR_IO;
+        for (int32_t i = 0; i < m.nparts; i++)
+            if (insert_part(s, &m.id, i, 0, 0, 0, -1, -1))
+                return SK_ERR_IO;
+        return 0;
+    case SK_META_TOPIC_DELETE:
+        if (by_topic(s, ST_DEL_TOPIC, &m.id) || by_topic(s, ST_DEL_TOPIC_PARTS, &m.id) ||
+            by_topic(s, ST_DEL_TOPIC_BATCHES, &m.id) || by_topic(s, ST_DEL_TOPIC_PRODS, &m.id))
+            return SK_ERR_IO;
+        return 0;
+    case SK_META_TOPIC_CONFIG: {
+        sqlite3_stmt *st = S(s, ST_UPD_TOPIC_CONF);
+        sqlite3_bind_blob(st, 1, m.id.b, 16, SQLITE_STATIC);
+        sqlite3_bind_blob(st, 2, m.configs, (int)m.configs_len, SQLITE_TRANSIENT);
+        return step_done(s, st);
+    }
+    case SK_META_PARTITIONS: {
+        int32_t old;
+        if (topic_nparts(s, &m.id, &old))
+            return SK_ERR_IO;
+        if (old < 0)
+            return 0;
+        sqlite3_stmt *st = S(s, ST_UPD_TOPIC_NPARTS);
+        sqlite3_bind_blob(st, 1, m.id.b, 16, SQLITE_STATIC);
+        sqlite3_bind_int(st, 2, m.nparts);
+        if (step_done(s, st))
+            return SK_ERR_IO;
+        for (int32_t i = old; i < m.nparts; i++)
+            if (insert_part(s, &m.id, i, 0, 0, 0, -1, -1))
+                return SK_ERR_IO;
+        return 0;
+    }
+    case SK_META_LOG_START: {
+        sqlite3_stmt *st = S(s, ST_UPD_LOG_START);
+        sqlite3_bind_blob(st, 1, m.id.b, 16, SQLITE_STATIC);
+        sqlite3_bind_int(st, 2, m.part);
+        sqlite3_bind_int64(st, 3, m.value);
+        if (step_done(s, st))
+            return SK_ERR_IO;
+        st = S(s, ST_DEL_BATCHES_BELOW);
+        sqlite3_bind_blob(st, 1, m.id.b, 16, SQLITE_STATIC);
+        sqlite3_bind_int(st, 2, m.part);
+        sqlite3_bind_int64(st, 3, m.value);
+        if (step_done(s, st))
+            return SK_ERR_IO;
+        st = S(s, ST_UPD_PART_BYTES);
+        sqlite3_bind_blob(st, 1, m.id.b, 16, SQLITE_STATIC);
+        sqlite3_bind_int(st, 2, m.part);
+        return step_done(s, st);
+    }
+    case SK_META_PID: {
+        int64_t cur;
+        bool found;
+        if (kv_get_i64(s->db, "next_pid", &cur, &found))
+            return SK_ERR_IO;
+        if (!found || m.value > cur)
+            return set_kv_i64(s, "next_pid", m.value);
+        return 0;
+    }
+    case SK_META_CLUSTER:
+        return set_kv_text(s, "cluster_id", m.name, m.name_len);
+    case SK_META_GROUP:
+        /* Group records are kept by the group coordinator's own tables. */
+        return 0;
+    }
+    return SK_ERR_CORRUPT;
+}
+
+/* Applying a preamble snapshot to an empty view. */
+static int snap_head(void *arg, const char *cid, size_t cid_len, int64_t next_pid)
+{
+    sk_store *s = arg;
+    if (set_kv_text(s, "cluster_id", cid, cid_len) || set_kv_i64(s, "next_pid", next_pid))
+        return SK_ERR_IO;
+    return 0;
+}
+
+static int snap_topic(void *arg, const kc_uuid *id, const char *name, size_t name_len,
+                      int32_t nparts, int16_t rf, const uint8_t *conf, size_t conf_len)
+{
+    return insert_topic(arg, id, name, name_len, nparts, rf, conf, conf_len);
+}
+
+static int snap_part(void *arg, const kc_uuid *id, int32_t part, int64_t log_start, int64_t next,
+                     int32_t epoch, int64_t max_ts, int64_t max_ts_base)
+{
+    return insert_part(arg, id, part, log_start, next, epoch, max_ts, max_ts_base);
+}
+
+static int snap_pstate(void *arg, const kc_uuid *id, int32_t part, const sk_pstate *ps)
+{
+    sk_store *s = arg;
+    sk_buf b;
+    sk_buf_init(&b, 4096);
+    sk_pstate_put(&b, ps);
+    sqlite3_stmt *st = S(s, ST_PUT_PROD);
+    sqlite3_bind_blob(st, 1, id->b, 16, SQLITE_STATIC);
+    sqlite3_bind_int(st, 2, part);
+    sqlite3_bind_int64(st, 3, ps->pid);
+    sqlite3_bind_blob(st, 4, b.data, (int)b.len, SQLITE_TRANSIENT);
+    int rc = step_done(s, st);
+    sk_buf_free(&b);
+    return rc;
+}
+
+static int apply_one(sk_store *s, const sk_store_rec *r)
+{
+    switch (r->type) {
+    case SK_WAL_DATA:
+        return apply_data(s, r);
+    case SK_WAL_META:
+        return apply_meta(s, r);
+    case WAL_T_PREAMBLE: {
+        if (!s->empty)
+            return 0;
+        sk_snapshot_visitor v = {s, snap_head, snap_topic, snap_part, snap_pstate, NULL};
+        int rc = sk_snapshot_visit(r->payload, r->plen, &v);
+        if (rc == 0)
+            s->empty = false;
+        else
+            SK_ERROR("store", "corrupt snapshot at LSN %llu", (unsigned long long)r->lsn);
+        return rc;
+    }
+    default:
+        SK_ERROR("store", "unknown WAL record type %d at LSN %llu", r->type,
+                 (unsigned long long)r->lsn);
+        return SK_ERR_CORRUPT;
+    }
+}
+
+int sk_store_apply_sync(sk_store *s, sk_store_rec *recs, size_t n, wal_lsn end)
+{
+    if (step_done(s, S(s, ST_BEGIN)))
+        return SK_ERR_IO;
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++)
+        rc = apply_one(s, &recs[i]);
+    if (rc == 0)
+        rc = set_kv_i64(s, "applied", (int64_t)end);
+    if (rc == 0 && step_done(s, S(s, ST_COMMIT)) == 0) {
+        s->applied = end;
+        s->empty = false;
+        return 0;
+    }
+    step_done(s, S(s, ST_ROLLBACK));
+    return rc ? rc : SK_ERR_IO;
+}
+
+/* ---- loading ---- */
+
+int sk_store_load(sk_store *s, const sk_snapshot_visitor *v)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = 0;
+    char cid[64] = "";
+    int64_t next_pid = 0;
+    bool found;
+    if (sqlite3_prepare_v2(s->db, "SELECT v FROM kv WHERE k = 'cluster_id'", -1, &st, NULL))
+        return db_err(s->db, "load");
+    if (sqlite3_step(st) == SQLITE_ROW)
+        snprintf(cid, sizeof cid, "%s", (const char *)sqlite3_column_text(st, 0));
+    sqlite3_finalize(st);
+    if (kv_get_i64(s->db, "next_pid", &next_pid, &found))
+        return SK_ERR_IO;
+    if (v->head && (rc = v->head(v->arg, cid, strlen(cid), next_pid)))
+        return rc;
+
+    if (sqlite3_prepare_v2(s->db, "SELECT id, name, partitions, rf, configs FROM topics", -1, &st,
+                           NULL))
+        return db_err(s->db, "load topics");
+    while (rc == 0 && sqlite3_step(st) == SQLITE_ROW) {
+        kc_uuid id;
+        if (sqlite3_column_bytes(st, 0) != 16) {
+            rc = SK_ERR_CORRUPT;
+            break;
+        }
+        memcpy(id.b, sqlite3_column_blob(st, 0), 16);
+        const char *name = (const char *)sqlite3_column_text(st, 1);
+        rc = v->topic(v->arg, &id, name, (size_t)sqlite3_column_bytes(st, 1),
+                      sqlite3_column_int(st, 2), (int16_t)sqlite3_column_int(st, 3),
+                      sqlite3_column_blob(st, 4), (size_t)sqlite3_column_bytes(st, 4));
+    }
+    sqlite3_finalize(st);
+    if (rc)
+        return rc;
+
+    if (sqlite3_prepare_v2(s->db,
+                           "SELECT topic, part, log_start, next_offset, leader_epoch, max_ts,"
+                           " max_ts_base FROM partitions",
+                           -1, &st, NULL))
+        return db_err(s->db, "load partitions");
+    while (rc == 0 && sqlite3_step(st) == SQLITE_ROW) {
+        kc_uuid id;
+        if (sqlite3_column_bytes(st, 0) != 16) {
+            rc = SK_ERR_CORRUPT;
+            break;
+        }
+        memcpy(id.b, sqlite3_column_blob(st, 0), 16);
+        rc = v->part(v->arg, &id, sqlite3_column_int(st, 1), sqlite3_column_int64(st, 2),
+                     sqlite3_column_int64(st, 3), sqlite3_column_int(st, 4),
+                     sqlite3_column_int64(st, 5), sqlite3_column_int64(st, 6));
+    }
+    sqlite3_finalize(st);
+    if (rc)
+        return rc;
+
+    if (sqlite3_prepare_v2(s->db, "SELECT topic, part, state FROM producers", -1, &st, NULL))
+        return db_err(s->db, "load producers");
+    while (rc == 0 && sqlite3_step(st) == SQLITE_ROW) {
+        kc_uuid id;
+        if (sqlite3_column_bytes(st, 0) != 16) {
+            rc = SK_ERR_CORRUPT;
+            break;
+        }
+        memcpy(id.b, sqlite3_column_blob(st, 0), 16);
+        sk_pstate ps;
+        sk_rd rd;
+        sk_rd_init(&rd, sqlite3_column_blob(st, 2), (size_t)sqlite3_column_bytes(st, 2));
+        if (sk_pstate_get(&rd, &ps) != 0) {
+            rc = SK_ERR_CORRUPT;
+            break;
+        }
+        rc = v->pstate(v->arg, &id, sqlite3_column_int(st, 1), &ps);
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* ---- transactions from the loop ---- */
+
+struct sk_store_txn {
+    sk_store_rec *recs;
+    size_t n, cap;
+    /* set at submit */
+    sk_store *s;
+    wal_lsn end;
+    int err;
+    sk_store_done_fn done;
+    void *arg;
+};
+
+sk_store_txn *sk_store_txn_new(void)
+{
+    return calloc(1, sizeof(sk_store_txn));
+}
+
+int sk_store_txn_add(sk_store_txn *t, sk_store_rec *rec)
+{
+    if (t->n == t->cap) {
+        size_t ncap = t->cap ? t->cap * 2 : 64;
+        sk_store_rec *n = realloc(t->recs, ncap * sizeof *n);
+        if (!n)
+            return SK_ERR_NOMEM;
+        t->recs = n;
+        t->cap = ncap;
+    }
+    t->recs[t->n++] = *rec;
+    rec->payload = NULL;
+    return 0;
+}
+
+size_t sk_store_txn_count(const sk_store_txn *t)
+{
+    return t->n;
+}
+
+void sk_store_txn_free(sk_store_txn *t)
+{
+    if (!t)
+        return;
+    for (size_t i = 0; i < t->n; i++)
+        sk_store_rec_free(&t->recs[i]);
+    free(t->recs);
+    free(t);
+}
+
+int sk_store_start(sk_store *s, struct event_base *base)
+{
+    s->q = sk_workq_new(base, "skiff-sqlite", 1);
+    return s->q ? 0 : SK_ERR_NOMEM;
+}
+
+static void txn_work(void *arg)
+{
+    sk_store_txn *t = arg;
+    t->err = sk_store_apply_sync(t->s, t->recs, t->n, t->end);
+}
+
+static void txn_done(void *arg)
+{
+    sk_store_txn *t = arg;
+    if (t->done)
+        t->done(t->arg, t->err, t->end);
+    sk_store_txn_free(t);
+}
+
+static wal_lsn txn_end(const sk_store_txn *t)
+{
+    return t->n ? t->recs[t->n - 1].end : 0;
+}
+
+int sk_store_txn_apply_sync(sk_store *s, sk_store_txn *t)
+{
+    return sk_store_apply_sync(s, t->recs, t->n, txn_end(t));
+}
+
+void sk_store_submit(sk_store *s, sk_store_txn *t, sk_store_done_fn done, void *arg)
+{
+    wal_lsn end = txn_end(t);
+    t->s = s;
+    t->end = end;
+    t->done = done;
+    t->arg = arg;
+    if (sk_workq_submit(s->q, txn_work, txn_done, t) != 0) {
+        if (done)
+            done(arg, SK_ERR_CLOSED, end);
+        sk_store_txn_free(t);
+    }
+}
+
+void sk_store_drain(sk_store *s)
+{
+    if (s->q) {
+        sk_workq_destroy(s->q);
+        s->q = NULL;
+    }
+}
+
+/* ---- reads ---- */
+
+static sqlite3 *reader_get(sk_store *s)
+{
+    pthread_mutex_lock(&s->rlock);
+    sqlite3 *db = s->nreaders_free ? s->readers[--s->nreaders_free] : NULL;
+    pthread_mutex_unlock(&s->rlock);
+    if (!db && open_conn(s->path, true, &db) != 0)
+        return NULL;
+    return db;
+}
+
+static void reader_put(sk_store *s, sqlite3 *db)
+{
+    pthread_mutex_lock(&s->rlock);
+    if (s->nreaders_free < MAX_READERS) {
+        s->readers[s->nreaders_free++] = db;
+        db = NULL;
+    }
+    pthread_mutex_unlock(&s->rlock);
+    if (db)
+        sqlite3_close(db);
+}
+
+static void loc_from_row(sqlite3_stmt *st, sk_batch_loc *l)
+{
+    l->base = sqlite3_column_int64(st, 0);
+    l->last = sqlite3_column_int64(st, 1);
+    l->lsn = (wal_lsn)sqlite3_column_int64(st, 2);
+    l->len = (uint32_t)sqlite3_column_int64(st, 3);
+    l->max_ts = sqlite3_column_int64(st, 4);
+}
+
+int sk_store_read_batches(sk_store *s, const kc_uuid *id, int32_t part, int64_t from,
+                          int64_t max_bytes, sk_batch_loc *out, int max_n)
+{
+    sqlite3 *db = reader_get(s);
+    if (!db)
+        return SK_ERR_IO;
+    sqlite3_stmt *st;
+    int n = 0;
+    /* The batch holding `from` is the last one starting at or before it. */
+    if (sqlite3_prepare_v2(db,
+                           "SELECT base, last, lsn, len, max_ts FROM batches WHERE topic = ?1"
+                           " AND part = ?2 AND base >= coalesce((SELECT max(base) FROM batches"
+                           " WHERE topic = ?1 AND part = ?2 AND base <= ?3), ?3)"
+                           " ORDER BY base LIMIT ?4",
+                           -1, &st, NULL) != SQLITE_OK) {
+        db_err(db, "read batches");
+        reader_put(s, db);
+        return SK_ERR_IO;
+    }
+    sqlite3_bind_blob(st, 1, id->b, 16, SQLITE_STATIC);
+    sqlite3_bind_int(st, 2, part);
+    sqlite3_bind_int64(st, 3, from);
+    sqlite3_bind_int(st, 4, max_n);
+    int64_t bytes = 0;
+    while (n < max_n && sqlite3_step(st) == SQLITE_ROW) {
+        sk_batch_loc l;
+        loc_from_row(st, &l);
+        if (l.last < from)
+            continue;
+        if (n > 0 && bytes + l.len > max_bytes)
+            break;
+        out[n++] = l;
+        bytes += l.len;
+    }
+    sqlite3_finalize(st);
+    reader_put(s, db);
+    return n;
+}
+
+int sk_store_find_ts(sk_store *s, const kc_uuid *id, int32_t part, int64_t ts, int64_t below_base,
+                     sk_batch_loc *out)
+{
+    sqlite3 *db = reader_get(s);
+    if (!db)
+        return SK_ERR_IO;
+    sqlite3_stmt *st;
+    int found = 0;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT base, last, lsn, len, max_ts FROM batches WHERE topic = ?1"
+                           " AND part = ?2 AND base < ?4 AND max_ts >= ?3 ORDER BY base LIMIT 1",
+                           -1, &st, NULL) != SQLITE_OK) {
+        db_err(db, "find ts");
+        reader_put(s, db);
+        return SK_ERR_IO;
+    }
+    sqlite3_bind_blob(st, 1, id->b, 16, SQLITE_STATIC);
+    sqlite3_bind_int(st, 2, part);
+    sqlite3_bind_int64(st, 3, ts);
+    sqlite3_bind_int64(st, 4, below_base);
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        loc_from_row(st, out);
+        found = 1;
+    }
+    sqlite3_finalize(st);
+    reader_put(s, db);
+    return found;
+}
+
+int sk_store_find_offset(sk_store *s, const kc_uuid *id, int32_t part, int64_t offset,
+                         sk_batch_loc *out)
+{
+    sqlite3 *db = reader_get(s);
+    if (!db)
+        return SK_ERR_IO;
+    sqlite3_stmt *st;
+    int found = 0;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT base, last, lsn, len, max_ts FROM batches WHERE topic = ?1"
+                           " AND part = ?2 AND base <= ?3 ORDER BY base DESC LIMIT 1",
+                           -1, &st, NULL) != SQLITE_OK) {
+        db_err(db, "find offset");
+        reader_put(s, db);
+        return SK_ERR_IO;
+    }
+    sqlite3_bind_blob(st, 1, id->b, 16, SQLITE_STATIC);
+    sqlite3_bind_int(st, 2, part);
+    sqlite3_bind_int64(st, 3, offset);
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        loc_from_row(st, out);
+        found = out->last >= offset;
+    }
+    sqlite3_finalize(st);
+    reader_put(s, db);
+    return found;
+}
+
+int sk_store_min_lsn(sk_store *s, wal_lsn *out)
+{
+    sqlite3 *db = reader_get(s);
+    if (!db)
+        return SK_ERR_IO;
+    sqlite3_stmt *st;
+    *out = UINT64_MAX;
+    if (sqlite3_prepare_v2(db, "SELECT min(lsn) FROM batches", -1, &st, NULL) != SQLITE_OK) {
+        db_err(db, "min lsn");
+        reader_put(s, db);
+        return SK_ERR_IO;
+    }
+    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL)
+        *out = (wal_lsn)sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    reader_put(s, db);
+    return 0;
+}
+
+int sk_store_retention_point(sk_store *s, const kc_uuid *id, int32_t part, int64_t cutoff_ts,
+                             int64_t max_bytes, int64_t *new_start)
+{
+    sqlite3 *db = reader_get(s);
+    if (!db)
+        return SK_ERR_IO;
+    sqlite3_stmt *st;
+    int64_t total = 0;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT coalesce(sum(len), 0) FROM batches WHERE topic = ?1 AND part = ?2",
+                           -1, &st, NULL) != SQLITE_OK) {
+        db_err(db, "retention");
+        reader_put(s, db);
+        return SK_ERR_IO;
+    }
+    sqlite3_bind_blob(st, 1, id->b, 16, SQLITE_STATIC);
+    sqlite3_bind_int(st, 2, part);
+    if (sqlite3_step(st) == SQLITE_ROW)
+        total = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    /* Delete from the oldest batch on, while it is past the time cutoff (like
+     * Kafka's segments: stop at the first one that is not) or while the
+     * partition is over max_bytes (never deleting the newest batch for
+     * size). *new_start = -1 means every batch goes. */
+    if (sqlite3_prepare_v2(db,
+                           "SELECT base, len, max_ts FROM batches WHERE topic = ?1 AND part = ?2"
+                           " ORDER BY base",
+                           -1, &st, NULL) != SQLITE_OK) {
+        db_err(db, "retention");
+        reader_put(s, db);
+        return SK_ERR_IO;
+    }
+    sqlite3_bind_blob(st, 1, id->b, 16, SQLITE_STATIC);
+    sqlite3_bind_int(st, 2, part);
+    int64_t start = -1, remaining = total;
+    bool any = false;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        int64_t base = sqlite3_column_int64(st, 0);
+        int64_t len = sqlite3_column_int64(st, 1);
+        int64_t max_ts = sqlite3_column_int64(st, 2);
+        bool expired = cutoff_ts >= 0 && max_ts < cutoff_ts;
+        bool over = max_bytes >= 0 && remaining > max_bytes && remaining > len;
+        if (!any)
+            start = base; /* nothing to delete unless the first batch goes */
+        any = true;
+        if (!expired && !over) {
+            start = base;
+            break;
+        }
+        remaining -= len;
+        start = -1;
+    }
+    sqlite3_finalize(st);
+    reader_put(s, db);
+    *new_start = any ? start : -2;
+    return 0;
+}

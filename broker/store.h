@@ -1,0 +1,119 @@
+/*
+ * store: the SQLite view of the WAL (partition metadata, batch index,
+ * producer state, topics and configs).
+ *
+ * The view is derived, never primary: every change reaches it as a WAL
+ * record that is already durable, and each transaction also records the WAL
+ * position it reflects (kv 'applied'), so the view is always exactly the
+ * WAL up to that position. At start-up the WAL is replayed from there; with
+ * no database at all, from the oldest segment's preamble snapshot.
+ *
+ * Threads:
+ *  - sk_store_open, _apply_sync, _load, _close: the main thread at start-up
+ *    and shutdown, while no store thread runs.
+ *  - sk_store_submit: the loop; the transaction runs on the store's own
+ *    thread and `done` comes back on the loop.
+ *  - sk_store_read_*: worker threads (each uses its own read connection).
+ * Errors: SK_ERR_IO with a message (SQLite's) in the log.
+ */
+#ifndef STORE_H
+#define STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "meta.h"
+#include "types.h"
+
+/* One WAL record as the view needs it. DATA records carry only what the
+ * batch header says; META and PREAMBLE records carry their payload. */
+typedef struct sk_store_rec {
+    uint8_t type;
+    wal_lsn lsn, end;
+    kc_uuid id;
+    int32_t part;
+    int64_t base, last, max_ts, append_ts;
+    uint32_t len; /* batch bytes */
+    int64_t pid;
+    int16_t epoch;
+    int32_t base_seq;
+    uint8_t *payload; /* META/PREAMBLE, owned (malloc'd) */
+    uint32_t plen;
+} sk_store_rec;
+
+/* Fills rec from a WAL record (copying META/PREAMBLE payloads). Returns 0,
+ * SK_ERR_CORRUPT or SK_ERR_NOMEM. */
+int sk_store_rec_parse(sk_store_rec *rec, wal_lsn lsn, uint8_t type, const uint8_t *payload,
+                       uint32_t len);
+/* Fills rec for a data record from its batch header. */
+struct kb_header;
+void sk_store_rec_data(sk_store_rec *rec, const kc_uuid *id, int32_t part,
+                       const struct kb_header *h, uint32_t batch_len);
+void sk_store_rec_free(sk_store_rec *rec);
+
+sk_store *sk_store_open(const char *path, char *why, size_t whylen);
+void sk_store_close(sk_store *s);
+
+/* End LSN of the WAL the view reflects; 0 for an empty view. */
+wal_lsn sk_store_applied(const sk_store *s);
+bool sk_store_is_empty(const sk_store *s);
+/* Drops everything (the view is ahead of or unrelated to the WAL). */
+int sk_store_reset(sk_store *s);
+
+/* Applies records in one transaction and records `end` as applied. A
+ * PREAMBLE is applied only to an empty view (it is the whole state). */
+int sk_store_apply_sync(sk_store *s, sk_store_rec *recs, size_t n, wal_lsn end);
+
+/* Walks the view's state with the snapshot visitor (start-up loading). */
+int sk_store_load(sk_store *s, const sk_snapshot_visitor *v);
+
+/* A transaction being assembled by the loop. */
+typedef struct sk_store_txn sk_store_txn;
+sk_store_txn *sk_store_txn_new(void);
+/* Takes ownership of rec's payload. */
+int sk_store_txn_add(sk_store_txn *t, sk_store_rec *rec);
+size_t sk_store_txn_count(const sk_store_txn *t);
+void sk_store_txn_free(sk_store_txn *t);
+
+typedef void (*sk_store_done_fn)(void *arg, int err, wal_lsn applied);
+/* Starts the store thread. */
+int sk_store_start(sk_store *s, struct event_base *base);
+/* Applies t on the store thread (taking it), then calls done on the loop
+ * with the end LSN of t's last record as the new applied position. */
+void sk_store_submit(sk_store *s, sk_store_txn *t, sk_store_done_fn done, void *arg);
+/* Applies t on the calling thread (shutdown, after sk_store_drain). */
+int sk_store_txn_apply_sync(sk_store *s, sk_store_txn *t);
+/* Waits for submitted transactions (shutdown). */
+void sk_store_drain(sk_store *s);
+
+/* ---- reads, from worker threads ---- */
+
+typedef struct sk_batch_loc {
+    int64_t base, last, max_ts;
+    wal_lsn lsn;
+    uint32_t len;
+} sk_batch_loc;
+
+/* Batches of a partition holding offsets >= from, in order, until max_bytes
+ * (at least one) or max_n. Returns the count (>= 0) or an error. */
+int sk_store_read_batches(sk_store *s, const kc_uuid *id, int32_t part, int64_t from,
+                          int64_t max_bytes, sk_batch_loc *out, int max_n);
+/* The first batch with base < below_base whose max timestamp >= ts;
+ * returns 1 when found, 0 when none, or an error. */
+int sk_store_find_ts(sk_store *s, const kc_uuid *id, int32_t part, int64_t ts, int64_t below_base,
+                     sk_batch_loc *out);
+/* The batch holding `offset`; 1 found, 0 none, or an error. */
+int sk_store_find_offset(sk_store *s, const kc_uuid *id, int32_t part, int64_t offset,
+                         sk_batch_loc *out);
+/* Lowest WAL LSN any indexed batch still needs (UINT64_MAX if none). */
+int sk_store_min_lsn(sk_store *s, wal_lsn *out);
+/* Where retention moves the log start: batches are deleted from the oldest
+ * while their max timestamp is below cutoff_ts (-1: no time limit) or the
+ * partition holds more than max_bytes (-1: no limit). *new_start is the
+ * base of the first batch kept, -1 when every batch goes, -2 when the
+ * partition has no batch. */
+int sk_store_retention_point(sk_store *s, const kc_uuid *id, int32_t part, int64_t cutoff_ts,
+                             int64_t max_bytes, int64_t *new_start);
+
+#endif

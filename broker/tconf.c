@@ -1,0 +1,227 @@
+#include "tconf.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "meta.h"
+#include "sk_err.h"
+
+static const sk_tconf_def defs[] = {
+    {"cleanup.policy", NULL, "delete",
+     "Only `delete` is supported: Skiff does not compact topics."},
+    {"retention.ms", "log.retention.ms", NULL,
+     "Batches older than this are deleted (-1: forever)."},
+    {"retention.bytes", "log.retention.bytes", NULL,
+     "Per-partition size beyond which the oldest batches are deleted (-1: no limit)."},
+    {"max.message.bytes", "message.max.bytes", NULL, "Largest record batch accepted."},
+    {"message.timestamp.type", "log.message.timestamp.type", NULL,
+     "CreateTime or LogAppendTime."},
+    {"message.timestamp.before.max.ms", "log.message.timestamp.before.max.ms", NULL,
+     "Largest accepted distance of a CreateTime timestamp into the past."},
+    {"message.timestamp.after.max.ms", "log.message.timestamp.after.max.ms", NULL,
+     "Largest accepted distance of a CreateTime timestamp into the future."},
+    {"min.insync.replicas", NULL, "1",
+     "Accepted from 1 to 3: acks=all waits until the batch is durable on the shared volume, "
+     "which is at least as strong as any in-sync replica count."},
+    {"compression.type", NULL, "producer",
+     "Only `producer` is supported: batches are stored as the producer compressed them."},
+};
+#define NDEFS ((int)(sizeof defs / sizeof defs[0]))
+
+int sk_tconf_ndefs(void)
+{
+    return NDEFS;
+}
+
+const sk_tconf_def *sk_tconf_def_at(int i)
+{
+    return i >= 0 && i < NDEFS ? &defs[i] : NULL;
+}
+
+const sk_tconf_def *sk_tconf_find(const char *name, size_t len)
+{
+    for (int i = 0; i < NDEFS; i++)
+        if (strlen(defs[i].name) == len && memcmp(defs[i].name, name, len) == 0)
+            return &defs[i];
+    return NULL;
+}
+
+static bool parse_long(const char *v, size_t n, long long *out)
+{
+    char buf[32];
+    if (n == 0 || n >= sizeof buf)
+        return false;
+    memcpy(buf, v, n);
+    buf[n] = 0;
+    char *end;
+    errno = 0;
+    *out = strtoll(buf, &end, 10);
+    return !*end && !errno;
+}
+
+static bool eq(const char *v, size_t n, const char *lit)
+{
+    return strlen(lit) == n && memcmp(v, lit, n) == 0;
+}
+
+const char *sk_tconf_check(const char *name, size_t nlen, const char *value, size_t vlen)
+{
+    const sk_tconf_def *d = sk_tconf_find(name, nlen);
+    if (!d)
+        return "is not a topic configuration Skiff honours (see docs/topic-configs.md)";
+    long long v;
+    if (strcmp(d->name, "cleanup.policy") == 0)
+        return eq(value, vlen, "delete") ? NULL : "must be delete: Skiff does not compact topics";
+    if (strcmp(d->name, "compression.type") == 0)
+        return eq(value, vlen, "producer")
+                   ? NULL
+                   : "must be producer: Skiff stores batches as produced and never recompresses";
+    if (strcmp(d->name, "message.timestamp.type") == 0)
+        return eq(value, vlen, "CreateTime") || eq(value, vlen, "LogAppendTime")
+                   ? NULL
+                   : "must be CreateTime or LogAppendTime";
+    if (!parse_long(value, vlen, &v))
+        return "is not an integer";
+    if (strcmp(d->name, "retention.ms") == 0 || strcmp(d->name, "retention.bytes") == 0)
+        return v >= -1 ? NULL : "must be -1 or more";
+    if (strcmp(d->name, "max.message.bytes") == 0)
+        return v >= 64 && v <= INT32_MAX ? NULL : "must be between 64 and 2147483647";
+    if (strcmp(d->name, "min.insync.replicas") == 0)
+        return v >= 1 && v <= 3 ? NULL : "must be between 1 and 3";
+    return v >= 0 ? NULL : "must be 0 or more";
+}
+
+void sk_tconf_free(sk_tconf *c)
+{
+    for (int i = 0; i < c->noverrides; i++) {
+        free(c->names[i]);
+        free(c->values[i]);
+    }
+    free(c->names);
+    free(c->values);
+    c->names = c->values = NULL;
+    c->noverrides = 0;
+}
+
+static const char *override_of(const sk_tconf *c, const char *name)
+{
+    for (int i = 0; i < c->noverrides; i++)
+        if (strcmp(c->names[i], name) == 0)
+            return c->values[i];
+    return NULL;
+}
+
+const char *sk_tconf_value(const sk_config *cfg, const sk_tconf *c, int i, char *buf, size_t len,
+                           int *source)
+{
+    const sk_tconf_def *d = &defs[i];
+    const char *o = override_of(c, d->name);
+    if (o) {
+        *source = 1;
+        snprintf(buf, len, "%s", o);
+        return buf;
+    }
+    if (d->broker_prop) {
+        const sk_prop *p = sk_config_find(d->broker_prop);
+        *source = sk_config_is_explicit(cfg, p) ? 2 : 0;
+        return sk_config_get_text(cfg, p, buf, len);
+    }
+    *source = 0;
+    snprintf(buf, len, "%s", d->fixed_default);
+    return buf;
+}
+
+/* Resolves the honoured fields from overrides and broker defaults. */
+static void resolve(const sk_config *cfg, sk_tconf *c)
+{
+    char buf[64];
+    int src;
+    for (int i = 0; i < NDEFS; i++) {
+        const char *v = sk_tconf_value(cfg, c, i, buf, sizeof buf, &src);
+        const char *n = defs[i].name;
+        if (strcmp(n, "retention.ms") == 0)
+            c->retention_ms = strtoll(v, NULL, 10);
+        else if (strcmp(n, "retention.bytes") == 0)
+            c->retention_bytes = strtoll(v, NULL, 10);
+        else if (strcmp(n, "max.message.bytes") == 0)
+            c->max_message_bytes = (int32_t)strtoll(v, NULL, 10);
+        else if (strcmp(n, "message.timestamp.type") == 0)
+            c->log_append_time = strcmp(v, "LogAppendTime") == 0;
+        else if (strcmp(n, "message.timestamp.before.max.ms") == 0)
+            c->ts_before_max_ms = strtoll(v, NULL, 10);
+        else if (strcmp(n, "message.timestamp.after.max.ms") == 0)
+            c->ts_after_max_ms = strtoll(v, NULL, 10);
+    }
+}
+
+int sk_tconf_build(const sk_config *cfg, int n, const char *const *names, const size_t *nlens,
+                   const char *const *values, const size_t *vlens, sk_tconf *out, char *why,
+                   size_t whylen)
+{
+    memset(out, 0, sizeof *out);
+    for (int i = 0; i < n; i++) {
+        const char *reason = sk_tconf_check(names[i], nlens[i], values[i], vlens[i]);
+        if (reason) {
+            snprintf(why, whylen, "Invalid value '%.*s' for configuration %.*s: %s",
+                     (int)(vlens[i] > 200 ? 200 : vlens[i]), values[i],
+                     (int)(nlens[i] > 200 ? 200 : nlens[i]), names[i], reason);
+            if (!sk_tconf_find(names[i], nlens[i]))
+                snprintf(why, whylen, "Unknown or unsupported topic configuration %.*s: %s",
+                         (int)(nlens[i] > 200 ? 200 : nlens[i]), names[i], reason);
+            return SK_KAFKA_INVALID_CONFIG;
+        }
+    }
+    if (n > 0) {
+        out->names = calloc((size_t)n, sizeof(char *));
+        out->values = calloc((size_t)n, sizeof(char *));
+        if (!out->names || !out->values) {
+            sk_tconf_free(out);
+            snprintf(why, whylen, "out of memory");
+            return SK_ERR_NOMEM;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        /* A later duplicate replaces an earlier one. */
+        int slot = out->noverrides;
+        for (int j = 0; j < out->noverrides; j++)
+            if (strlen(out->names[j]) == nlens[i] && memcmp(out->names[j], names[i], nlens[i]) == 0)
+                slot = j;
+        char *nv = strndup(values[i], vlens[i]);
+        if (slot == out->noverrides) {
+            out->names[slot] = strndup(names[i], nlens[i]);
+            out->noverrides++;
+        } else {
+            free(out->values[slot]);
+        }
+        out->values[slot] = nv;
+        if (!out->names[slot] || !nv) {
+            sk_tconf_free(out);
+            snprintf(why, whylen, "out of memory");
+            return SK_ERR_NOMEM;
+        }
+    }
+    resolve(cfg, out);
+    return 0;
+}
+
+int sk_tconf_from_block(const sk_config *cfg, const uint8_t *block, size_t len, sk_tconf *out)
+{
+    sk_conf_iter it;
+    if (sk_conf_iter_init(&it, block, len) != 0)
+        return SK_ERR_CORRUPT;
+    enum { MAXC = 64 };
+    const char *names[MAXC], *values[MAXC];
+    size_t nl[MAXC], vl[MAXC];
+    int n = 0, rc;
+    while ((rc = sk_conf_iter_next(&it, &names[n], &nl[n], &values[n], &vl[n])) == 1)
+        if (++n == MAXC)
+            break;
+    if (rc < 0)
+        return SK_ERR_CORRUPT;
+    char why[256];
+    rc = sk_tconf_build(cfg, n, names, nl, values, vl, out, why, sizeof why);
+    return rc == 0 ? 0 : SK_ERR_CORRUPT;
+}

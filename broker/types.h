@@ -1,0 +1,192 @@
+/*
+ * types: the broker's shared data types, and nothing else.
+ *
+ * A types-only header, so that modules can point at each other's objects
+ * without include cycles. Functions live in each module's own header.
+ * Everything here belongs to the event-loop thread unless a field says
+ * otherwise.
+ */
+#ifndef TYPES_H
+#define TYPES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kc.h"
+#include "wal.h"
+
+struct event;
+struct event_base;
+struct bufferevent;
+struct evconnlistener;
+typedef struct sk_config sk_config;
+typedef struct sk_map sk_map;
+typedef struct sk_workq sk_workq;
+typedef struct sk_arena sk_arena;
+
+typedef struct sk_node sk_node;
+typedef struct sk_conn sk_conn;
+typedef struct sk_req sk_req;
+typedef struct sk_topic sk_topic;
+typedef struct sk_part sk_part;
+typedef struct sk_cbatch sk_cbatch;
+typedef struct sk_pstate sk_pstate;
+typedef struct sk_store sk_store;
+typedef struct sk_fwait sk_fwait;
+typedef struct sk_groups sk_groups;
+
+/* ---- topic configuration ---- */
+
+/* The values Skiff honours, resolved from topic overrides and broker
+ * defaults; plus the overrides as given, for DescribeConfigs. */
+typedef struct sk_tconf {
+    int64_t retention_ms;    /* -1: forever */
+    int64_t retention_bytes; /* -1: no limit */
+    int32_t max_message_bytes;
+    bool log_append_time;
+    int64_t ts_before_max_ms;
+    int64_t ts_after_max_ms;
+    int noverrides;
+    char **names; /* malloc'd, noverrides entries each */
+    char **values;
+} sk_tconf;
+
+/* ---- partitions and topics ---- */
+
+/* One batch in the WAL cache. Invariants: data holds exactly len bytes of a
+ * RecordBatch with its final offsets; entries of a partition are in offset
+ * order in part->cq, and all entries are in LSN order in the node's global
+ * FIFO (gnext). An entry leaves the cache only once the SQLite view covers
+ * its LSN, so every batch below the HW is in the cache or in the view. */
+struct sk_cbatch {
+    sk_part *part;
+    sk_cbatch *gnext;
+    int64_t base, last;
+    int64_t max_ts;
+    wal_lsn lsn;
+    uint32_t len;
+    uint8_t data[];
+};
+
+/* Idempotent producer state of one producer id on one partition: its epoch
+ * and the last five batches (the clients' in-flight limit). */
+#define SK_PSTATE_BATCHES 5
+typedef struct sk_pbatch {
+    int32_t first_seq, last_seq;
+    int64_t base, last;
+    int64_t timestamp; /* LogAppendTime given, or -1 */
+    wal_lsn lsn_end;   /* durable once the WAL's durable LSN reaches it */
+} sk_pbatch;
+
+struct sk_pstate {
+    int64_t pid;
+    int16_t epoch;
+    uint8_t n;    /* batches held (<= SK_PSTATE_BATCHES) */
+    uint8_t head; /* index of the newest */
+    sk_pbatch b[SK_PSTATE_BATCHES];
+    int64_t last_ts; /* wall-clock ms of the last append, for expiry */
+};
+
+struct sk_part {
+    sk_topic *topic;
+    int32_t index;
+    int32_t leader_epoch;
+    int64_t log_start;   /* first offset that can be read */
+    int64_t next_offset; /* next offset to assign (includes appends not durable yet) */
+    int64_t hw;          /* high watermark: end of the durable log */
+    int64_t max_ts;      /* largest batch maxTimestamp, for ListOffsets -3 */
+    int64_t max_ts_base; /* base offset of the batch that holds it */
+    /* cached batches, a ring of pointers in offset order */
+    sk_cbatch **cq;
+    uint32_t cq_head, cq_len, cq_cap;
+    sk_map *producers; /* pid (int64) -> sk_pstate */
+    /* parked fetches to wake when hw moves */
+    sk_fwait **waiters;
+    int nwaiters, capwaiters;
+};
+
+struct sk_topic {
+    char *name;
+    kc_uuid id;
+    int32_t nparts;
+    sk_part **parts;
+    sk_tconf conf;
+    int16_t replication_factor; /* as created, reported to clients */
+};
+
+/* ---- connections and requests ---- */
+
+typedef enum sk_req_state {
+    SK_REQ_RUNNING,  /* handler working or waiting (WAL, long-poll, worker) */
+    SK_REQ_DONE,     /* response encoded in out */
+    SK_REQ_SILENT,   /* finished without a response (acks=0) */
+    SK_REQ_CLOSE,    /* the connection must close once earlier replies are out */
+} sk_req_state;
+
+typedef struct sk_api_entry sk_api_entry;
+
+struct sk_req {
+    sk_conn *conn; /* counted reference; conn->closed may be set meanwhile */
+    sk_req *next;  /* the connection's FIFO, in arrival order */
+    sk_node *node;
+    kc_req_header hdr;
+    const sk_api_entry *entry;
+    int16_t version;
+    bool flexible;
+    sk_req_state state;
+    uint8_t *frame; /* the request bytes (header + body), owned */
+    size_t frame_len;
+    sk_arena *arena; /* everything decoded and built for this request */
+    void *body;      /* decoded request struct */
+    void *resp;      /* response struct, encoded by sk_req_respond */
+    uint8_t *out;    /* encoded response frame (size prefix included) */
+    size_t out_len;
+    int64_t start_us;
+    int pending; /* asynchronous steps outstanding (WAL appends, jobs) */
+    void *hctx;  /* the handler's own state */
+    void (*cleanup)(sk_req *r); /* frees hctx when the request goes */
+};
+
+/* ---- the node ---- */
+
+typedef struct sk_dwait sk_dwait; /* a callback waiting for a durable LSN */
+
+struct sk_node {
+    sk_config *cfg;
+    struct event_base *base;
+    wal *wal;
+    sk_store *store;
+    sk_workq *readers; /* reads of storage and the SQLite view */
+    sk_groups *groups;
+
+    char cluster_id[32];
+    int64_t next_pid;
+
+    sk_map *topics_by_name; /* name -> sk_topic */
+    sk_map *topics_by_id;   /* 16-byte id -> sk_topic */
+
+    /* WAL cache: global FIFO in LSN order */
+    sk_cbatch *cache_head, *cache_tail;
+    size_t cache_bytes;
+    wal_lsn store_applied; /* the SQLite view covers the WAL below this */
+
+    sk_dwait *dwaiters; /* waiting for durability, unordered */
+
+    struct evconnlistener *listeners[8];
+    int nlisteners;
+    int listener_index_of[8]; /* config listener index per evconnlistener */
+    sk_conn *conns;           /* all open connections */
+    size_t nconns;
+    bool stopping;
+    bool paused; /* reading stopped: WAL back-pressure */
+    struct event *retention_ev;
+    struct event *store_flush_ev;
+    struct event *sig_ev[3];
+    int64_t started_ms;
+
+    /* counters for metrics */
+    uint64_t n_requests, n_produced_batches, n_produced_bytes, n_fetched_bytes;
+};
+
+#endif
