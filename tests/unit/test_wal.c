@@ -1,0 +1,1452 @@
+/* WAL: round trips, group commit, recovery of every torn tail, corruption,
+ * segments and preambles, trimming, reads, injected storage faults and
+ * back-pressure, on the POSIX backend in a temporary directory with a real
+ * libevent loop. Ends with a short throughput measurement (printed only). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include <errno.h>
+#include <event2/event.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "sk_err.h"
+#include "sk_log.h"
+#include "sk_time.h"
+#include "wal.h"
+#include "wal_faulty.c"
+
+/* ---- fixture: a temporary directory and an event loop ---- */
+
+struct fx {
+    char dir[64];
+    struct event_base *base;
+};
+
+static int setup(void **state)
+{
+    struct fx *f = calloc(1, sizeof *f);
+    strcpy(f->dir, "/tmp/skiff-test-wal-XXXXXX");
+    if (!mkdtemp(f->dir))
+        return -1;
+    f->base = event_base_new();
+    *state = f;
+    return 0;
+}
+
+static int rm_cb(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void rm_rf(const char *dir)
+{
+    nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static int teardown(void **state)
+{
+    struct fx *f = *state;
+    rm_rf(f->dir);
+    event_base_free(f->base);
+    free(f);
+    return 0;
+}
+
+/* Runs the loop until cond(arg) holds; fails the test after 10 s. */
+static void run_until(struct event_base *base, bool (*cond)(void *), void *arg)
+{
+    int64_t deadline = sk_mono_ms() + 10000;
+    while (!cond(arg)) {
+        assert_true(sk_mono_ms() < deadline);
+        struct timeval tv = {0, 10000};
+        event_base_loopexit(base, &tv);
+        event_base_loop(base, EVLOOP_ONCE);
+    }
+}
+
+/* A few non-blocking loop iterations: lets anything ready run. */
+static void spin(struct event_base *base)
+{
+    for (int i = 0; i < 5; i++)
+        event_base_loop(base, EVLOOP_NONBLOCK);
+}
+
+/* ---- replay and done logs ---- */
+
+struct rec {
+    wal_lsn lsn;
+    uint8_t type;
+    uint32_t len;
+    uint8_t *data;
+};
+
+struct rlog {
+    struct rec *r;
+    size_t n, cap;
+};
+
+static int replay_collect(void *arg, wal_lsn lsn, uint8_t type, const uint8_t *p, uint32_t len)
+{
+    struct rlog *l = arg;
+    if (l->n == l->cap) {
+        l->cap = l->cap ? l->cap * 2 : 64;
+        l->r = realloc(l->r, l->cap * sizeof *l->r);
+    }
+    struct rec *r = &l->r[l->n++];
+    r->lsn = lsn;
+    r->type = type;
+    r->len = len;
+    r->data = malloc(len ? len : 1);
+    memcpy(r->data, p, len);
+    return 0;
+}
+
+static void rlog_free(struct rlog *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        free(l->r[i].data);
+    free(l->r);
+    memset(l, 0, sizeof *l);
+}
+
+/* The records of l that are not preambles. */
+static size_t rlog_user(const struct rlog *l, struct rec **out)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < l->n; i++)
+        if (l->r[i].type != WAL_T_PREAMBLE)
+            out[k++] = &l->r[i];
+    return k;
+}
+
+#define MAXD 4096
+struct dlog {
+    int n;
+    wal_lsn lsn[MAXD];
+    int err[MAXD];
+    int completions[MAXD]; /* storage completions seen when done ran */
+    wal_faulty_ctl *ctl;
+};
+
+static void done_cb(void *arg, int err, wal_lsn lsn)
+{
+    struct dlog *d = arg;
+    assert_true(d->n < MAXD);
+    d->lsn[d->n] = lsn;
+    d->err[d->n] = err;
+    d->completions[d->n] = d->ctl ? d->ctl->completions : 0;
+    d->n++;
+}
+
+struct want {
+    struct dlog *d;
+    int n;
+};
+
+static bool done_reached(void *arg)
+{
+    struct want *w = arg;
+    return w->d->n >= w->n;
+}
+
+static void wait_done(struct event_base *base, struct dlog *d, int n)
+{
+    struct want w = {d, n};
+    run_until(base, done_reached, &w);
+}
+
+static void assert_lsn_order(const struct dlog *d)
+{
+    for (int i = 1; i < d->n; i++)
+        assert_true(d->lsn[i] > d->lsn[i - 1]);
+}
+
+/* ---- payloads ---- */
+
+static uint32_t plen_of(int i)
+{
+    return 10 + (uint32_t)((i * 37) % 200);
+}
+
+static void payload_of(int i, uint8_t *buf, uint32_t len)
+{
+    for (uint32_t k = 0; k < len; k++)
+        buf[k] = (uint8_t)(i * 31 + k * 7 + 1);
+}
+
+static int append_i(wal *w, int i, struct dlog *d, wal_lsn *lsn)
+{
+    uint8_t buf[512];
+    uint32_t len = plen_of(i);
+    payload_of(i, buf, len);
+    return wal_append(w, 10 + (uint8_t)(i % 5), buf, len, d ? done_cb : NULL, d, lsn);
+}
+
+static void check_rec(const struct rec *r, int i)
+{
+    uint8_t buf[512];
+    uint32_t len = plen_of(i);
+    payload_of(i, buf, len);
+    assert_int_equal(r->type, 10 + (i % 5));
+    assert_int_equal(r->len, len);
+    assert_memory_equal(r->data, buf, len);
+}
+
+/* ---- preambles ---- */
+
+struct pre {
+    int calls;
+    wal **w; /* to check that the triggering record is not placed yet */
+    wal_lsn starts[256];
+};
+
+static int preamble_cb(void *arg, wal_lsn start, uint8_t **buf, uint32_t *len)
+{
+    struct pre *p = arg;
+    if (p->w && *p->w)
+        assert_int_equal(wal_end_lsn(*p->w), start);
+    if (p->calls < 256)
+        p->starts[p->calls] = start;
+    p->calls++;
+    char tmp[64];
+    int n = snprintf(tmp, sizeof tmp, "pre@%llu", (unsigned long long)start);
+    *buf = malloc((size_t)n);
+    memcpy(*buf, tmp, (size_t)n);
+    *len = (uint32_t)n;
+    return 0;
+}
+
+/* ---- opening ---- */
+
+static wal_opts opts_default(struct pre *p)
+{
+    wal_opts o = {
+        .segment_bytes = 1 << 20,
+        .max_pending_bytes = 8 << 20,
+        .node_id = 7,
+        .owner_epoch = 3,
+        .preamble = p ? preamble_cb : NULL,
+        .preamble_arg = p,
+    };
+    return o;
+}
+
+static wal *open_ex(struct fx *f, const wal_opts *o, wal_lsn from, struct rlog *l,
+                    wal_faulty_ctl *ctl, wal_storage **stout, int *err, char *why, size_t wl)
+{
+    int e = 0;
+    wal_storage *st = wal_posix_new(f->base, f->dir, &e);
+    assert_non_null(st);
+    if (ctl)
+        st = wal_faulty_new(f->base, st, ctl);
+    if (stout)
+        *stout = st;
+    return wal_open(f->base, st, o, from, l ? replay_collect : NULL, l, err, why, wl);
+}
+
+static wal *open_ok(struct fx *f, const wal_opts *o, wal_lsn from, struct rlog *l,
+                    wal_faulty_ctl *ctl, wal_storage **stout)
+{
+    int err = 0;
+    char why[512] = "";
+    wal *w = open_ex(f, o, from, l, ctl, stout, &err, why, sizeof why);
+    if (!w)
+        fail_msg("wal_open: %s: %s", sk_err_name(err), why);
+    return w;
+}
+
+static void seg_path(struct fx *f, wal_lsn seg, char *out, size_t len)
+{
+    char name[WAL_SEGMENT_NAME_MAX];
+    snprintf(out, len, "%s/%s", f->dir, wal_segment_name(seg, name, sizeof name));
+}
+
+static long file_size(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? (long)st.st_size : -1;
+}
+
+static uint8_t *read_file(const char *path, size_t *len)
+{
+    FILE *fp = fopen(path, "rb");
+    assert_non_null(fp);
+    fseek(fp, 0, SEEK_END);
+    long n = ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    uint8_t *b = malloc((size_t)n + 1);
+    assert_int_equal(fread(b, 1, (size_t)n, fp), (size_t)n);
+    fclose(fp);
+    *len = (size_t)n;
+    return b;
+}
+
+static void write_file(const char *path, const uint8_t *b, size_t len)
+{
+    FILE *fp = fopen(path, "wb");
+    assert_non_null(fp);
+    assert_int_equal(fwrite(b, 1, len, fp), len);
+    fclose(fp);
+}
+
+static void flip_byte(const char *path, long off)
+{
+    int fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    uint8_t c;
+    assert_int_equal(pread(fd, &c, 1, off), 1);
+    c ^= 0x40;
+    assert_int_equal(pwrite(fd, &c, 1, off), 1);
+    close(fd);
+}
+
+/* Appends records [from, to) and waits for them all. */
+static void append_range(struct fx *f, wal *w, int from, int to, wal_lsn *lsns)
+{
+    static struct dlog d;
+    memset(&d, 0, sizeof d);
+    for (int i = from; i < to; i++)
+        assert_int_equal(append_i(w, i, &d, lsns ? &lsns[i] : NULL), 0);
+    wait_done(f->base, &d, to - from);
+    for (int i = 0; i < d.n; i++)
+        assert_int_equal(d.err[i], 0);
+    assert_lsn_order(&d);
+}
+
+static int count_segment_files(struct fx *f)
+{
+    wal_storage *st;
+    int e;
+    st = wal_posix_new(f->base, f->dir, &e);
+    uint64_t *v;
+    size_t n;
+    assert_int_equal(st->ops->list(st, &v, &n), 0);
+    free(v);
+    st->ops->destroy(st);
+    return (int)n;
+}
+
+/* ---- tests ---- */
+
+static void test_roundtrip(void **state)
+{
+    struct fx *f = *state;
+    struct pre p = {0};
+    wal *w = NULL;
+    p.w = &w;
+    wal_opts o = opts_default(&p);
+    struct rlog l = {0};
+    w = open_ok(f, &o, 0, &l, NULL, NULL);
+    assert_int_equal(l.n, 0);
+    assert_int_equal(wal_end_lsn(w), 0);
+
+    static struct dlog d;
+    memset(&d, 0, sizeof d);
+    wal_lsn lsns[100];
+    for (int i = 0; i < 100; i++)
+        assert_int_equal(append_i(w, i, &d, &lsns[i]), 0);
+    assert_int_equal(lsns[0], WAL_SEGMENT_HEADER + WAL_RECORD_HEADER + strlen("pre@0"));
+    assert_true(wal_pending_bytes(w) > 0);
+    wait_done(f->base, &d, 100);
+    assert_lsn_order(&d);
+    for (int i = 0; i < 100; i++) {
+        assert_int_equal(d.err[i], 0);
+        assert_int_equal(d.lsn[i], lsns[i]);
+    }
+    assert_int_equal(wal_durable_lsn(w), wal_end_lsn(w));
+    assert_int_equal(wal_pending_bytes(w), 0);
+    assert_int_equal(p.calls, 1);
+
+    /* Reads verify and copy; a short buffer says how much is needed. */
+    uint8_t buf[512], type;
+    uint32_t len;
+    assert_int_equal(wal_read_record(w, lsns[42], &type, buf, sizeof buf, &len), 0);
+    assert_int_equal(len, plen_of(42));
+    assert_int_equal(wal_read_record(w, lsns[42], &type, buf, 3, &len), SK_ERR_NOMEM);
+    assert_int_equal(len, plen_of(42));
+    assert_int_equal(wal_read_record(w, wal_end_lsn(w), &type, buf, sizeof buf, &len),
+                     SK_ERR_INVAL);
+    assert_int_equal(wal_read_record(w, lsns[42] + 1, &type, buf, sizeof buf, &len),
+                     SK_ERR_CORRUPT);
+    wal_stats s;
+    wal_get_stats(w, &s);
+    assert_int_equal(s.appends, 100);
+    assert_true(s.commits >= 1 && s.commits <= 100);
+    assert_int_equal(s.bytes_written, wal_end_lsn(w));
+    assert_int_equal(s.segments, 1);
+    wal_lsn end = wal_end_lsn(w);
+    wal_close(w);
+    w = NULL;
+
+    w = open_ok(f, &o, 0, &l, NULL, NULL);
+    assert_int_equal(wal_end_lsn(w), end);
+    assert_int_equal(wal_durable_lsn(w), end);
+    assert_int_equal(l.n, 101);
+    assert_int_equal(l.r[0].type, WAL_T_PREAMBLE);
+    assert_int_equal(l.r[0].lsn, WAL_SEGMENT_HEADER);
+    assert_memory_equal(l.r[0].data, "pre@0", 5);
+    for (int i = 0; i < 100; i++) {
+        assert_int_equal(l.r[i + 1].lsn, lsns[i]);
+        check_rec(&l.r[i + 1], i);
+    }
+    rlog_free(&l);
+    /* After recovery the next append starts a new segment. */
+    append_range(f, w, 100, 101, NULL);
+    wal_lsn *segs;
+    size_t n;
+    assert_int_equal(wal_segments_snapshot(w, &segs, &n), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(segs[1], end);
+    free(segs);
+    wal_close(w);
+    w = NULL;
+
+    w = open_ok(f, &o, 0, &l, NULL, NULL);
+    struct rec *u[256];
+    assert_int_equal(rlog_user(&l, u), 101);
+    check_rec(u[100], 100);
+    assert_int_equal(l.n, 103);
+    rlog_free(&l);
+    wal_close(w);
+}
+
+static void test_close_drains(void **state)
+{
+    struct fx *f = *state;
+    wal_opts o = opts_default(NULL);
+    o.preamble = NULL;
+    wal *w = open_ok(f, &o, 0, NULL, NULL, NULL);
+    static struct dlog d;
+    memset(&d, 0, sizeof d);
+    for (int i = 0; i < 50; i++)
+        assert_int_equal(append_i(w, i, &d, NULL), 0);
+    assert_int_equal(d.n, 0);
+    wal_close(w); /* runs the loop until every record is durable */
+    assert_int_equal(d.n, 50);
+    for (int i = 0; i < 50; i++)
+        assert_int_equal(d.err[i], 0);
+    assert_lsn_order(&d);
+    struct rlog l = {0};
+    w = open_ok(f, &o, 0, &l, NULL, NULL);
+    assert_int_equal(l.n, 51);
+    assert_int_equal(l.r[0].len, 0); /* no preamble callback: empty preamble */
+    rlog_free(&l);
+    wal_close(w);
+}
+
+static bool held_is(void *arg)
+{
+    void **a = arg;
+    return wal_faulty_held(a[0]) >= (int)(intptr_t)a[1];
+}
+
+static void wait_held(struct event_base *base, wal_storage *st, int n)
+{
+    void *a[2] = {st, (void *)(intptr_t)n};
+    run_until(base, held_is, a);
+}
+
+static void test_group_commit(void **state)
+{
+    struct fx *f = *state;
+    struct pre p = {0};
+    wal_opts o = opts_default(&p);
+    wal_faulty_ctl ctl = {.hold = true};
+    wal_storage *st;
+    wal *w = open_ok(f, &o, 0, NULL, &ctl, &st);
+    static struct dlog d;
+    memset(&d, 0, sizeof d);
+    d.ctl = &ctl;
+
+    /* The first append starts the segment: its file is created first, and
+     * what arrives meanwhile joins the first write. */
+    assert_int_equal(append_i(w, 0, &d, NULL), 0);
+    wait_held(f->base, st, 1);
+    assert_string_equal(wal_faulty_held_kind(st, 0), "create");
+    assert_int_equal(append_i(w, 1, &d, NULL), 0);
+    assert_int_equal(append_i(w, 2, &d, NULL), 0);
+    wal_faulty_release(st, 0);
+    wait_held(f->base, st, 1);
+    assert_string_equal(wal_faulty_held_kind(st, 0), "write");
+    assert_int_equal(ctl.writes, 1);
+    assert_int_equal(ctl.write_len[0], wal_end_lsn(w));
+
+    /* While write 1 is in flight: 20 appends, from several loop turns. */
+    uint64_t bytes = 0;
+    for (int i = 3; i < 23; i++) {
+        assert_int_equal(append_i(w, i, &d, NULL), 0);
+        bytes += WAL_RECORD_HEADER + plen_of(i);
+        if (i % 5 == 0)
+            spin(f->base);
+    }
+    spin(f->base);
+    assert_int_equal(ctl.writes, 1);
+    assert_int_equal(d.n, 0);
+    wal_faulty_release(st, 0);
+    wait_held(f->base, st, 1); /* write 2, issued as soon as write 1 completed */
+    assert_int_equal(d.n, 3);
+    assert_int_equal(ctl.writes, 2);
+    assert_int_equal(ctl.write_len[1], bytes);
+
+    bytes = 0;
+    for (int i = 23; i < 28; i++) {
+        assert_int_equal(append_i(w, i, &d, NULL), 0);
+        bytes += WAL_RECORD_HEADER + plen_of(i);
+    }
+    spin(f->base);
+    assert_int_equal(d.n, 3);
+    wal_faulty_release(st, 0);
+    wait_held(f->base, st, 1);
+    assert_int_equal(d.n, 23);
+    assert_int_equal(ctl.writes, 3);
+    assert_int_equal(ctl.write_len[2], bytes);
+    wal_faulty_release(st, 0);
+    wait_done(f->base, &d, 28);
+    assert_int_equal(ctl.writes, 3);
+
+    /* LSN order, and each callback only after its own write completed
+     * (completions: 1 create, then writes). */
+    assert_lsn_order(&d);
+    for (int i = 0; i < 28; i++) {
+        assert_int_equal(d.err[i], 0);
+        assert_int_equal(d.completions[i], i < 3 ? 2 : i < 23 ? 3 : 4);
+    }
+    ctl.hold = false;
+    wal_close(w);
+}
+
+/* Writes n records into a fresh WAL; returns the file's bytes. */
+static uint8_t *make_log(struct fx *f, int n, wal_lsn *lsns, size_t *flen)
+{
+    wal_opts o = opts_default(NULL);
+    o.no_preallocate = true;
+    wal *w = open_ok(f, &o, 0, NULL, NULL, NULL);
+    append_range(f, w, 0, n, lsns);
+    wal_close(w);
+    char path[128];
+    seg_path(f, 0, path, sizeof path);
+    return read_file(path, flen);
+}
+
+static void reset_dir(struct fx *f)
+{
+    rm_rf(f->dir);
+    assert_int_equal(mkdir(f->dir, 0755), 0);
+}
+
+/* Opens, expects records [0, n) then `extra` more from index 1000. */
+static void expect_records(struct fx *f, int n, int extra)
+{
+    wal_opts o = opts_default(NULL);
+    struct rlog l = {0};
+    wal *w = open_ok(f, &o, 0, &l, NULL, NULL);
+    struct rec *u[512];
+    size_t k = rlog_user(&l, u);
+    assert_int_equal(k, (size_t)(n + extra));
+    for (int i = 0; i < n; i++)
+        check_rec(u[i], i);
+    for (int i = 0; i < extra; i++)
+        check_rec(u[n + i], 1000 + i);
+    rlog_free(&l);
+    wal_close(w);
+}
+
+static void test_torn_tail_every_length(void **state)
+{
+    struct fx *f = *state;
+    enum { N = 12 }; /* the last record, index 11, has a 17-byte payload */
+    wal_lsn lsns[N];
+    size_t flen;
+    uint8_t *img = make_log(f, N, lsns, &flen);
+    size_t last = (size_t)lsns[N - 1];
+    size_t rlen = WAL_RECORD_HEADER + plen_of(N - 1);
+    assert_int_equal(flen, last + rlen);
+    char path[128];
+    seg_path(f, 0, path, sizeof path);
+    wal_opts o = opts_default(NULL);
+    for (size_t cut = last; cut < last + rlen; cut++) {
+        reset_dir(f);
+        write_file(path, img, cut);
+        struct rlog l = {0};
+        wal *w = open_ok(f, &o, 0, &l, NULL, NULL);
+        struct rec *u[16];
+        assert_int_equal(rlog_user(&l, u), N - 1);
+        rlog_free(&l);
+        assert_int_equal(file_size(path), (long)last);
+        assert_int_equal(wal_end_lsn(w), last);
+        append_range(f, w, 1000, 1001, NULL);
+        wal_close(w);
+        expect_records(f, N - 1, 1);
+    }
+    free(img);
+}
+
+static void test_garbage_and_zero_tails(void **state)
+{
+    struct fx *f = *state;
+    enum { N = 5 };
+    wal_lsn lsns[N];
+    size_t flen;
+    uint8_t *img = make_log(f, N, lsns, &flen);
+    char path[128];
+    seg_path(f, 0, path, sizeof path);
+    uint8_t *big = calloc(1, flen + 8192);
+    memcpy(big, img, flen);
+
+    /* Zeros (as preallocation leaves them). */
+    reset_dir(f);
+    write_file(path, big, flen + 8192);
+    expect_records(f, N, 0);
+    assert_int_equal(file_size(path), (long)flen);
+
+    /* Garbage, and a header that claims an absurd length. */
+    uint64_t x = 88172645463325252ull;
+    for (size_t i = flen; i < flen + 8192; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        big[i] = (uint8_t)x;
+    }
+    reset_dir(f);
+    write_file(path, big, flen + 8192);
+    expect_records(f, N, 0);
+    assert_int_equal(file_size(path), (long)flen);
+    memset(big + flen, 0xff, 9);
+    reset_dir(f);
+    write_file(path, big, flen + 8192);
+    expect_records(f, N, 0);
+    assert_int_equal(file_size(path), (long)flen);
+
+    /* A stale copy of a valid record at a wrong position is rejected: the
+     * CRC covers the LSN. */
+    memcpy(big + flen, img + lsns[1], WAL_RECORD_HEADER + plen_of(1));
+    reset_dir(f);
+    write_file(path, big, flen + WAL_RECORD_HEADER + plen_of(1));
+    expect_records(f, N, 0);
+    free(big);
+    free(img);
+}
+
+static void test_bad_crc_last_segment(void **state)
+{
+    struct fx *f = *state;
+    enum { N = 6 };
+    wal_lsn lsns[N];
+    size_t flen;
+    free(make_log(f, N, lsns, &flen));
+    char path[128];
+    seg_path(f, 0, path, sizeof path);
+    flip_byte(path, (long)lsns[3] + WAL_RECORD_HEADER + 2);
+    wal_opts o = opts_default(NULL);
+    struct rlog l = {0};
+    wal *w = open_ok(f, &o, 0, &l, NULL, NULL);
+    struct rec *u[16];
+    assert_int_equal(rlog_user(&l, u), 3);
+    rlog_free(&l);
+    assert_int_equal(file_size(path), (long)lsns[3]);
+    append_range(f, w, 1000, 1001, NULL);
+    wal_close(w);
+    expect_records(f, 3, 1);
+}
+
+/* Several segments of about 1 KiB. */
+static wal *open_small(struct fx *f, struct pre *p, wal_faulty_ctl *ctl, wal_storage **st,
+                       struct rlog *l, wal_lsn from)
+{
+    wal_opts o = opts_default(p);
+    o.segment_bytes = 1024;
+    return open_ok(f, &o, from, l, ctl, st);
+}
+
+static void test_bad_crc_earlier_segment(void **state)
+{
+    struct fx *f = *state;
+    struct pre p = {0};
+    wal_lsn lsns[40];
+    wal *w = open_small(f, &p, NULL, NULL, NULL, 0);
+    append_range(f, w, 0, 40, lsns);
+    wal_close(w);
+    assert_true(p.calls >= 3);
+    char path[128];
+    seg_path(f, 0, path, sizeof path);
+    flip_byte(path, (long)lsns[2] + WAL_RECORD_HEADER);
+
+    wal_opts o = opts_default(&p);
+    o.segment_bytes = 1024;
+    int err = 0;
+    char why[512] = "";
+    struct rlog l = {0};
+    w = open_ex(f, &o, 0, &l, NULL, NULL, &err, why, sizeof why);
+    assert_null(w);
+    assert_int_equal(err, SK_ERR_CORRUPT);
+    assert_non_null(strstr(why, "00000000000000000000.wal"));
+    char at[64];
+    snprintf(at, sizeof at, "offset %llu", (unsigned long long)lsns[2]);
+    assert_non_null(strstr(why, at));
+    assert_non_null(strstr(why, "CRC"));
+    rlog_free(&l);
+
+    /* A damaged header of an earlier segment, and a file whose name does
+     * not match the start LSN inside it. */
+    flip_byte(path, (long)lsns[2] + WAL_RECORD_HEADER);
+    flip_byte(path, 20);
+    w = open_ex(f, &o, 0, NULL, NULL, NULL, &err, why, sizeof why);
+    assert_null(w);
+    assert_int_equal(err, SK_ERR_CORRUPT);
+    assert_non_null(strstr(why, "header"));
+    flip_byte(path, 20);
+    char other[128];
+    seg_path(f, p.starts[1], other, sizeof other);
+    seg_path(f, p.starts[1] + 1, path, sizeof path);
+    assert_int_equal(rename(other, path), 0);
+    w = open_ex(f, &o, 0, NULL, NULL, NULL, &err, why, sizeof why);
+    assert_null(w);
+    assert_int_equal(err, SK_ERR_CORRUPT);
+    assert_int_equal(rename(path, other), 0);
+
+    /* A segment cut short in the middle of the log. */
+    uint8_t *b;
+    size_t blen;
+    seg_path(f, p.starts[1], path, sizeof path);
+    b = read_file(path, &blen);
+    write_file(path, b, blen - 1);
+    free(b);
+    w = open_ex(f, &o, 0, NULL, NULL, NULL, &err, why, sizeof why);
+    assert_null(w);
+    assert_int_equal(err, SK_ERR_CORRUPT);
+    assert_non_null(strstr(why, "truncated record"));
+}
+
+static void test_roll_preamble_replay_from(void **state)
+{
+    struct fx *f = *state;
+    struct pre p = {0};
+    wal *w = NULL;
+    p.w = &w;
+    wal_lsn lsns[80];
+    w = open_small(f, &p, NULL, NULL, NULL, 0);
+    append_range(f, w, 0, 60, lsns);
+    int segs_before = p.calls;
+    assert_true(segs_before >= 5);
+    /* Every segment reached segment_bytes before the next one started. */
+    for (int i = 1; i < p.calls; i++)
+        assert_true(p.starts[i] - p.starts[i - 1] >= 1024);
+    wal_lsn end = wal_end_lsn(w);
+    wal_roll(w);
+    append_range(f, w, 60, 61, lsns);
+    assert_int_equal(p.calls, segs_before + 1);
+    assert_int_equal(p.starts[segs_before], end);
+    int plen = snprintf(NULL, 0, "pre@%llu", (unsigned long long)end);
+    assert_int_equal(lsns[60], end + WAL_SEGMENT_HEADER + WAL_RECORD_HEADER + (wal_lsn)plen);
+    wal_stats s;
+    wal_get_stats(w, &s);
+    assert_int_equal(s.segments, (uint64_t)p.calls);
+    wal_close(w);
+    w = NULL;
+
+    /* Full replay: each segment opens with its own preamble. */
+    struct rlog l = {0};
+    struct pre p2 = {0};
+    w = open_small(f, &p2, NULL, NULL, &l, 0);
+    int seen = 0, k = 0;
+    for (size_t i = 0; i < l.n; i++) {
+        if (l.r[i].type == WAL_T_PREAMBLE) {
+            assert_int_equal(l.r[i].lsn, p.starts[seen] + WAL_SEGMENT_HEADER);
+            char tmp[64];
+            int n = snprintf(tmp, sizeof tmp, "pre@%llu", (unsigned long long)p.starts[seen]);
+            assert_int_equal(l.r[i].len, n);
+            assert_memory_equal(l.r[i].data, tmp, n);
+            seen++;
+        } else {
+            assert_int_equal(l.r[i].lsn, lsns[k]);
+            check_rec(&l.r[i], k);
+            k++;
+        }
+    }
+    assert_int_equal(seen, p.calls);
+    assert_int_equal(k, 61);
+    rlog_free(&l);
+    wal_close(w);
+
+    /* From the middle of the stream: exactly the records from there on. */
+    w = open_small(f, &p2, NULL, NULL, &l, lsns[30]);
+    assert_int_equal(l.r[0].lsn, lsns[30]);
+    struct rec *u[128];
+    assert_int_equal(rlog_user(&l, u), 31);
+    for (int i = 0; i < 31; i++)
+        check_rec(u[i], 30 + i);
+    rlog_free(&l);
+    wal_close(w);
+
+    /* From before the first retained segment: everything. */
+    w = open_small(f, &p2, NULL, NULL, &l, 0);
+    assert_int_equal(rlog_user(&l, u), 61);
+    rlog_free(&l);
+    wal_close(w);
+}
+
+struct reader_arg {
+    wal *w;
+    wal_lsn *lsns;
+    int n;
+    _Atomic int stop;
+    int ok, noent, bad;
+};
+
+static void *reader_main(void *arg)
+{
+    struct reader_arg *a = arg;
+    uint8_t buf[512], type;
+    uint32_t len;
+    do {
+        for (int i = 0; i < a->n; i++) {
+            int rc = wal_read_record(a->w, a->lsns[i], &type, buf, sizeof buf, &len);
+            if (rc == 0 && len == plen_of(i))
+                a->ok++;
+            else if (rc == SK_ERR_NOENT)
+                a->noent++;
+            else
+                a->bad++;
+        }
+    } while (!a->stop);
+    return NULL;
+}
+
+static bool removed_at_least(void *arg)
+{
+    void **a = arg;
+    wal_stats s;
+    wal_get_stats(a[0], &s);
+    return s.segments_removed >= (uint64_t)(intptr_t)a[1];
+}
+
+static void wait_removed(struct event_base *base, wal *w, int n)
+{
+    void *a[2] = {w, (void *)(intptr_t)n};
+    run_until(base, removed_at_least, a);
+}
+
+static void test_trim_and_read(void **state)
+{
+    struct fx *f = *state;
+    struct pre p = {0};
+    wal_lsn lsns[60];
+    wal *w = open_small(f, &p, NULL, NULL, NULL, 0);
+    append_range(f, w, 0, 60, lsns);
+    int nseg = p.calls;
+    assert_int_equal(count_segment_files(f), nseg);
+
+    /* A reader thread keeps reading every record while segments go. */
+    struct reader_arg ra = {.w = w, .lsns = lsns, .n = 60};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, reader_main, &ra), 0);
+
+    /* Segments wholly below record 40 go; the one holding it stays. */
+    int below = 0;
+    while (below + 1 < nseg && p.starts[below + 1] <= lsns[40])
+        below++;
+    assert_true(below >= 2);
+    wal_trim(w, lsns[40]);
+    wait_removed(f->base, w, below);
+    spin(f->base);
+    wal_stats s;
+    wal_get_stats(w, &s);
+    assert_int_equal(s.segments_removed, below);
+    assert_int_equal(s.segments, nseg - below);
+    assert_int_equal(wal_start_lsn(w), p.starts[below]);
+    assert_int_equal(count_segment_files(f), nseg - below);
+
+    uint8_t buf[512], type;
+    uint32_t len;
+    assert_int_equal(wal_read_record(w, lsns[0], &type, buf, sizeof buf, &len), SK_ERR_NOENT);
+    assert_int_equal(wal_read_record(w, lsns[40], &type, buf, sizeof buf, &len), 0);
+    assert_int_equal(type, 10 + 40 % 5);
+    uint8_t expect[512];
+    payload_of(40, expect, plen_of(40));
+    assert_memory_equal(buf, expect, plen_of(40));
+
+    /* Everything: the last segment always stays. */
+    wal_trim(w, UINT64_MAX);
+    wait_removed(f->base, w, nseg - 1);
+    ra.stop = 1;
+    pthread_join(th, NULL);
+    assert_int_equal(ra.bad, 0);
+    assert_true(ra.ok > 0);
+    assert_int_equal(count_segment_files(f), 1);
+    assert_int_equal(wal_start_lsn(w), p.starts[nseg - 1]);
+    assert_int_equal(wal_read_record(w, lsns[40], &type, buf, sizeof buf, &len), SK_ERR_NOENT);
+    assert_int_equal(wal_read_record(w, lsns[59], &type, buf, sizeof buf, &len), 0);
+    wal_lsn end = wal_end_lsn(w);
+    wal_close(w);
+
+    struct rlog l = {0};
+    w = open_small(f, &p, NULL, NULL, &l, 0);
+    assert_int_equal(wal_start_lsn(w), p.starts[nseg - 1]);
+    assert_int_equal(wal_end_lsn(w), end);
+    assert_int_equal(l.r[0].lsn, p.starts[nseg - 1] + WAL_SEGMENT_HEADER);
+    struct rec *u[64];
+    size_t k = rlog_user(&l, u);
+    assert_true(k > 0);
+    check_rec(u[k - 1], 59);
+    rlog_free(&l);
+    wal_close(w);
+}
+
+/* Fault tests: record 0 durable first, then records 1..3 meet the fault. */
+static void fault_case(struct fx *f, wal_faulty_ctl *ctl, int expect_err)
+{
+    wal_storage *st;
+    wal *w = open_ok(f, &(wal_opts){.segment_bytes = 1 << 20, .max_pending_bytes = 1 << 20}, 0,
+                     NULL, ctl, &st);
+    static struct dlog d;
+    memset(&d, 0, sizeof d);
+    assert_int_equal(append_i(w, 0, &d, NULL), 0);
+    wait_done(f->base, &d, 1);
+    assert_int_equal(d.err[0], 0);
+    ctl->hold = true;
+    assert_int_equal(append_i(w, 1, &d, NULL), 0);
+    wait_held(f->base, st, 1); /* the faulty write, in flight */
+    assert_int_equal(append_i(w, 2, &d, NULL), 0);
+    assert_int_equal(append_i(w, 3, &d, NULL), 0);
+    spin(f->base);
+    assert_int_equal(d.n, 1);
+    wal_faulty_release(st, 0);
+    wait_done(f->base, &d, 4);
+    for (int i = 1; i < 4; i++)
+        assert_int_equal(d.err[i], expect_err);
+    assert_lsn_order(&d);
+    assert_true(wal_failed(w));
+    assert_int_equal(wal_pending_bytes(w), 0);
+    assert_int_equal(append_i(w, 4, &d, NULL), SK_ERR_IO);
+    spin(f->base);
+    assert_int_equal(d.n, 4);
+    assert_int_equal(ctl->writes, 2);
+    ctl->hold = false;
+    wal_close(w);
+}
+
+static void test_fault_write_eio(void **state)
+{
+    struct fx *f = *state;
+    wal_faulty_ctl ctl = {.fail_write_at = 2};
+    fault_case(f, &ctl, SK_ERR_IO);
+    expect_records(f, 1, 0);
+}
+
+static void test_fault_sync_eio(void **state)
+{
+    struct fx *f = *state;
+    wal_faulty_ctl ctl = {.fail_sync_at = 2, .err = SK_ERR_FENCED};
+    fault_case(f, &ctl, SK_ERR_FENCED);
+    /* Written but never synced: it may or may not be there after a crash;
+     * here the page cache still has it. Whatever is there is whole. */
+    wal_opts o = opts_default(NULL);
+    struct rlog l = {0};
+    wal *w = open_ok(f, &o, 0, &l, NULL, NULL);
+    struct rec *u[8];
+    size_t k = rlog_user(&l, u);
+    assert_true(k == 1 || k == 2);
+    for (size_t i = 0; i < k; i++)
+        check_rec(u[i], (int)i);
+    rlog_free(&l);
+    wal_close(w);
+}
+
+static void test_fault_short_write(void **state)
+{
+    struct fx *f = *state;
+    wal_faulty_ctl ctl = {.short_write_at = 2, .short_write_bytes = 15};
+    fault_case(f, &ctl, SK_ERR_IO);
+    char path[128];
+    seg_path(f, 0, path, sizeof path);
+    long before = file_size(path);
+    wal_opts o = opts_default(NULL);
+    o.no_preallocate = true;
+    wal *w = open_ok(f, &o, 0, NULL, NULL, NULL);
+    long cut = file_size(path);
+    assert_true(cut < before);
+    append_range(f, w, 1000, 1001, NULL);
+    wal_close(w);
+    expect_records(f, 1, 1);
+}
+
+static void test_fault_create(void **state)
+{
+    struct fx *f = *state;
+    wal_faulty_ctl ctl = {.fail_create_at = 1};
+    wal_storage *st;
+    wal_opts o = opts_default(NULL);
+    wal *w = open_ok(f, &o, 0, NULL, &ctl, &st);
+    static struct dlog d;
+    memset(&d, 0, sizeof d);
+    assert_int_equal(append_i(w, 0, &d, NULL), 0);
+    assert_int_equal(append_i(w, 1, &d, NULL), 0);
+    wait_done(f->base, &d, 2);
+    assert_int_equal(d.err[0], SK_ERR_IO);
+    assert_int_equal(d.err[1], SK_ERR_IO);
+    assert_true(wal_failed(w));
+    assert_int_equal(ctl.writes, 0);
+    wal_close(w);
+}
+
+/* Completions of different operations arrive in other orders than issued. */
+static void test_reordered_completions(void **state)
+{
+    struct fx *f = *state;
+    struct pre p = {0};
+    wal_faulty_ctl ctl = {0};
+    wal_storage *st;
+    wal_lsn lsns[80];
+    wal *w = open_small(f, &p, &ctl, &st, NULL, 0);
+    append_range(f, w, 0, 40, lsns);
+    /* A fresh segment, so that the next appends need no create. */
+    wal_roll(w);
+    append_range(f, w, 40, 41, lsns);
+
+    static struct dlog d;
+    memset(&d, 0, sizeof d);
+    ctl.hold = true;
+    wal_trim(w, lsns[35]); /* removes segments, oldest first */
+    assert_int_equal(append_i(w, 41, &d, NULL), 0);
+    wait_held(f->base, st, 2);
+    assert_string_equal(wal_faulty_held_kind(st, 0), "remove");
+    assert_string_equal(wal_faulty_held_kind(st, 1), "write");
+    uint8_t buf[512], type;
+    uint32_t len;
+    /* Trimmed at once for readers, even before the file is gone. */
+    assert_int_equal(wal_read_record(w, lsns[0], &type, buf, sizeof buf, &len), SK_ERR_NOENT);
+    wal_faulty_release(st, 1); /* the write completes first */
+    wait_done(f->base, &d, 1);
+    assert_int_equal(d.err[0], 0);
+    wal_stats s;
+    wal_get_stats(w, &s);
+    assert_int_equal(s.segments_removed, 0);
+    wal_faulty_release(st, 0); /* then the remove */
+    wait_removed(f->base, w, 1);
+    wait_held(f->base, st, 1); /* the next remove, issued after the first */
+    assert_string_equal(wal_faulty_held_kind(st, 0), "remove");
+
+    /* A write issued while that remove is held completes before it. */
+    assert_int_equal(append_i(w, 42, &d, NULL), 0);
+    wait_held(f->base, st, 2);
+    assert_string_equal(wal_faulty_held_kind(st, 1), "write");
+    wal_faulty_release(st, 1);
+    wait_done(f->base, &d, 2);
+    ctl.hold = false;
+    wal_faulty_release_all(st);
+    wait_removed(f->base, w, 2);
+
+    /* Delayed completions under a stream of appends and trims. */
+    ctl.delay_ms = 2;
+    for (int i = 43; i < 80; i++) {
+        assert_int_equal(append_i(w, i, &d, &lsns[i]), 0);
+        if (i % 10 == 0) {
+            wal_trim(w, lsns[i - 15]);
+            spin(f->base);
+        }
+    }
+    wait_done(f->base, &d, 2 + 80 - 43);
+    for (int i = 0; i < d.n; i++)
+        assert_int_equal(d.err[i], 0);
+    assert_lsn_order(&d);
+    wal_close(w);
+
+    struct rlog l = {0};
+    struct pre p2 = {0};
+    w = open_small(f, &p2, NULL, NULL, &l, 0);
+    struct rec *u[128];
+    size_t k = rlog_user(&l, u);
+    assert_true(k > 0);
+    check_rec(u[k - 1], 79);
+    rlog_free(&l);
+    wal_close(w);
+}
+
+static bool completions_reached(void *arg)
+{
+    void **a = arg;
+    return ((wal_faulty_ctl *)a[0])->completions >= (int)(intptr_t)a[1];
+}
+
+/* A failed remove stops trimming (no retry storm) until the next wal_trim. */
+static void test_fault_remove_retry(void **state)
+{
+    struct fx *f = *state;
+    struct pre p = {0};
+    wal_faulty_ctl ctl = {.fail_remove_at = 1};
+    wal_storage *st;
+    wal_lsn lsns[40];
+    wal *w = open_small(f, &p, &ctl, &st, NULL, 0);
+    append_range(f, w, 0, 40, lsns);
+    int nseg = p.calls;
+    wal_trim(w, UINT64_MAX);
+    void *a[2] = {&ctl, (void *)(intptr_t)(ctl.completions + 1)};
+    run_until(f->base, completions_reached, a);
+    spin(f->base);
+    wal_stats s;
+    wal_get_stats(w, &s);
+    assert_int_equal(s.segments_removed, 0);
+    assert_int_equal(ctl.removes, 1);
+    assert_int_equal(count_segment_files(f), nseg);
+    uint8_t buf[512], type;
+    uint32_t len;
+    assert_int_equal(wal_read_record(w, lsns[0], &type, buf, sizeof buf, &len), SK_ERR_NOENT);
+    wal_trim(w, UINT64_MAX);
+    wait_removed(f->base, w, nseg - 1);
+    assert_int_equal(count_segment_files(f), 1);
+    wal_close(w);
+}
+
+static void test_staging_cap(void **state)
+{
+    struct fx *f = *state;
+    wal_faulty_ctl ctl = {.hold = true};
+    wal_storage *st;
+    wal_opts o = opts_default(NULL);
+    o.max_pending_bytes = 4096;
+    wal *w = open_ok(f, &o, 0, NULL, &ctl, &st);
+    static struct dlog d;
+    memset(&d, 0, sizeof d);
+    uint8_t big[1000];
+    memset(big, 7, sizeof big);
+    int accepted = 0;
+    for (;;) {
+        wal_lsn end = wal_end_lsn(w);
+        int rc = wal_append(w, 9, big, sizeof big, done_cb, &d, NULL);
+        if (rc == SK_ERR_AGAIN) {
+            assert_int_equal(wal_end_lsn(w), end); /* nothing appended */
+            break;
+        }
+        assert_int_equal(rc, 0);
+        accepted++;
+    }
+    assert_int_equal(accepted, 4); /* 40 + 9 + 4 * 1009 <= 4096 */
+    assert_true(wal_pending_bytes(w) <= 4096);
+    wait_held(f->base, st, 1);
+    assert_string_equal(wal_faulty_held_kind(st, 0), "create");
+    assert_int_equal(d.n, 0);
+    wal_faulty_release_all(st);
+    wait_held(f->base, st, 1);
+    assert_string_equal(wal_faulty_held_kind(st, 0), "write");
+    wal_faulty_release_all(st);
+    wait_done(f->base, &d, 4);
+    assert_int_equal(wal_pending_bytes(w), 0);
+
+    /* With nothing pending, even a record over the cap goes in. */
+    uint8_t *huge = calloc(1, 10000);
+    assert_int_equal(wal_append(w, 9, huge, 10000, done_cb, &d, NULL), 0);
+    assert_int_equal(wal_append(w, 9, big, 10, done_cb, &d, NULL), SK_ERR_AGAIN);
+    free(huge);
+    wait_held(f->base, st, 1);
+    wal_faulty_release_all(st);
+    wait_done(f->base, &d, 5);
+
+    /* Invalid records. */
+    assert_int_equal(wal_append(w, 0, big, 10, NULL, NULL, NULL), SK_ERR_INVAL);
+    struct iovec iov = {.iov_base = big, .iov_len = (size_t)WAL_MAX_RECORD + 1};
+    assert_int_equal(wal_appendv(w, 9, &iov, 1, NULL, NULL, NULL), SK_ERR_INVAL);
+    ctl.hold = false;
+    wal_close(w);
+}
+
+static void test_appendv_pieces(void **state)
+{
+    struct fx *f = *state;
+    wal_opts o = opts_default(NULL);
+    wal *w = open_ok(f, &o, 0, NULL, NULL, NULL);
+    static struct dlog d;
+    memset(&d, 0, sizeof d);
+    uint8_t whole[300];
+    payload_of(3, whole, sizeof whole);
+    struct iovec iov[3] = {{whole, 1}, {whole + 1, 0}, {whole + 1, 299}};
+    wal_lsn lsn;
+    assert_int_equal(wal_appendv(w, 12, iov, 3, done_cb, &d, &lsn), 0);
+    wait_done(f->base, &d, 1);
+    uint8_t buf[300], type;
+    uint32_t len;
+    assert_int_equal(wal_read_record(w, lsn, &type, buf, sizeof buf, &len), 0);
+    assert_int_equal(type, 12);
+    assert_int_equal(len, 300);
+    assert_memory_equal(buf, whole, 300);
+    wal_close(w);
+}
+
+static int preamble_fails_once(void *arg, wal_lsn start, uint8_t **buf, uint32_t *len)
+{
+    int *calls = arg;
+    if ((*calls)++ == 0)
+        return SK_ERR_NOMEM;
+    *buf = malloc(1);
+    **buf = 'p';
+    *len = 1;
+    return 0;
+}
+
+/* A preamble that cannot be built fails the append and changes nothing. */
+static void test_preamble_error(void **state)
+{
+    struct fx *f = *state;
+    int calls = 0;
+    wal_opts o = opts_default(NULL);
+    o.preamble = preamble_fails_once;
+    o.preamble_arg = &calls;
+    wal *w = open_ok(f, &o, 0, NULL, NULL, NULL);
+    assert_int_equal(append_i(w, 0, NULL, NULL), SK_ERR_NOMEM);
+    assert_int_equal(wal_end_lsn(w), 0);
+    assert_int_equal(wal_pending_bytes(w), 0);
+    wal_lsn *segs;
+    size_t n;
+    assert_int_equal(wal_segments_snapshot(w, &segs, &n), 0);
+    assert_int_equal(n, 0);
+    free(segs);
+    append_range(f, w, 0, 1, NULL);
+    assert_int_equal(calls, 2);
+    wal_close(w);
+    expect_records(f, 1, 0);
+}
+
+/* A crash while a new segment was being started leaves its file without a
+ * complete header, or without a complete preamble: it is reused. */
+static void test_unfinished_last_segment(void **state)
+{
+    struct fx *f = *state;
+    struct pre p = {0};
+    wal_lsn lsns[40];
+    wal *w = open_small(f, &p, NULL, NULL, NULL, 0);
+    append_range(f, w, 0, 40, lsns);
+    wal_close(w);
+    int nseg = p.calls;
+    wal_lsn lastseg = p.starts[nseg - 1];
+    int in_last = 0;
+    for (int i = 0; i < 40; i++)
+        in_last += lsns[i] >= lastseg;
+    char path[128];
+    seg_path(f, lastseg, path, sizeof path);
+    size_t blen;
+    uint8_t *img = read_file(path, &blen);
+
+    size_t cuts[] = {0, 20, WAL_SEGMENT_HEADER, WAL_SEGMENT_HEADER + 5};
+    for (size_t c = 0; c < sizeof cuts / sizeof cuts[0]; c++) {
+        write_file(path, img, cuts[c]);
+        struct rlog l = {0};
+        struct pre p2 = {0};
+        w = open_small(f, &p2, NULL, NULL, &l, 0);
+        struct rec *u[64];
+        assert_int_equal(rlog_user(&l, u), (size_t)(40 - in_last));
+        rlog_free(&l);
+        assert_int_equal(wal_end_lsn(w), lastseg);
+        assert_int_equal(file_size(path), 0);
+        /* The next append rewrites the segment from its start; a roll asked
+         * for now is satisfied by that segment. */
+        wal_roll(w);
+        append_range(f, w, 40 - in_last, 40, NULL);
+        assert_int_equal(p2.calls, 1);
+        assert_int_equal(p2.starts[0], lastseg);
+        wal_close(w);
+        w = open_small(f, &p2, NULL, NULL, &l, 0);
+        assert_int_equal(rlog_user(&l, u), 40);
+        for (int i = 0; i < 40; i++)
+            check_rec(u[i], i);
+        rlog_free(&l);
+        wal_close(w);
+    }
+    free(img);
+}
+
+static void test_storage_url(void **state)
+{
+    struct fx *f = *state;
+    char why[256] = "", url[128];
+    snprintf(url, sizeof url, "file://%s/abs", f->dir);
+    wal_storage *st = wal_storage_open(f->base, url, why, sizeof why);
+    assert_non_null(st);
+    assert_string_equal(st->ops->name, "posix");
+    st->ops->destroy(st);
+    struct stat sb;
+    char path[128];
+    snprintf(path, sizeof path, "%s/abs", f->dir);
+    assert_int_equal(stat(path, &sb), 0);
+
+    char cwd[512];
+    assert_non_null(getcwd(cwd, sizeof cwd));
+    assert_int_equal(chdir(f->dir), 0);
+    st = wal_storage_open(f->base, "file://rel/dir", why, sizeof why);
+    assert_non_null(st);
+    st->ops->destroy(st);
+    assert_int_equal(chdir(cwd), 0);
+    snprintf(path, sizeof path, "%s/rel/dir", f->dir);
+    assert_int_equal(stat(path, &sb), 0);
+
+    assert_null(wal_storage_open(f->base, "s3://bucket/wal", why, sizeof why));
+    assert_non_null(strstr(why, "unsupported WAL URL scheme"));
+    assert_null(wal_storage_open(f->base, "nfs://127.0.0.1/export/wal?version=3", why,
+                                 sizeof why));
+    assert_non_null(strstr(why, "unsupported WAL URL scheme 'nfs'"));
+    assert_null(wal_storage_open(f->base, "/plain/path", why, sizeof why));
+    assert_non_null(strstr(why, "no scheme"));
+    assert_null(wal_storage_open(f->base, "file://", why, sizeof why));
+
+    uint64_t v;
+    assert_true(wal_segment_parse("00000000000000001234.wal", &v));
+    assert_int_equal(v, 1234);
+    assert_false(wal_segment_parse("0000000000000001234.wal", &v));
+    assert_false(wal_segment_parse("00000000000000001234.wal.tmp", &v));
+    assert_false(wal_segment_parse("99999999999999999999.wal", &v));
+}
+
+/* ---- measurement (printed, never asserted) ---- */
+
+struct bench {
+    wal *w;
+    struct event *ev;
+    uint8_t payload[1024];
+    uint64_t done, commits_seen;
+    int64_t lat[65536];
+    int nlat;
+    int window; /* 0: appends at max rate; else that many records in flight */
+    bool stop;
+};
+
+static void bench_done(void *arg, int err, wal_lsn lsn)
+{
+    (void)lsn;
+    struct bench *b = arg;
+    assert_int_equal(err, 0);
+    b->done++;
+    wal_stats s;
+    wal_get_stats(b->w, &s);
+    if (s.commits != b->commits_seen) {
+        b->commits_seen = s.commits;
+        if (b->nlat < 65536)
+            b->lat[b->nlat++] = s.last_commit_us;
+    }
+    /* Closed loop: each acknowledged record lets its producer send the next. */
+    if (b->window && !b->stop)
+        wal_append(b->w, 9, b->payload, sizeof b->payload, bench_done, b, NULL);
+}
+
+/* Each loop turn appends a burst, as connections would, until the staging
+ * cap pushes back. */
+static void bench_turn(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct bench *b = arg;
+    if (b->stop)
+        return;
+    for (int i = 0; i < 64; i++)
+        if (wal_append(b->w, 9, b->payload, sizeof b->payload, bench_done, b, NULL) != 0)
+            break;
+    struct timeval zero = {0, 0};
+    event_add(b->ev, &zero); /* next loop turn, after IO completions */
+}
+
+static int cmp64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void bench_run(struct fx *f, bool prealloc, int window)
+{
+    reset_dir(f);
+    wal_opts o = {.segment_bytes = 64 << 20, .max_pending_bytes = 4 << 20,
+                  .no_preallocate = !prealloc};
+    wal *w = open_ok(f, &o, 0, NULL, NULL, NULL);
+    struct bench *b = calloc(1, sizeof *b);
+    b->w = w;
+    b->ev = event_new(f->base, -1, 0, bench_turn, b);
+    b->window = window;
+    const char *env = getenv("WAL_BENCH_MS");
+    int64_t ms = env ? atoi(env) : 1000;
+    /* The first segment is created before the clock starts. */
+    append_range(f, w, 0, 1, NULL);
+    wal_stats s0;
+    wal_get_stats(w, &s0);
+    int64_t t0 = sk_mono_us();
+    struct timeval zero = {0, 0};
+    if (window)
+        for (int i = 0; i < window; i++)
+            wal_append(w, 9, b->payload, sizeof b->payload, bench_done, b, NULL);
+    else
+        event_add(b->ev, &zero);
+    while (sk_mono_us() - t0 < ms * 1000)
+        event_base_loop(f->base, EVLOOP_ONCE);
+    b->stop = true;
+    uint64_t done = b->done;
+    double secs = (double)(sk_mono_us() - t0) / 1e6;
+    wal_stats s;
+    wal_get_stats(w, &s);
+    wal_close(w);
+    event_free(b->ev);
+    uint64_t commits = s.commits - s0.commits;
+    qsort(b->lat, (size_t)b->nlat, sizeof b->lat[0], cmp64);
+    char mode[64];
+    if (window)
+        snprintf(mode, sizeof mode, "%d in flight", window);
+    else
+        snprintf(mode, sizeof mode, "at max rate");
+    printf("[ wal bench ] posix %s, 1 KiB appends %s for %.2f s: %.0f commits/s, "
+           "%.1f records/commit, %.1f MB/s, commit p50 %lld us, p99 %lld us\n",
+           prealloc ? "preallocated" : "appending", mode, secs, (double)commits / secs,
+           commits ? (double)done / (double)commits : 0.0,
+           (double)(s.bytes_written - s0.bytes_written) / secs / 1e6,
+           b->nlat ? (long long)b->lat[b->nlat / 2] : 0LL,
+           b->nlat ? (long long)b->lat[b->nlat * 99 / 100] : 0LL);
+    free(b);
+}
+
+static void test_bench(void **state)
+{
+    struct fx *f = *state;
+    const char *env = getenv("WAL_BENCH_MS");
+    if (env && atoi(env) == 0)
+        skip();
+    const char *win = getenv("WAL_BENCH_WINDOW");
+    int window = win ? atoi(win) : 0;
+    bench_run(f, true, window);
+    bench_run(f, false, window);
+}
+
+int main(void)
+{
+    sk_log_set_level(SK_LOG_ERROR);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_roundtrip, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_close_drains, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_group_commit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_torn_tail_every_length, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_garbage_and_zero_tails, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_crc_last_segment, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_crc_earlier_segment, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_roll_preamble_replay_from, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_trim_and_read, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fault_write_eio, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fault_sync_eio, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fault_short_write, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fault_create, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reordered_completions, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fault_remove_retry, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_staging_cap, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_appendv_pieces, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_preamble_error, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unfinished_last_segment, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_storage_url, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bench, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,289 @@
+/*
+ * wal_faulty: fault injection around a wal_storage (see wal_faulty.h).
+ * Tests #include this file: tests/unit/test_*.c are each one program.
+ */
+#include "wal_faulty.h"
+
+#include <event2/event.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sk_err.h"
+
+enum { OP_CREATE, OP_WRITE, OP_REMOVE };
+static const char *const op_kinds[] = {"create", "write", "remove"};
+
+struct fop {
+    struct fop *next;
+    struct faulty *f;
+    int kind;
+    int err;      /* forced error, 0 = the inner result */
+    int result;
+    wal_io_cb cb;
+    void *arg;
+    struct event *ev; /* scheduled delivery */
+};
+
+struct faulty {
+    wal_storage base;
+    wal_storage *inner;
+    struct event_base *evb;
+    wal_faulty_ctl *ctl;
+    struct fop *held;      /* waiting for a release, oldest first */
+    struct fop *scheduled; /* delivery timer armed */
+    bool destroying;
+};
+
+static void fop_unlink(struct fop **list, struct fop *op)
+{
+    for (struct fop **p = list; *p; p = &(*p)->next) {
+        if (*p == op) {
+            *p = op->next;
+            op->next = NULL;
+            return;
+        }
+    }
+}
+
+static void fop_fire(struct fop *op)
+{
+    struct faulty *f = op->f;
+    f->ctl->completions++;
+    op->cb(op->arg, op->result);
+    free(op);
+}
+
+static void fop_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct fop *op = arg;
+    fop_unlink(&op->f->scheduled, op);
+    event_free(op->ev);
+    fop_fire(op);
+}
+
+static void fop_schedule(struct fop *op, int delay_ms)
+{
+    struct faulty *f = op->f;
+    struct timeval tv = {.tv_sec = delay_ms / 1000, .tv_usec = (delay_ms % 1000) * 1000};
+    op->ev = event_new(f->evb, -1, 0, fop_timer, op);
+    op->next = f->scheduled;
+    f->scheduled = op;
+    event_add(op->ev, &tv);
+}
+
+/* The operation finished: the inner result, or an injected failure decided
+ * inside the call itself (in_call), whose callback must still come later. */
+static void fop_complete(struct fop *op, int result, bool in_call)
+{
+    struct faulty *f = op->f;
+    op->result = op->err ? op->err : result;
+    if (f->destroying) {
+        fop_fire(op);
+    } else if (f->ctl->hold) {
+        struct fop **p = &f->held;
+        while (*p)
+            p = &(*p)->next;
+        *p = op;
+    } else if (f->ctl->delay_ms > 0 || in_call) {
+        fop_schedule(op, f->ctl->delay_ms);
+    } else {
+        fop_fire(op);
+    }
+}
+
+static void inner_done(void *arg, int err)
+{
+    fop_complete(arg, err, false);
+}
+
+static struct fop *fop_new(struct faulty *f, int kind, wal_io_cb cb, void *arg)
+{
+    struct fop *op = calloc(1, sizeof *op);
+    if (!op)
+        abort();
+    op->f = f;
+    op->kind = kind;
+    op->cb = cb;
+    op->arg = arg;
+    return op;
+}
+
+static int injected(struct faulty *f)
+{
+    return f->ctl->err ? f->ctl->err : SK_ERR_IO;
+}
+
+static int fy_list(wal_storage *s, uint64_t **starts, size_t *n)
+{
+    struct faulty *f = s->impl;
+    return f->inner->ops->list(f->inner, starts, n);
+}
+
+static int fy_size(wal_storage *s, uint64_t seg, uint64_t *size)
+{
+    struct faulty *f = s->impl;
+    return f->inner->ops->size(f->inner, seg, size);
+}
+
+static int fy_pread(wal_storage *s, uint64_t seg, uint64_t off, void *buf, size_t len,
+                    size_t *got)
+{
+    struct faulty *f = s->impl;
+    return f->inner->ops->pread(f->inner, seg, off, buf, len, got);
+}
+
+static int fy_truncate(wal_storage *s, uint64_t seg, uint64_t size)
+{
+    struct faulty *f = s->impl;
+    return f->inner->ops->truncate(f->inner, seg, size);
+}
+
+static void fy_create(wal_storage *s, uint64_t seg, uint64_t hint, wal_io_cb cb, void *arg)
+{
+    struct faulty *f = s->impl;
+    struct fop *op = fop_new(f, OP_CREATE, cb, arg);
+    if (++f->ctl->creates == f->ctl->fail_create_at) {
+        op->err = injected(f);
+        fop_complete(op, 0, true);
+        return;
+    }
+    f->inner->ops->create(f->inner, seg, hint, inner_done, op);
+}
+
+static void fy_write(wal_storage *s, uint64_t seg, uint64_t off, const struct iovec *iov,
+                     int iovcnt, bool sync, wal_io_cb cb, void *arg)
+{
+    struct faulty *f = s->impl;
+    wal_faulty_ctl *c = f->ctl;
+    struct fop *op = fop_new(f, OP_WRITE, cb, arg);
+    int n = ++c->writes;
+    uint64_t len = 0;
+    for (int i = 0; i < iovcnt; i++)
+        len += iov[i].iov_len;
+    if (n <= WAL_FAULTY_MAX_WRITES) {
+        c->write_len[n - 1] = len;
+        c->write_seg[n - 1] = seg;
+    }
+    if (n == c->fail_write_at) {
+        op->err = injected(f);
+        fop_complete(op, 0, true);
+        return;
+    }
+    if (n == c->fail_sync_at) {
+        op->err = injected(f);
+        f->inner->ops->write(f->inner, seg, off, iov, iovcnt, false, inner_done, op);
+        return;
+    }
+    if (n == c->short_write_at) {
+        op->err = injected(f);
+        struct iovec part[64];
+        int pc = 0;
+        size_t left = c->short_write_bytes;
+        for (int i = 0; i < iovcnt && pc < 64 && left > 0; i++) {
+            size_t take = iov[i].iov_len < left ? iov[i].iov_len : left;
+            part[pc].iov_base = iov[i].iov_base;
+            part[pc++].iov_len = take;
+            left -= take;
+        }
+        f->inner->ops->write(f->inner, seg, off, part, pc, true, inner_done, op);
+        return;
+    }
+    f->inner->ops->write(f->inner, seg, off, iov, iovcnt, sync, inner_done, op);
+}
+
+static void fy_remove(wal_storage *s, uint64_t seg, wal_io_cb cb, void *arg)
+{
+    struct faulty *f = s->impl;
+    struct fop *op = fop_new(f, OP_REMOVE, cb, arg);
+    if (++f->ctl->removes == f->ctl->fail_remove_at) {
+        op->err = injected(f);
+        fop_complete(op, 0, true);
+        return;
+    }
+    f->inner->ops->remove(f->inner, seg, inner_done, op);
+}
+
+static void fy_destroy(wal_storage *s)
+{
+    struct faulty *f = s->impl;
+    f->destroying = true;
+    f->inner->ops->destroy(f->inner);
+    while (f->held) {
+        struct fop *op = f->held;
+        f->held = op->next;
+        fop_fire(op);
+    }
+    while (f->scheduled) {
+        struct fop *op = f->scheduled;
+        f->scheduled = op->next;
+        event_free(op->ev);
+        fop_fire(op);
+    }
+    free(f);
+}
+
+static const wal_storage_ops faulty_ops = {
+    .name = "faulty",
+    .list = fy_list,
+    .size = fy_size,
+    .pread = fy_pread,
+    .truncate = fy_truncate,
+    .create = fy_create,
+    .write = fy_write,
+    .remove = fy_remove,
+    .destroy = fy_destroy,
+};
+
+wal_storage *wal_faulty_new(struct event_base *base, wal_storage *inner, wal_faulty_ctl *ctl)
+{
+    struct faulty *f = calloc(1, sizeof *f);
+    if (!f)
+        return NULL;
+    f->inner = inner;
+    f->evb = base;
+    f->ctl = ctl;
+    f->base.ops = &faulty_ops;
+    f->base.impl = f;
+    return &f->base;
+}
+
+static struct fop *held_at(struct faulty *f, int i)
+{
+    struct fop *op = f->held;
+    while (op && i-- > 0)
+        op = op->next;
+    return op;
+}
+
+int wal_faulty_held(wal_storage *s)
+{
+    struct faulty *f = s->impl;
+    int n = 0;
+    for (struct fop *op = f->held; op; op = op->next)
+        n++;
+    return n;
+}
+
+const char *wal_faulty_held_kind(wal_storage *s, int i)
+{
+    struct fop *op = held_at(s->impl, i);
+    return op ? op_kinds[op->kind] : NULL;
+}
+
+void wal_faulty_release(wal_storage *s, int i)
+{
+    struct faulty *f = s->impl;
+    struct fop *op = held_at(f, i);
+    if (!op)
+        return;
+    fop_unlink(&f->held, op);
+    fop_schedule(op, 0);
+}
+
+void wal_faulty_release_all(wal_storage *s)
+{
+    while (wal_faulty_held(s) > 0)
+        wal_faulty_release(s, 0);
+}

@@ -1,0 +1,54 @@
+/*
+ * wal_faulty: a wal_storage wrapper that injects faults, for tests.
+ *
+ * It passes every operation to an inner backend and, as the test's control
+ * block says, fails a chosen write (before writing, after writing without
+ * the sync, or after writing only a prefix), fails a chosen create or
+ * remove, delays completions, or holds them until the test releases them in
+ * any order. It counts the operations and remembers each write's size.
+ *
+ * Contract: loop thread only (pread/list/size/truncate pass through and keep
+ * the inner backend's rules). Owns the inner backend (destroyed with it);
+ * borrows ctl, which must outlive the wrapper. Held and delayed completions
+ * still run when the wrapper is destroyed.
+ */
+#ifndef WAL_FAULTY_H
+#define WAL_FAULTY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "wal_storage.h"
+
+#define WAL_FAULTY_MAX_WRITES 1024
+
+typedef struct wal_faulty_ctl {
+    /* Injections: 1-based number of the operation of that kind, 0 = none. */
+    int fail_write_at;       /* fails with nothing written */
+    int fail_sync_at;        /* the bytes are written but not synced, then it fails */
+    int short_write_at;      /* only short_write_bytes are written, then it fails */
+    size_t short_write_bytes;
+    int fail_create_at;
+    int fail_remove_at;
+    int err;                 /* error the injections report (0: SK_ERR_IO) */
+    bool hold;               /* completions wait for wal_faulty_release */
+    int delay_ms;            /* completions arrive this much later */
+
+    /* Counters. */
+    int writes, creates, removes, completions;
+    uint64_t write_len[WAL_FAULTY_MAX_WRITES]; /* bytes of write number i+1 */
+    uint64_t write_seg[WAL_FAULTY_MAX_WRITES];
+} wal_faulty_ctl;
+
+wal_storage *wal_faulty_new(struct event_base *base, wal_storage *inner, wal_faulty_ctl *ctl);
+
+/* Completions being held, oldest first, and what each one completes
+ * ("create", "write" or "remove"). */
+int wal_faulty_held(wal_storage *s);
+const char *wal_faulty_held_kind(wal_storage *s, int i);
+/* Delivers held completion i (0 = oldest) from the event loop, soon. */
+void wal_faulty_release(wal_storage *s, int i);
+void wal_faulty_release_all(wal_storage *s);
+
+#endif
