@@ -756,7 +756,8 @@ struct recovery {
  * exactly up to `limit` (the next segment's offset); the last one
  * (limit == 0) ends at its first record that is not valid. *end receives
  * the file offset after the last valid record. */
-static int scan_segment(struct recovery *rc_, struct reader *r, uint64_t limit, uint64_t *end)
+static int scan_segment(struct recovery *rc_, struct reader *r, uint64_t limit, uint64_t *end,
+                        const char **stop)
 {
     char name[WAL_SEGMENT_NAME_MAX];
     bool last = limit == 0;
@@ -775,8 +776,10 @@ static int scan_segment(struct recovery *rc_, struct reader *r, uint64_t limit, 
             return res;
         }
         if (res != REC_OK) {
-            if (last)
+            if (last) {
+                *stop = res == REC_END ? NULL : reason;
                 break;
+            }
             snprintf(rc_->why, rc_->whylen,
                      "WAL segment %s: %s at offset %llu (LSN %llu); the segment must run to "
                      "offset %llu where the next one starts",
@@ -854,8 +857,9 @@ static int recover(struct recovery *rc_)
             break;
         }
         uint64_t end = 0;
+        const char *stop = NULL; /* why the last segment ends, unless zeros or EOF */
         if (h == HDR_OK) {
-            rc = scan_segment(rc_, &r, last ? 0 : starts[i + 1] - starts[i], &end);
+            rc = scan_segment(rc_, &r, last ? 0 : starts[i + 1] - starts[i], &end, &stop);
             if (rc)
                 break;
         } else if (!last) {
@@ -880,9 +884,10 @@ static int recover(struct recovery *rc_)
         } else {
             if (fsize > end) {
                 rc = st->ops->truncate(st, starts[i], end);
-                SK_INFO("wal", "segment %s: log ends at offset %llu; cut %llu bytes after it",
-                        seg_name(starts[i], name), (unsigned long long)end,
-                        (unsigned long long)(fsize - end));
+                sk_log(stop ? SK_LOG_WARN : SK_LOG_INFO, "wal",
+                       "segment %s: log ends at offset %llu (%s); cut %llu bytes after it",
+                       seg_name(starts[i], name), (unsigned long long)end,
+                       stop ? stop : "zeros", (unsigned long long)(fsize - end));
             }
             w->end = starts[i] + end;
             w->roll = true;

@@ -25,7 +25,8 @@
  *  - wal_append, wal_roll, wal_trim, wal_close, the getters and stats: the
  *    event-loop thread. wal_close must not be called from inside a callback
  *    of that loop (it runs the loop itself until the data is durable).
- *  - wal_read_record, wal_segments_snapshot: any thread.
+ *  - wal_read_record, wal_segments_snapshot: any thread, until wal_close
+ *    (readers stop first).
  *  - Owns its staging memory and the storage (destroyed by wal_close, or by
  *    wal_open when it fails).
  * Errors: SK_ERR_AGAIN (staging cap reached: back-pressure), SK_ERR_IO
