@@ -1424,7 +1424,9 @@ static void test_bench(void **state)
 
 int main(void)
 {
-    sk_log_set_level(SK_LOG_ERROR);
+    /* WAL_TEST_LOG=info shows what recovery logs. */
+    const char *lv = getenv("WAL_TEST_LOG");
+    sk_log_set_level(lv && sk_log_parse_level(lv) >= 0 ? sk_log_parse_level(lv) : SK_LOG_ERROR);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_roundtrip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_drains, setup, teardown),
