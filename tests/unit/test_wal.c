@@ -16,7 +16,9 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -984,6 +986,42 @@ static void test_fault_short_write(void **state)
     expect_records(f, 1, 1);
 }
 
+/* The real backend meets a short write: a file size limit lets pwritev write
+ * part of a commit, and the rest fails (EFBIG). */
+static void test_posix_short_write(void **state)
+{
+    struct fx *f = *state;
+    wal_opts o = opts_default(NULL);
+    o.no_preallocate = true;
+    wal *w = open_ok(f, &o, 0, NULL, NULL, NULL);
+    append_range(f, w, 0, 3, NULL);
+    wal_lsn end = wal_end_lsn(w);
+
+    struct rlimit old, lim;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    void (*oldsig)(int) = signal(SIGXFSZ, SIG_IGN);
+    lim = old;
+    lim.rlim_cur = (rlim_t)end + 20;
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    static struct dlog d;
+    memset(&d, 0, sizeof d);
+    assert_int_equal(append_i(w, 3, &d, NULL), 0);
+    assert_int_equal(append_i(w, 4, &d, NULL), 0);
+    wait_done(f->base, &d, 2);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, oldsig);
+    assert_int_equal(d.err[0], SK_ERR_IO);
+    assert_int_equal(d.err[1], SK_ERR_IO);
+    assert_true(wal_failed(w));
+    wal_close(w);
+
+    char path[128];
+    seg_path(f, 0, path, sizeof path);
+    assert_int_equal(file_size(path), (long)end + 20);
+    expect_records(f, 3, 0);
+    assert_int_equal(file_size(path), (long)end);
+}
+
 static void test_fault_create(void **state)
 {
     struct fx *f = *state;
@@ -1440,6 +1478,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_fault_write_eio, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fault_sync_eio, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fault_short_write, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_posix_short_write, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fault_create, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reordered_completions, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fault_remove_retry, setup, teardown),
