@@ -6,10 +6,10 @@
 #   SKIFF_PYTEST_ARGS="-k 1001" SKIFF_TEST_PHASES=integration tests/run.sh
 #   SKIFF_TEST_AGAINST=kafka SKIFF_TEST_PHASES=integration tests/run.sh
 #
-# Phases (SKIFF_TEST_PHASES, default "unit asan fuzz integration"):
-#   unit         ctest in $SKIFF_BUILD (default build/)
+# Phases (SKIFF_TEST_PHASES, default "unit asan integration"):
+#   unit         ctest in $SKIFF_BUILD (default build/); includes test_fuzz_replay, which
+#                runs the fuzz corpus (tests/fuzz/corpus) through the request codec
 #   asan         configure build-asan with -DSKIFF_SANITIZE=ON (ASan+UBSan), build, ctest
-#   fuzz         replay the fuzz corpora through tests/fuzz/replay.sh, if that exists
 #   integration  /usr/bin/python3 -m pytest tests/integration, each test limited to
 #                $SKIFF_TEST_TIMEOUT s (default 300, pytest-timeout); the Java client
 #                programs and kafkajs are prepared first, outside that limit
@@ -27,7 +27,7 @@ set -u
 cd "$(dirname "$0")/.." || exit 2
 ROOT=$(pwd)
 BUILD=${SKIFF_BUILD:-build}
-PHASES=${SKIFF_TEST_PHASES:-unit asan fuzz integration}
+PHASES=${SKIFF_TEST_PHASES:-unit asan integration}
 PYTHON=/usr/bin/python3
 GENERATOR=Ninja
 command -v ninja >/dev/null 2>&1 || GENERATOR="Unix Makefiles"
@@ -76,14 +76,6 @@ phase_asan() {
     ctest --output-on-failure --timeout 900)
 }
 
-phase_fuzz() {
-  if [ ! -x tests/fuzz/replay.sh ]; then
-    echo "tests/fuzz/replay.sh does not exist yet: nothing to replay"
-    return 3
-  fi
-  tests/fuzz/replay.sh
-}
-
 start_reference() {
   KREF_DIR=$ROOT/tests/.work/kafka-ref
   port=$($PYTHON -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -130,8 +122,8 @@ phase_integration() {
 T0=$(now)
 for phase in $PHASES; do
   case "$phase" in
-    unit|asan|fuzz|integration) ;;
-    *) echo "unknown phase '$phase' (known: unit asan fuzz integration)" >&2
+    unit|asan|integration) ;;
+    *) echo "unknown phase '$phase' (known: unit asan integration)" >&2
        record "$phase" FAIL 0 "unknown phase"; continue ;;
   esac
   banner "$phase"
