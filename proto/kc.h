@@ -10,7 +10,7 @@
  * Memory model:
  *  - Decoded strings, bytes and records are slices that point into the request
  *    frame: the frame must outlive the decoded struct.
- * *  - Arrays and nullable structs are allocated from the caller's sk_arena
+ *  - Arrays and nullable structs are allocated from the caller's sk_arena
  *    (per request).
  *  - Encoding reads the struct and writes into a caller-provided buffer of
  *    exactly kc_size() bytes.
