@@ -139,6 +139,12 @@ static inline bool get_varint(const uint8_t **pp, const uint8_t *end, int32_t *o
         *pp = p + 1;
         return true;
     }
+    if (end - p >= 2 && !(p[1] & 0x80)) { /* two bytes: lengths of 64..8191 */
+        uint32_t v = (uint32_t)(p[0] & 0x7f) | (uint32_t)p[1] << 7;
+        *out = (int32_t)((v >> 1) ^ (0u - (v & 1)));
+        *pp = p + 2;
+        return true;
+    }
     uint32_t v = 0;
     for (int shift = 0; shift <= 28; shift += 7) {
         if (p >= end)
