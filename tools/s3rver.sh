@@ -1,0 +1,110 @@
+#!/bin/sh
+# The S3 emulator of Skiff's tests: @20minutes/s3rver 4.0.4 (it verifies SigV4).
+#
+#   tools/s3rver.sh start DIR PORT [BUCKET...]   start on 127.0.0.1:PORT, data in DIR/data,
+#                                               create the buckets (default: "test"),
+#                                               wait until it accepts requests
+#   tools/s3rver.sh stop DIR                    stop the server started in DIR (by its PID)
+#   tools/s3rver.sh install                     only install the package into the cache
+#
+# Credentials: access key S3RVER, secret S3RVER; path-style URLs; region anything.
+# The package is installed with npm once into $SKIFF_S3RVER_CACHE (default
+# ~/.cache/skiff/s3rver-4.0.4); later runs need no network.
+# DIR keeps s3rver.pid and s3rver.log.
+# Exit status: 0 done, 1 failure, 77 node or npm unavailable (callers skip).
+set -eu
+
+VERSION=4.0.4
+HERE=$(cd "$(dirname "$0")" && pwd)
+CACHE=${SKIFF_S3RVER_CACHE:-$HOME/.cache/skiff/s3rver-$VERSION}
+
+die() { echo "s3rver.sh: $*" >&2; exit 1; }
+
+need_node() {
+  if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+    echo "s3rver.sh: node and npm are needed for the S3 emulator (apt-get install nodejs npm)" >&2
+    exit 77
+  fi
+  major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
+  if [ "$major" -lt 20 ]; then
+    echo "s3rver.sh: @20minutes/s3rver@$VERSION needs Node >= 20 (found $(node --version))" >&2
+    exit 77
+  fi
+}
+
+install() {
+  need_node
+  [ -f "$CACHE/node_modules/@20minutes/s3rver/package.json" ] && return 0
+  mkdir -p "$CACHE"
+  # Parallel test runs may install at once: one does it, the others wait.
+  (
+    flock 9
+    if [ ! -f "$CACHE/node_modules/@20minutes/s3rver/package.json" ]; then
+      cp "$HERE/s3rver/package.json" "$CACHE/package.json"
+      echo "s3rver.sh: installing @20minutes/s3rver@$VERSION into $CACHE" >&2
+      (cd "$CACHE" && npm install --omit=dev --no-audit --no-fund --no-package-lock \
+        --prefer-offline --loglevel=error >"$CACHE/npm.log" 2>&1) ||
+        { cat "$CACHE/npm.log" >&2; die "npm install failed (log: $CACHE/npm.log)"; }
+    fi
+  ) 9>"$CACHE/.install.lock"
+}
+
+start() {
+  [ $# -ge 2 ] || die "usage: $0 start DIR PORT [BUCKET...]"
+  dir=$1 port=$2
+  shift 2
+  [ $# -gt 0 ] || set -- test
+  install
+  mkdir -p "$dir/data"
+  dir=$(cd "$dir" && pwd)
+  if [ -f "$dir/s3rver.pid" ] && kill -0 "$(cat "$dir/s3rver.pid")" 2>/dev/null; then
+    die "a server is already running from $dir (PID $(cat "$dir/s3rver.pid"))"
+  fi
+  NODE_PATH="$CACHE/node_modules" node "$HERE/s3rver/server.js" "$dir/data" "$port" "$@" \
+    >"$dir/s3rver.log" 2>&1 </dev/null &
+  pid=$!
+  echo "$pid" >"$dir/s3rver.pid"
+  # Ready once the server said so (it listens by then); give up after 20 s.
+  i=0
+  while [ $i -lt 200 ]; do
+    if grep -q "^ready" "$dir/s3rver.log" 2>/dev/null; then
+      return 0
+    fi
+    if ! kill -0 "$pid" 2>/dev/null; then
+      cat "$dir/s3rver.log" >&2
+      rm -f "$dir/s3rver.pid"
+      die "the server exited during start-up"
+    fi
+    sleep 0.1
+    i=$((i + 1))
+  done
+  kill "$pid" 2>/dev/null || true
+  rm -f "$dir/s3rver.pid"
+  cat "$dir/s3rver.log" >&2
+  die "the server did not become ready on port $port within 20 s"
+}
+
+stop() {
+  [ $# -eq 1 ] || die "usage: $0 stop DIR"
+  pidf=$1/s3rver.pid
+  [ -f "$pidf" ] || return 0
+  pid=$(cat "$pidf")
+  if kill "$pid" 2>/dev/null; then
+    i=0
+    while kill -0 "$pid" 2>/dev/null && [ $i -lt 50 ]; do
+      sleep 0.1
+      i=$((i + 1))
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  rm -f "$pidf"
+}
+
+cmd=${1:-}
+[ $# -gt 0 ] && shift
+case "$cmd" in
+  start) start "$@" ;;
+  stop) stop "$@" ;;
+  install) install ;;
+  *) echo "usage: $0 start DIR PORT [BUCKET...] | stop DIR | install" >&2; exit 2 ;;
+esac
