@@ -583,7 +583,8 @@ def decode_response(key, version, payload, strict=True):
     api = APIS[key]
     body = decode_struct(r, api.response, version, api.flexible(version))
     if strict and r.remaining():
-        raise ProtocolError("%s v%d response: %d bytes left over" % (api.name, version, r.remaining()))
+        raise ProtocolError("%s v%d response: %d bytes left over" % (
+            api.name, version, r.remaining()))
     return corr, body
 
 
