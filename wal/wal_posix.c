@@ -340,13 +340,10 @@ static void create_work(void *arg)
     if (o->hint > 0 && fallocate(e->fd, 0, 0, (off_t)o->hint) != 0 && errno != EOPNOTSUPP)
         SK_WARN("wal_posix", "fallocate segment %llu: %s", (unsigned long long)o->seg,
                 strerror(errno));
-    if (do_fsync(e->fd, false) != 0) {
-        SK_ERROR("wal_posix", "fsync new segment %llu: %s", (unsigned long long)o->seg,
-                 strerror(errno));
-        o->err = SK_ERR_IO;
-    } else {
-        o->err = sync_dir(p);
-    }
+    /* The directory entry is what must survive now. The file's own metadata
+     * (size, reserved blocks) needs no fsync of its own: every later
+     * fdatasync persists what is needed to read the data it syncs. */
+    o->err = sync_dir(p);
     seg_put(p, e);
 }
 
