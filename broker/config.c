@@ -65,113 +65,113 @@ static const char *check_rack(const char *v)
 const sk_prop sk_props[] = {
     /* Node */
     {"node.id", SK_PROP_INT, OFF(node_id), "1", 0, I32MAX, "Node",
-     "Identifier of this node in the cluster; returned to clients as the broker id.", NULL},
+     "Identifier of this node in the cluster; returned to clients as the broker id.", NULL, false},
     {"broker.rack", SK_PROP_STRING, OFF(broker_rack), "", 0, 0, "Node",
      "The availability zone of this node (Kafka's rack). Clients of a known zone are served "
      "by nodes of their zone.",
-     check_rack},
+     check_rack, false},
     {"listeners", SK_PROP_STRING, OFF(listeners_str), "PLAINTEXT://localhost:9092", 0, 0, "Node",
      "Comma-separated NAME://host:port addresses to listen on. An empty host binds every "
      "interface.",
-     check_nonempty_listeners},
+     check_nonempty_listeners, false},
     {"advertised.listeners", SK_PROP_STRING, OFF(advertised_listeners_str), "", 0, 0, "Node",
      "Addresses given to clients in Metadata, per listener name. Defaults to `listeners` "
      "(with the machine's host name where a listener has no host).",
-     check_listeners},
+     check_listeners, false},
     {"data.dir", SK_PROP_STRING, OFF(data_dir), "./skiff-data", 0, 0, "Node",
      "Local state directory: the SQLite view of partition metadata and, by default, the WAL. "
      "Nothing here is needed to recover data that the WAL holds.",
-     NULL},
+     NULL, false},
     {"log.level", SK_PROP_STRING, OFF(log_level), "info", 0, 0, "Node",
      "Verbosity of the node's log on standard error: error, warn, info or debug.",
-     check_log_level},
+     check_log_level, false},
 
     /* Storage */
     {"wal.url", SK_PROP_STRING, OFF(wal_url), "", 0, 0, "Storage",
      "Where the write-ahead log lives: file:///path (local disk or a kernel-mounted NFS/FSx "
      "path) or nfs://host/export/path?version=3. Default: file://<data.dir>/wal.",
-     check_wal_url},
+     check_wal_url, false},
     {"wal.segment.bytes", SK_PROP_LONG, OFF(wal_segment_bytes), "134217728", 1048576,
      1LL << 40, "Storage",
-     "Size at which the WAL starts a new segment file. Retention deletes whole segments.", NULL},
+     "Size at which the WAL starts a new segment file. Retention deletes whole segments.", NULL, false},
     {"wal.cache.bytes", SK_PROP_LONG, OFF(wal_cache_bytes), "268435456", 0, I64MAX, "Storage",
-     "Memory for recently written batches, which serve fetches without reading storage.", NULL},
+     "Memory for recently written batches, which serve fetches without reading storage.", NULL, false},
     {"wal.max.pending.bytes", SK_PROP_LONG, OFF(wal_max_pending_bytes), "67108864", 1048576,
      I64MAX, "Storage",
      "Bytes accepted but not yet durable beyond which the node stops reading new requests "
      "until the WAL catches up (back-pressure on a slow volume).",
-     NULL},
+     NULL, false},
 
     /* Topics */
     {"num.partitions", SK_PROP_INT, OFF(num_partitions), "1", 1, 100000, "Topics",
-     "Partitions of an automatically created topic, and of CreateTopics asking for -1.", NULL},
+     "Partitions of an automatically created topic, and of CreateTopics asking for -1.", NULL, true},
     {"default.replication.factor", SK_PROP_SHORT, OFF(default_replication_factor), "1", 1, 3,
      "Topics",
      "Replication factor reported for topics created without one. Durability comes from the "
      "shared volume and S3, so any factor from 1 to 3 is accepted and the node is the only "
      "replica.",
-     NULL},
+     NULL, false},
     {"auto.create.topics.enable", SK_PROP_BOOL, OFF(auto_create_topics_enable), "true", 0, 0,
      "Topics", "Create a topic when a client asks Metadata for it and allows auto-creation.",
-     NULL},
+     NULL, true},
     {"delete.topic.enable", SK_PROP_BOOL, OFF(delete_topic_enable), "true", 0, 0, "Topics",
-     "Allow DeleteTopics.", NULL},
+     "Allow DeleteTopics.", NULL, false},
     {"log.retention.ms", SK_PROP_LONG, OFF(log_retention_ms), "604800000", -1, I64MAX, "Topics",
      "Default retention.ms of topics: batches older than this are deleted (-1: keep forever).",
-     NULL},
+     NULL, true},
     {"log.retention.bytes", SK_PROP_LONG, OFF(log_retention_bytes), "-1", -1, I64MAX, "Topics",
      "Default retention.bytes of topics: per-partition size beyond which the oldest batches "
      "are deleted (-1: no limit).",
-     NULL},
+     NULL, true},
     {"log.retention.check.interval.ms", SK_PROP_LONG, OFF(log_retention_check_interval_ms),
-     "300000", 100, I64MAX, "Topics", "How often retention runs.", NULL},
+     "300000", 100, I64MAX, "Topics", "How often retention runs.", NULL, false},
     {"message.max.bytes", SK_PROP_INT, OFF(message_max_bytes), "1048588", 64, I32MAX, "Topics",
-     "Default max.message.bytes of topics: the largest record batch accepted.", NULL},
+     "Default max.message.bytes of topics: the largest record batch accepted.", NULL, true},
     {"log.message.timestamp.type", SK_PROP_STRING, OFF(log_message_timestamp_type), "CreateTime",
      0, 0, "Topics",
      "Default message.timestamp.type of topics: CreateTime keeps the producer's timestamps, "
      "LogAppendTime stamps batches with the node's clock.",
-     check_ts_type},
+     check_ts_type, true},
     {"log.message.timestamp.before.max.ms", SK_PROP_LONG,
      OFF(log_message_timestamp_before_max_ms), "9223372036854775807", 0, I64MAX, "Topics",
-     "Largest accepted distance of a CreateTime timestamp into the past.", NULL},
+     "Largest accepted distance of a CreateTime timestamp into the past.", NULL, true},
     {"log.message.timestamp.after.max.ms", SK_PROP_LONG, OFF(log_message_timestamp_after_max_ms),
      "3600000", 0, I64MAX, "Topics",
-     "Largest accepted distance of a CreateTime timestamp into the future.", NULL},
+     "Largest accepted distance of a CreateTime timestamp into the future.", NULL, true},
 
     /* Network */
     {"socket.request.max.bytes", SK_PROP_INT, OFF(socket_request_max_bytes), "104857600", 1024,
      I32MAX, "Network",
      "Largest request frame accepted; a larger size prefix closes the connection before "
      "anything is allocated.",
-     NULL},
+     NULL, false},
     {"socket.max.inflight.requests", SK_PROP_INT, OFF(max_inflight_requests_per_connection),
      "1000", 1, 1000000, "Network",
      "Requests of one connection being processed or waiting to be answered; past it the node "
      "stops reading that connection.",
-     NULL},
+     NULL, false},
     {"socket.max.output.bytes", SK_PROP_LONG, OFF(max_output_bytes_per_connection), "16777216",
      65536, I64MAX, "Network",
      "Response bytes of one connection not yet taken by the client; past it the node stops "
      "reading that connection.",
-     NULL},
+     NULL, false},
     {"connections.max.idle.ms", SK_PROP_INT, OFF(connections_max_idle_ms), "600000", 0, I32MAX,
-     "Network", "Close connections idle this long (0: never).", NULL},
+     "Network", "Close connections idle this long (0: never).", NULL, false},
 
     /* Groups */
     {"group.min.session.timeout.ms", SK_PROP_INT, OFF(group_min_session_timeout_ms), "6000", 1,
-     I32MAX, "Groups", "Smallest session timeout a group member may ask for.", NULL},
+     I32MAX, "Groups", "Smallest session timeout a group member may ask for.", NULL, false},
     {"group.max.session.timeout.ms", SK_PROP_INT, OFF(group_max_session_timeout_ms), "1800000",
-     1, I32MAX, "Groups", "Largest session timeout a group member may ask for.", NULL},
+     1, I32MAX, "Groups", "Largest session timeout a group member may ask for.", NULL, false},
     {"group.initial.rebalance.delay.ms", SK_PROP_INT, OFF(group_initial_rebalance_delay_ms),
      "3000", 0, I32MAX, "Groups",
-     "How long the first rebalance of an empty group waits for more members.", NULL},
+     "How long the first rebalance of an empty group waits for more members.", NULL, false},
     {"offsets.retention.minutes", SK_PROP_INT, OFF(offsets_retention_minutes), "10080", 1,
      I32MAX, "Groups",
-     "Committed offsets of a group that has been empty this long are deleted.", NULL},
+     "Committed offsets of a group that has been empty this long are deleted.", NULL, true},
     {"offsets.retention.check.interval.ms", SK_PROP_LONG,
      OFF(offsets_retention_check_interval_ms), "600000", 100, I64MAX, "Groups",
-     "How often expired committed offsets are looked for.", NULL},
+     "How often expired committed offsets are looked for.", NULL, false},
 };
 const size_t sk_nprops = sizeof sk_props / sizeof sk_props[0];
 
@@ -265,6 +265,15 @@ void sk_config_free(sk_config *c)
             free(*slot);
             *slot = NULL;
         }
+}
+
+int sk_config_check(const char *name, const char *value, char *why, size_t whylen)
+{
+    sk_config scratch;
+    sk_config_init(&scratch);
+    int rc = sk_config_set(&scratch, name, value, why, whylen);
+    sk_config_free(&scratch);
+    return rc;
 }
 
 int sk_config_set(sk_config *c, const char *name, const char *value, char *why, size_t whylen)
@@ -548,8 +557,8 @@ void sk_config_print_help(const char *argv0)
             group = p->group;
             printf("\n%s:\n", group);
         }
-        printf("  %-38s %s (default: %s)\n", p->name, type_name(p->type),
-               p->def && *p->def ? p->def : "empty");
+        printf("  %-38s %s (default: %s)%s\n", p->name, type_name(p->type),
+               p->def && *p->def ? p->def : "empty", p->dynamic ? " [dynamic]" : "");
         /* Wrap the description at ~76 columns, indented. */
         const char *d = p->doc;
         while (*d) {
@@ -578,7 +587,11 @@ void sk_config_print_markdown(void)
            "`skiffd -c FILE` (Java properties syntax: `name=value`, `#` comments, `\\`\n"
            "continuation), then from each `--override name=value`, in that order.\n"
            "Unknown properties and invalid values stop start-up with a message naming\n"
-           "the property. Names follow Apache Kafka's wherever Kafka has the property.\n");
+           "the property. Names follow Apache Kafka's wherever Kafka has the property.\n\n"
+           "Properties marked *dynamic* can also be changed while the node runs, with\n"
+           "`kafka-configs.sh --alter --entity-type brokers` (AlterConfigs or\n"
+           "IncrementalAlterConfigs); such changes are kept in the WAL and survive\n"
+           "restarts, and deleting one restores the value configured here.\n");
     const char *group = "";
     for (size_t i = 0; i < sk_nprops; i++) {
         const sk_prop *p = &sk_props[i];
@@ -591,8 +604,8 @@ void sk_config_print_markdown(void)
         char range[96] = "";
         if (p->type == SK_PROP_INT || p->type == SK_PROP_SHORT || p->type == SK_PROP_LONG)
             snprintf(range, sizeof range, "[%" PRId64 ", %" PRId64 "]", p->min, p->max);
-        printf("| `%s` | %s | %s%s%s | %s | %s |\n", p->name, type_name(p->type),
-               p->def && *p->def ? "`" : "", p->def && *p->def ? p->def : "(empty)",
-               p->def && *p->def ? "`" : "", range, p->doc);
+        printf("| `%s`%s | %s | %s%s%s | %s | %s |\n", p->name, p->dynamic ? " (dynamic)" : "",
+               type_name(p->type), p->def && *p->def ? "`" : "",
+               p->def && *p->def ? p->def : "(empty)", p->def && *p->def ? "`" : "", range, p->doc);
     }
 }

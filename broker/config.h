@@ -91,6 +91,7 @@ typedef struct sk_prop {
     const char *doc;
     /* extra validation of a string value; returns NULL or a reason */
     const char *(*check)(const char *value);
+    bool dynamic; /* may be changed at runtime with AlterConfigs */
 } sk_prop;
 
 extern const sk_prop sk_props[];
@@ -99,6 +100,8 @@ extern const size_t sk_nprops;
 /* Sets every default. */
 void sk_config_init(sk_config *c);
 void sk_config_free(sk_config *c);
+/* Validates a value for a property without setting it. */
+int sk_config_check(const char *name, const char *value, char *why, size_t whylen);
 /* Sets one property from text; on error writes why (naming the property). */
 int sk_config_set(sk_config *c, const char *name, const char *value, char *why, size_t whylen);
 /* Reads a Java-properties file. */

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "groups.h"
 #include "handlers.h"
 #include "kmsg.h"
 #include "net.h"
@@ -22,14 +23,29 @@ static sk_api_entry table[] = {
     {1, 4, 12, 0, 4, h_fetch, NULL},
     {2, 1, 7, 0, 1, h_list_offsets, NULL},
     {3, 0, 12, 0, 0, h_metadata, NULL},
+    {8, 2, 9, 0, 2, h_offset_commit, NULL},
+    {9, 1, 9, 0, 1, h_offset_fetch, NULL},
     {10, 0, 6, 0, 0, h_find_coordinator, NULL},
+    {11, 0, 9, 0, 0, h_join_group, NULL},
+    {12, 0, 4, 0, 0, h_heartbeat, NULL},
+    {13, 0, 5, 0, 0, h_leave_group, NULL},
+    {14, 0, 5, 0, 0, h_sync_group, NULL},
+    {15, 0, 6, 0, 0, h_describe_groups, NULL},
+    {16, 0, 5, 0, 0, h_list_groups, NULL},
     {18, 0, 4, 0, 0, h_api_versions, NULL},
     {19, 2, 7, 0, 2, h_create_topics, NULL},
     {20, 1, 6, 0, 1, h_delete_topics, NULL},
+    {21, 0, 2, 0, 0, h_delete_records, NULL},
     {22, 0, 5, 0, 0, h_init_producer_id, NULL},
     {23, 2, 4, 0, 2, h_offset_for_leader_epoch, NULL},
     {32, 1, 4, 0, 1, h_describe_configs, NULL},
+    {33, 0, 2, 0, 0, h_alter_configs, NULL},
+    {35, 1, 4, 0, 1, h_describe_log_dirs, NULL},
     {37, 0, 3, 0, 0, h_create_partitions, NULL},
+    {42, 0, 2, 0, 0, h_delete_groups, NULL},
+    {44, 0, 1, 0, 0, h_incremental_alter_configs, NULL},
+    {47, 0, 0, 0, 0, h_offset_delete, NULL},
+    {60, 0, 2, 0, 0, h_describe_cluster, NULL},
 };
 #define NTABLE ((int)(sizeof table / sizeof table[0]))
 
@@ -196,9 +212,32 @@ static void api_versions_fill(sk_req *r, kp_ApiVersionsResponse *resp, int16_t e
     resp->finalized_features_epoch = -1;
 }
 
+/* ClientSoftwareName/Version: [a-zA-Z0-9](?:[a-zA-Z0-9.-]*[a-zA-Z0-9])? */
+static bool software_name_valid(kc_str s)
+{
+    if (s.len <= 0)
+        return false;
+    for (int32_t i = 0; i < s.len; i++) {
+        char c = s.p[i];
+        bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+        bool edge = i == 0 || i == s.len - 1;
+        if (!alnum && (edge || (c != '.' && c != '-')))
+            return false;
+    }
+    return true;
+}
+
 static void h_api_versions(sk_req *r)
 {
     kp_ApiVersionsRequest *req = r->body;
+    if (r->version >= 3 && (!software_name_valid(req->client_software_name) ||
+                            !software_name_valid(req->client_software_version))) {
+        kp_ApiVersionsResponse *resp = r->resp;
+        resp->error_code = SK_KAFKA_INVALID_REQUEST;
+        resp->finalized_features_epoch = -1;
+        sk_req_respond(r);
+        return;
+    }
     if (r->version >= 3 && req->client_software_name.len > 0)
         SK_DEBUG("dispatch", "%s: client %.*s %.*s", r->conn->peer,
                  req->client_software_name.len, req->client_software_name.p,
@@ -253,12 +292,27 @@ void sk_dispatch(sk_req *r)
         return;
     }
     r->entry = e;
-    r->arena = sk_arena_new((size_t)r->frame_len * 8 + (1u << 20));
+    /* The arena holds the decoded request (bounded by the frame: the codec
+     * checks every count against the bytes left) and the response, which
+     * grows with the node's own state (a Metadata answer for every topic);
+     * the cap only stops runaway growth. */
+    r->arena = sk_arena_new((size_t)r->frame_len * 8 + ((size_t)1 << 30));
     if (!r->arena) {
         sk_req_close(r, "out of memory");
         return;
     }
     if (key == 18 && ver > e->max) {
+        /* The body is unknown, but the header must still parse: versions
+         * from 3 on use header v2, as any future one will. */
+        kc_reader hr;
+        kc_reader_init(&hr, r->frame, r->frame_len);
+        if (kc_read_req_header(&hr, &r->hdr, true) != 0) {
+            SK_WARN("dispatch", "%s: ApiVersions v%d: malformed request header at byte %zu; "
+                    "closing", r->conn->peer, ver, hr.err_at);
+            r->state = SK_REQ_CLOSE;
+            sk_req_finish(r);
+            return;
+        }
         api_versions_unsupported(r);
         return;
     }

@@ -9,6 +9,7 @@
 
 #include "config.h"
 #include "dispatch.h"
+#include "dynconf.h"
 #include "handlers.h"
 #include "kmsg.h"
 #include "net.h"
@@ -22,6 +23,7 @@
 /* Kafka's DescribeConfigs sources and types. */
 enum {
     SRC_TOPIC = 1,
+    SRC_DYNAMIC_BROKER = 2,
     SRC_STATIC_BROKER = 4,
     SRC_DEFAULT = 5,
 };
@@ -103,23 +105,29 @@ void h_create_topics(sk_req *r)
         sk_req_close(r, "out of memory");
         return;
     }
-    resp->topics.n = nt;
     resp->topics.v = rs;
     r->pending = 1;
+    int32_t nres = 0;
     for (int32_t i = 0; i < nt; i++) {
         kp_CreateTopicsRequest_CreatableTopic *ct = &req->topics.v[i];
-        kp_CreateTopicsResponse_CreatableTopicResult *res = &rs[i];
+        /* A name given twice gets one answer, an error. */
+        bool dup = false, seen = false;
+        for (int32_t j = 0; j < nt; j++)
+            if (j != i && req->topics.v[j].name.len == ct->name.len &&
+                (ct->name.len <= 0 ||
+                 memcmp(req->topics.v[j].name.p, ct->name.p, (size_t)ct->name.len) == 0)) {
+                dup = true;
+                seen |= j < i;
+            }
+        if (seen)
+            continue;
+        kp_CreateTopicsResponse_CreatableTopicResult *res = &rs[nres++];
         res->name = ct->name;
         char msg[512];
         if (ct->name.len < 0) {
             create_error(r, res, SK_KAFKA_INVALID_REQUEST, "Topic name must not be null");
             continue;
         }
-        bool dup = false;
-        for (int32_t j = 0; j < nt; j++)
-            if (j != i && req->topics.v[j].name.len == ct->name.len &&
-                memcmp(req->topics.v[j].name.p, ct->name.p, (size_t)ct->name.len) == 0)
-                dup = true;
         if (dup) {
             create_error(r, res, SK_KAFKA_INVALID_REQUEST,
                          "Create topics request from client contains a duplicate topic");
@@ -238,6 +246,7 @@ void h_create_topics(sk_req *r)
         }
         res->topic_id = t->id;
     }
+    resp->topics.n = nres;
     finish(r);
 }
 
@@ -484,8 +493,10 @@ static void describe_broker(sk_req *r, const kp_DescribeConfigsRequest *req,
         kp_DescribeConfigsResponse_DescribeConfigsResourceResult *c = &cs[k++];
         c->name = sk_req_str(r, p->name);
         c->value = sk_req_str(r, sk_config_get_text(cfg, p, buf, sizeof buf));
-        c->read_only = true;
-        c->config_source = sk_config_is_explicit(cfg, p) ? SRC_STATIC_BROKER : SRC_DEFAULT;
+        c->read_only = !p->dynamic;
+        c->config_source = sk_dynconf_find(r->node, p->name, strlen(p->name)) >= 0
+                               ? SRC_DYNAMIC_BROKER
+                               : sk_config_is_explicit(cfg, p) ? SRC_STATIC_BROKER : SRC_DEFAULT;
         c->config_type = prop_type(p->type);
         if (req->include_documentation)
             c->documentation = sk_req_str(r, p->doc);

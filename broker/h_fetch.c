@@ -367,7 +367,7 @@ void h_fetch(sk_req *r)
     /* The response skeleton and the request body must outlive the arena
      * resets of each evaluation: move the request into its own arena. */
     sk_arena *keep = r->arena;
-    r->arena = sk_arena_new((size_t)r->frame_len * 8 + (1u << 20));
+    r->arena = sk_arena_new((size_t)r->frame_len * 8 + ((size_t)1 << 30));
     if (!r->arena) {
         r->arena = keep;
         sk_req_close(r, "out of memory");

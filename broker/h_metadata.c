@@ -36,8 +36,10 @@ static void fill_topic(sk_req *r, kp_MetadataRequest *req,
     kp_MetadataResponse_MetadataResponsePartition *ps =
         sk_req_array(r, &kp_MetadataResponse_MetadataResponsePartition_desc, t->nparts);
     int32_t *one = sk_arena_alloc(r->arena, sizeof *one);
-    if (!ps || !one)
+    if (!ps || !one) {
+        mt->error_code = -1; /* UNKNOWN_SERVER_ERROR: never a silently empty topic */
         return;
+    }
     *one = node;
     for (int32_t i = 0; i < t->nparts; i++) {
         ps[i].partition_index = i;

@@ -23,6 +23,11 @@ void h_create_partitions(sk_req *r);
 void h_init_producer_id(sk_req *r);
 void h_offset_for_leader_epoch(sk_req *r);
 void h_describe_configs(sk_req *r);
+void h_alter_configs(sk_req *r);
+void h_incremental_alter_configs(sk_req *r);
+void h_delete_records(sk_req *r);
+void h_describe_cluster(sk_req *r);
+void h_describe_log_dirs(sk_req *r);
 
 /* A fetch parked on a partition whose high watermark moved (or which went
  * away): re-evaluate it. */

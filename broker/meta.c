@@ -2,6 +2,7 @@
 
 #include <string.h>
 
+#include "groups.h"
 #include "sk_err.h"
 #include "sk_map.h"
 
@@ -128,6 +129,12 @@ void sk_meta_cluster(sk_buf *b, const char *cluster_id)
     sk_buf_str(b, cluster_id, strlen(cluster_id));
 }
 
+void sk_meta_broker_config(sk_buf *b, int n, char *const *names, char *const *values)
+{
+    head(b, SK_META_BROKER_CONFIG);
+    sk_conf_block_put(b, n, names, values);
+}
+
 void sk_meta_group(sk_buf *b, const void *body, size_t len)
 {
     head(b, SK_META_GROUP);
@@ -177,6 +184,9 @@ int sk_meta_decode(const uint8_t *p, size_t n, sk_meta *m)
         break;
     case SK_META_CLUSTER:
         m->name = (const char *)sk_rd_str(&r, &m->name_len);
+        break;
+    case SK_META_BROKER_CONFIG:
+        conf_block_span(&r, &m->configs, &m->configs_len);
         break;
     case SK_META_GROUP:
         m->body = r.p;
@@ -242,6 +252,7 @@ int sk_snapshot_encode(const sk_node *n, uint8_t **out, uint32_t *len)
     sk_buf_u8(&b, SNAP_VERSION);
     sk_buf_str(&b, n->cluster_id, strlen(n->cluster_id));
     sk_buf_u64(&b, (uint64_t)n->next_pid);
+    sk_conf_block_put(&b, n->ndyn, n->dyn_names, n->dyn_values);
     sk_buf_u32(&b, (uint32_t)sk_map_count(n->topics_by_id));
     size_t it = 0;
     void *v;
@@ -266,7 +277,15 @@ int sk_snapshot_encode(const sk_node *n, uint8_t **out, uint32_t *len)
                 sk_pstate_put(&b, pv);
         }
     }
-    sk_buf_u32(&b, 0); /* extra sections */
+    /* Extra sections: the groups' committed offsets. */
+    sk_buf extra;
+    sk_buf_init(&extra, 0);
+    uint32_t nextra = n->groups ? sk_groups_snapshot(n->groups, &extra) : 0;
+    sk_buf_u32(&b, nextra);
+    sk_buf_put(&b, extra.data, extra.len);
+    if (sk_buf_failed(&extra))
+        b.failed = true;
+    sk_buf_free(&extra);
     if (sk_buf_failed(&b)) {
         sk_buf_free(&b);
         return SK_ERR_NOMEM;
@@ -286,10 +305,13 @@ int sk_snapshot_visit(const uint8_t *p, size_t n, const sk_snapshot_visitor *v)
     size_t cid_len;
     const char *cid = (const char *)sk_rd_str(&r, &cid_len);
     int64_t next_pid = (int64_t)sk_rd_u64(&r);
+    const uint8_t *bconf;
+    size_t bconf_len;
+    conf_block_span(&r, &bconf, &bconf_len);
     if (sk_rd_failed(&r))
         return SK_ERR_CORRUPT;
     int rc;
-    if (v->head && (rc = v->head(v->arg, cid, cid_len, next_pid)) != 0)
+    if (v->head && (rc = v->head(v->arg, cid, cid_len, next_pid, bconf, bconf_len)) != 0)
         return rc;
     uint32_t ntopics = sk_rd_u32(&r);
     for (uint32_t t = 0; t < ntopics && !sk_rd_failed(&r); t++) {

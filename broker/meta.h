@@ -40,6 +40,7 @@ enum sk_meta_kind {
     SK_META_PID = 6,          /* producer ids below this are taken */
     SK_META_CLUSTER = 7,      /* cluster id */
     SK_META_GROUP = 8,        /* consumer-group record (groups.c owns the body) */
+    SK_META_BROKER_CONFIG = 9, /* the complete set of broker properties changed at runtime */
 };
 
 typedef struct sk_meta {
@@ -72,6 +73,7 @@ void sk_meta_log_start(sk_buf *b, const kc_uuid *id, int32_t part, int64_t log_s
 void sk_meta_pid(sk_buf *b, int64_t next_pid);
 void sk_meta_cluster(sk_buf *b, const char *cluster_id);
 void sk_meta_group(sk_buf *b, const void *body, size_t len);
+void sk_meta_broker_config(sk_buf *b, int n, char *const *names, char *const *values);
 
 /* Config blocks: u32 count, then name and value strings. */
 void sk_conf_block_put(sk_buf *b, int n, char *const *names, char *const *values);
@@ -89,7 +91,8 @@ void sk_pstate_put(sk_buf *b, const sk_pstate *ps);
 int sk_pstate_get(sk_rd *r, sk_pstate *ps);
 
 /* Snapshot: the preamble of every WAL segment.
- *   u8 version | str cluster id | u64 next pid | u32 ntopics | topics...
+ *   u8 version | str cluster id | u64 next pid | config block of the broker
+ *   properties changed at runtime | u32 ntopics | topics...
  *   topic: id | str name | u32 nparts | u16 rf | config block | partitions
  *   partition: u64 log start | u64 next offset | u32 leader epoch |
  *              u64 max ts | u64 max ts base | u32 nproducers | pstates
@@ -101,7 +104,8 @@ int sk_snapshot_encode(const sk_node *n, uint8_t **out, uint32_t *len);
  * each extra section. Any callback may be NULL. */
 typedef struct sk_snapshot_visitor {
     void *arg;
-    int (*head)(void *arg, const char *cluster_id, size_t cid_len, int64_t next_pid);
+    int (*head)(void *arg, const char *cluster_id, size_t cid_len, int64_t next_pid,
+                const uint8_t *broker_conf, size_t broker_conf_len);
     int (*topic)(void *arg, const kc_uuid *id, const char *name, size_t name_len, int32_t nparts,
                  int16_t rf, const uint8_t *configs, size_t configs_len);
     int (*part)(void *arg, const kc_uuid *id, int32_t part, int64_t log_start,

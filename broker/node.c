@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 
 #include "config.h"
+#include "dynconf.h"
+#include "groups.h"
 #include "handlers.h"
 #include "kbatch.h"
 #include "meta.h"
@@ -286,6 +288,7 @@ int sk_node_delete_topic(sk_node *n, sk_topic *t, sk_durable_fn fn, void *arg)
     int rc = append_meta(n, &b, fn, arg);
     if (rc == 0) {
         SK_INFO("node", "deleted topic %s", t->name);
+        sk_groups_topic_deleted(n->groups, t->name);
         sk_topic_remove(n, t);
     }
     return rc;
@@ -420,11 +423,18 @@ static int replay_cb(void *arg, wal_lsn lsn, uint8_t type, const uint8_t *payloa
 }
 
 /* Loading the view into memory. */
-static int load_head(void *arg, const char *cid, size_t cid_len, int64_t next_pid)
+static int load_head(void *arg, const char *cid, size_t cid_len, int64_t next_pid,
+                     const uint8_t *bconf, size_t bconf_len)
 {
     sk_node *n = arg;
     snprintf(n->cluster_id, sizeof n->cluster_id, "%.*s", (int)cid_len, cid);
     n->next_pid = next_pid;
+    /* Runtime changes of broker properties apply before topics resolve
+     * their defaults. */
+    if (sk_dynconf_apply_block(n, bconf, bconf_len) != 0) {
+        SK_ERROR("node", "corrupt broker configuration changes in the SQLite view");
+        return SK_ERR_CORRUPT;
+    }
     return 0;
 }
 
@@ -456,6 +466,16 @@ static int load_part(void *arg, const kc_uuid *id, int32_t part, int64_t log_sta
     p->leader_epoch = epoch;
     p->max_ts = max_ts;
     p->max_ts_base = max_ts_base;
+    return 0;
+}
+
+static int load_extra(void *arg, uint8_t kind, const uint8_t *body, size_t len)
+{
+    sk_node *n = arg;
+    if (kind == SK_SNAP_GROUPS && sk_groups_load(n->groups, body, len) != 0) {
+        SK_ERROR("node", "corrupt committed offsets in the SQLite view");
+        return SK_ERR_CORRUPT;
+    }
     return 0;
 }
 
@@ -609,7 +629,12 @@ sk_node *sk_node_new(sk_config *cfg, char *why, size_t whylen)
         goto fail;
     }
     n->store_applied = sk_store_applied(n->store);
-    sk_snapshot_visitor lv = {n, load_head, load_topic, load_part, load_pstate, NULL};
+    n->groups = sk_groups_new(n);
+    if (!n->groups) {
+        snprintf(why, whylen, "out of memory");
+        goto fail;
+    }
+    sk_snapshot_visitor lv = {n, load_head, load_topic, load_part, load_pstate, load_extra};
     if (sk_store_load(n->store, &lv) != 0) {
         snprintf(why, whylen, "cannot load state from the SQLite view %s", dbpath);
         goto fail;
@@ -787,6 +812,7 @@ static void begin_shutdown(sk_node *n)
     sk_net_stop_accepting(n);
     sk_net_pause(n);
     sk_fetch_wake_all(n);
+    sk_groups_abort_waiters(n->groups);
     shutdown_deadline = sk_mono_ms() + 30000;
     shutdown_ev = event_new(n->base, -1, EV_PERSIST, shutdown_check_cb, n);
     struct timeval tv = {0, 10000};
@@ -844,6 +870,9 @@ void sk_node_destroy(sk_node *n)
         wal_close(n->wal);
     if (n->readers)
         sk_workq_destroy(n->readers);
+    sk_groups_destroy(n->groups);
+    n->groups = NULL;
+    sk_dynconf_free(n);
     if (n->store)
         sk_store_close(n->store);
     size_t it = 0;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "groups.h"
 #include "kbatch.h"
 #include "pstate.h"
 #include "sk_err.h"
@@ -26,7 +27,9 @@ static const char *const schema =
     "  lsn INTEGER, len INTEGER, max_ts INTEGER, PRIMARY KEY(topic, part, base)) WITHOUT ROWID;"
     "CREATE INDEX IF NOT EXISTS batches_lsn ON batches(lsn);"
     "CREATE TABLE IF NOT EXISTS producers(topic BLOB, part INTEGER, pid INTEGER, state BLOB,"
-    "  PRIMARY KEY(topic, part, pid)) WITHOUT ROWID;";
+    "  PRIMARY KEY(topic, part, pid)) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS group_offsets(grp TEXT, topic TEXT, part INTEGER, off INTEGER,"
+    "  epoch INTEGER, meta BLOB, ts INTEGER, PRIMARY KEY(grp, topic, part)) WITHOUT ROWID;";
 
 enum {
     ST_BEGIN,
@@ -48,6 +51,10 @@ enum {
     ST_UPD_LOG_START,
     ST_DEL_BATCHES_BELOW,
     ST_UPD_PART_BYTES,
+    ST_PUT_GOFF,
+    ST_DEL_GOFF,
+    ST_DEL_GROUP,
+    ST_DEL_TOPIC_GOFFS,
     ST_COUNT
 };
 
@@ -82,6 +89,12 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_UPD_PART_BYTES] =
         "UPDATE partitions SET bytes = (SELECT coalesce(sum(len), 0) FROM batches"
         " WHERE topic = ?1 AND part = ?2) WHERE topic = ?1 AND part = ?2",
+    [ST_PUT_GOFF] = "INSERT OR REPLACE INTO group_offsets(grp, topic, part, off, epoch, meta, ts)"
+                    " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    [ST_DEL_GOFF] = "DELETE FROM group_offsets WHERE grp = ?1 AND topic = ?2 AND part = ?3",
+    [ST_DEL_GROUP] = "DELETE FROM group_offsets WHERE grp = ?1",
+    [ST_DEL_TOPIC_GOFFS] =
+        "DELETE FROM group_offsets WHERE topic = (SELECT name FROM topics WHERE id = ?1)",
 };
 
 struct sk_store {
@@ -149,6 +162,14 @@ static int set_kv_i64(sk_store *s, const char *k, int64_t v)
     sqlite3_stmt *st = S(s, ST_SET_KV);
     sqlite3_bind_text(st, 1, k, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, v);
+    return step_done(s, st);
+}
+
+static int set_kv_blob(sk_store *s, const char *k, const uint8_t *v, size_t n)
+{
+    sqlite3_stmt *st = S(s, ST_SET_KV);
+    sqlite3_bind_text(st, 1, k, -1, SQLITE_STATIC);
+    sqlite3_bind_blob(st, 2, v, (int)n, SQLITE_TRANSIENT);
     return step_done(s, st);
 }
 
@@ -272,7 +293,8 @@ bool sk_store_is_empty(const sk_store *s)
 int sk_store_reset(sk_store *s)
 {
     int rc = exec(s->db, "BEGIN IMMEDIATE; DELETE FROM topics; DELETE FROM partitions;"
-                         "DELETE FROM batches; DELETE FROM producers; DELETE FROM kv WHERE k <> 'schema';"
+                         "DELETE FROM batches; DELETE FROM producers; DELETE FROM group_offsets;"
+                         "DELETE FROM kv WHERE k <> 'schema';"
                          "COMMIT");
     if (rc == 0) {
         s->applied = 0;
@@ -437,6 +459,38 @@ static int topic_nparts(sk_store *s, const kc_uuid *id, int32_t *n)
     return 0;
 }
 
+static int apply_group(sk_store *s, const uint8_t *body, size_t len)
+{
+    sk_grec g;
+    if (sk_grec_init(&g, body, len) != 0)
+        return SK_ERR_CORRUPT;
+    if (g.op == SK_GREC_DELETE_GROUP) {
+        sqlite3_stmt *st = S(s, ST_DEL_GROUP);
+        sqlite3_bind_text(st, 1, g.group, (int)g.glen, SQLITE_STATIC);
+        return step_done(s, st);
+    }
+    sk_grec_ent e;
+    int rc;
+    while ((rc = sk_grec_next(&g, &e)) == 1) {
+        sqlite3_stmt *st;
+        if (g.op == SK_GREC_COMMIT) {
+            st = S(s, ST_PUT_GOFF);
+            sqlite3_bind_int64(st, 4, e.offset);
+            sqlite3_bind_int(st, 5, e.epoch);
+            sqlite3_bind_blob(st, 6, e.meta, (int)e.mlen, SQLITE_STATIC);
+            sqlite3_bind_int64(st, 7, e.ts);
+        } else {
+            st = S(s, ST_DEL_GOFF);
+        }
+        sqlite3_bind_text(st, 1, g.group, (int)g.glen, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, e.topic, (int)e.tlen, SQLITE_STATIC);
+        sqlite3_bind_int(st, 3, e.part);
+        if (step_done(s, st))
+            return SK_ERR_IO;
+    }
+    return rc < 0 ? SK_ERR_CORRUPT : 0;
+}
+
 static int apply_meta(sk_store *s, const sk_store_rec *r)
 {
     sk_meta m;
@@ -453,7 +507,8 @@ static int apply_meta(sk_store *s, const sk_store_rec *r)
                 return SK_ERR_IO;
         return 0;
     case SK_META_TOPIC_DELETE:
-        if (by_topic(s, ST_DEL_TOPIC, &m.id) || by_topic(s, ST_DEL_TOPIC_PARTS, &m.id) ||
+        /* Committed offsets go with the topic, as in Kafka. */
+        if (by_topic(s, ST_DEL_TOPIC_GOFFS, &m.id) || by_topic(s, ST_DEL_TOPIC, &m.id) || by_topic(s, ST_DEL_TOPIC_PARTS, &m.id) ||
             by_topic(s, ST_DEL_TOPIC_BATCHES, &m.id) || by_topic(s, ST_DEL_TOPIC_PRODS, &m.id))
             return SK_ERR_IO;
         return 0;
@@ -508,18 +563,21 @@ static int apply_meta(sk_store *s, const sk_store_rec *r)
     }
     case SK_META_CLUSTER:
         return set_kv_text(s, "cluster_id", m.name, m.name_len);
+    case SK_META_BROKER_CONFIG:
+        return set_kv_blob(s, "broker_config", m.configs, m.configs_len);
     case SK_META_GROUP:
-        /* Group records are kept by the group coordinator's own tables. */
-        return 0;
+        return apply_group(s, m.body, m.body_len);
     }
     return SK_ERR_CORRUPT;
 }
 
 /* Applying a preamble snapshot to an empty view. */
-static int snap_head(void *arg, const char *cid, size_t cid_len, int64_t next_pid)
+static int snap_head(void *arg, const char *cid, size_t cid_len, int64_t next_pid,
+                     const uint8_t *bconf, size_t bconf_len)
 {
     sk_store *s = arg;
-    if (set_kv_text(s, "cluster_id", cid, cid_len) || set_kv_i64(s, "next_pid", next_pid))
+    if (set_kv_text(s, "cluster_id", cid, cid_len) || set_kv_i64(s, "next_pid", next_pid) ||
+        set_kv_blob(s, "broker_config", bconf, bconf_len))
         return SK_ERR_IO;
     return 0;
 }
@@ -552,6 +610,11 @@ static int snap_pstate(void *arg, const kc_uuid *id, int32_t part, const sk_psta
     return rc;
 }
 
+static int snap_extra(void *arg, uint8_t kind, const uint8_t *body, size_t len)
+{
+    return kind == SK_SNAP_GROUPS ? apply_group(arg, body, len) : 0;
+}
+
 static int apply_one(sk_store *s, const sk_store_rec *r)
 {
     switch (r->type) {
@@ -562,7 +625,7 @@ static int apply_one(sk_store *s, const sk_store_rec *r)
     case WAL_T_PREAMBLE: {
         if (!s->empty)
             return 0;
-        sk_snapshot_visitor v = {s, snap_head, snap_topic, snap_part, snap_pstate, NULL};
+        sk_snapshot_visitor v = {s, snap_head, snap_topic, snap_part, snap_pstate, snap_extra};
         int rc = sk_snapshot_visit(r->payload, r->plen, &v);
         if (rc == 0)
             s->empty = false;
@@ -597,6 +660,64 @@ int sk_store_apply_sync(sk_store *s, sk_store_rec *recs, size_t n, wal_lsn end)
 
 /* ---- loading ---- */
 
+/* Hands every group's committed offsets to the visitor as one commit
+ * record body, the form snapshots use too. */
+static int load_groups(sk_store *s, const sk_snapshot_visitor *v)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(s->db,
+                           "SELECT grp, topic, part, off, epoch, meta, ts FROM group_offsets"
+                           " ORDER BY grp",
+                           -1, &st, NULL))
+        return db_err(s->db, "load group offsets");
+    int rc = 0;
+    char *cur = NULL;
+    sk_buf ents;
+    sk_buf_init(&ents, 0);
+    uint32_t n = 0;
+    for (;;) {
+        int step = sqlite3_step(st);
+        const char *grp = step == SQLITE_ROW ? (const char *)sqlite3_column_text(st, 0) : NULL;
+        if (cur && (!grp || strcmp(grp, cur) != 0)) {
+            sk_buf body;
+            sk_buf_init(&body, 0);
+            sk_grec_begin(&body, SK_GREC_COMMIT, cur, strlen(cur), n);
+            sk_buf_put(&body, ents.data, ents.len);
+            rc = sk_buf_failed(&body) || sk_buf_failed(&ents)
+                     ? SK_ERR_NOMEM
+                     : v->extra(v->arg, SK_SNAP_GROUPS, body.data, body.len);
+            sk_buf_free(&body);
+            sk_buf_free(&ents);
+            sk_buf_init(&ents, 0);
+            n = 0;
+            free(cur);
+            cur = NULL;
+            if (rc)
+                break;
+        }
+        if (!grp)
+            break;
+        if (!cur && !(cur = strdup(grp))) {
+            rc = SK_ERR_NOMEM;
+            break;
+        }
+        sk_grec_ent e = {(const char *)sqlite3_column_text(st, 1),
+                         (size_t)sqlite3_column_bytes(st, 1),
+                         sqlite3_column_int(st, 2),
+                         sqlite3_column_int64(st, 3),
+                         sqlite3_column_int(st, 4),
+                         sqlite3_column_blob(st, 5),
+                         (size_t)sqlite3_column_bytes(st, 5),
+                         sqlite3_column_int64(st, 6)};
+        sk_grec_put(&ents, SK_GREC_COMMIT, &e);
+        n++;
+    }
+    free(cur);
+    sk_buf_free(&ents);
+    sqlite3_finalize(st);
+    return rc;
+}
+
 int sk_store_load(sk_store *s, const sk_snapshot_visitor *v)
 {
     sqlite3_stmt *st = NULL;
@@ -611,7 +732,23 @@ int sk_store_load(sk_store *s, const sk_snapshot_visitor *v)
     sqlite3_finalize(st);
     if (kv_get_i64(s->db, "next_pid", &next_pid, &found))
         return SK_ERR_IO;
-    if (v->head && (rc = v->head(v->arg, cid, strlen(cid), next_pid)))
+    uint8_t *bconf = NULL;
+    size_t bconf_len = 0;
+    if (sqlite3_prepare_v2(s->db, "SELECT v FROM kv WHERE k = 'broker_config'", -1, &st, NULL))
+        return db_err(s->db, "load");
+    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_bytes(st, 0) > 0) {
+        bconf_len = (size_t)sqlite3_column_bytes(st, 0);
+        bconf = malloc(bconf_len);
+        if (bconf)
+            memcpy(bconf, sqlite3_column_blob(st, 0), bconf_len);
+    }
+    sqlite3_finalize(st);
+    static const uint8_t empty_block[4] = {0, 0, 0, 0};
+    if (v->head)
+        rc = v->head(v->arg, cid, strlen(cid), next_pid, bconf ? bconf : empty_block,
+                     bconf ? bconf_len : sizeof empty_block);
+    free(bconf);
+    if (rc)
         return rc;
 
     if (sqlite3_prepare_v2(s->db, "SELECT id, name, partitions, rf, configs FROM topics", -1, &st,
@@ -672,7 +809,9 @@ int sk_store_load(sk_store *s, const sk_snapshot_visitor *v)
         rc = v->pstate(v->arg, &id, sqlite3_column_int(st, 1), &ps);
     }
     sqlite3_finalize(st);
-    return rc;
+    if (rc || !v->extra)
+        return rc;
+    return load_groups(s, v);
 }
 
 /* ---- transactions from the loop ---- */
@@ -978,5 +1117,31 @@ int sk_store_retention_point(sk_store *s, const kc_uuid *id, int32_t part, int64
     sqlite3_finalize(st);
     reader_put(s, db);
     *new_start = any ? start : -2;
+    return 0;
+}
+
+int sk_store_partition_bytes(sk_store *s,
+                             void (*fn)(void *arg, const kc_uuid *id, int32_t part, int64_t bytes),
+                             void *arg)
+{
+    sqlite3 *db = reader_get(s);
+    if (!db)
+        return SK_ERR_IO;
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db, "SELECT topic, part, bytes FROM partitions", -1, &st, NULL) !=
+        SQLITE_OK) {
+        db_err(db, "partition bytes");
+        reader_put(s, db);
+        return SK_ERR_IO;
+    }
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        if (sqlite3_column_bytes(st, 0) != 16)
+            continue;
+        kc_uuid id;
+        memcpy(id.b, sqlite3_column_blob(st, 0), 16);
+        fn(arg, &id, sqlite3_column_int(st, 1), sqlite3_column_int64(st, 2));
+    }
+    sqlite3_finalize(st);
+    reader_put(s, db);
     return 0;
 }

@@ -116,4 +116,9 @@ int sk_store_min_lsn(sk_store *s, wal_lsn *out);
 int sk_store_retention_point(sk_store *s, const kc_uuid *id, int32_t part, int64_t cutoff_ts,
                              int64_t max_bytes, int64_t *new_start);
 
+/* Calls fn for every partition with the bytes of its retained batches. */
+int sk_store_partition_bytes(sk_store *s,
+                             void (*fn)(void *arg, const kc_uuid *id, int32_t part, int64_t bytes),
+                             void *arg);
+
 #endif

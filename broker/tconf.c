@@ -135,7 +135,7 @@ const char *sk_tconf_value(const sk_config *cfg, const sk_tconf *c, int i, char 
 }
 
 /* Resolves the honoured fields from overrides and broker defaults. */
-static void resolve(const sk_config *cfg, sk_tconf *c)
+void sk_tconf_resolve(const sk_config *cfg, sk_tconf *c)
 {
     char buf[64];
     int src;
@@ -203,7 +203,7 @@ int sk_tconf_build(const sk_config *cfg, int n, const char *const *names, const 
             return SK_ERR_NOMEM;
         }
     }
-    resolve(cfg, out);
+    sk_tconf_resolve(cfg, out);
     return 0;
 }
 

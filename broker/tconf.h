@@ -38,6 +38,8 @@ int sk_tconf_build(const sk_config *cfg, int n, const char *const *names, const 
 /* Same, from an encoded config block (meta.h). */
 int sk_tconf_from_block(const sk_config *cfg, const uint8_t *block, size_t len, sk_tconf *out);
 void sk_tconf_free(sk_tconf *c);
+/* Re-resolves the honoured fields after broker defaults changed. */
+void sk_tconf_resolve(const sk_config *cfg, sk_tconf *c);
 
 /* The effective value of definition i, and whether it comes from an
  * override (1), a broker property set by the user (2) or a default (0). */

@@ -146,6 +146,10 @@ struct sk_req {
     int pending; /* asynchronous steps outstanding (WAL appends, jobs) */
     void *hctx;  /* the handler's own state */
     void (*cleanup)(sk_req *r); /* frees hctx when the request goes */
+    /* Requests that wait for several asynchronous steps (WAL appends): the
+     * first error they met, and what to run when the last one is done. */
+    int async_err;
+    void (*on_done)(sk_req *r);
 };
 
 /* ---- the node ---- */
@@ -162,6 +166,11 @@ struct sk_node {
 
     char cluster_id[32];
     int64_t next_pid;
+
+    /* Broker properties changed at runtime (AlterConfigs), with the values
+     * they replaced, so that deleting one restores the configured value. */
+    int ndyn;
+    char **dyn_names, **dyn_values, **dyn_static;
 
     sk_map *topics_by_name; /* name -> sk_topic */
     sk_map *topics_by_id;   /* 16-byte id -> sk_topic */

@@ -1,0 +1,1215 @@
+#include "groups.h"
+
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "config.h"
+#include "dispatch.h"
+#include "gcoord.h"
+#include "kmsg.h"
+#include "meta.h"
+#include "net.h"
+#include "node.h"
+#include "plog.h"
+#include "sk_arena.h"
+#include "sk_err.h"
+#include "sk_log.h"
+#include "sk_map.h"
+#include "sk_time.h"
+
+#define MAX_METADATA 4096 /* Kafka's offset.metadata.max.bytes */
+#define GROUP_ALL_OPS ((1 << 3) | (1 << 6) | (1 << 8))
+
+/* ---- record codec ---- */
+
+int sk_grec_init(sk_grec *g, const uint8_t *body, size_t len)
+{
+    memset(g, 0, sizeof *g);
+    sk_rd_init(&g->rd, body, len);
+    g->op = sk_rd_u8(&g->rd);
+    g->group = (const char *)sk_rd_str(&g->rd, &g->glen);
+    if (g->op == SK_GREC_COMMIT || g->op == SK_GREC_DELETE_OFFSETS)
+        g->left = sk_rd_u32(&g->rd);
+    else if (g->op != SK_GREC_DELETE_GROUP)
+        return SK_ERR_CORRUPT;
+    return sk_rd_failed(&g->rd) ? SK_ERR_CORRUPT : 0;
+}
+
+int sk_grec_next(sk_grec *g, sk_grec_ent *e)
+{
+    if (g->left == 0)
+        return sk_rd_left(&g->rd) == 0 ? 0 : -1;
+    g->left--;
+    memset(e, 0, sizeof *e);
+    e->topic = (const char *)sk_rd_str(&g->rd, &e->tlen);
+    e->part = (int32_t)sk_rd_u32(&g->rd);
+    if (g->op == SK_GREC_COMMIT) {
+        e->offset = (int64_t)sk_rd_u64(&g->rd);
+        e->epoch = (int32_t)sk_rd_u32(&g->rd);
+        e->meta = (const char *)sk_rd_str(&g->rd, &e->mlen);
+        e->ts = (int64_t)sk_rd_u64(&g->rd);
+    }
+    return sk_rd_failed(&g->rd) ? -1 : 1;
+}
+
+void sk_grec_begin(sk_buf *b, uint8_t op, const char *group, size_t glen, uint32_t n)
+{
+    sk_buf_u8(b, op);
+    sk_buf_str(b, group, glen);
+    if (op != SK_GREC_DELETE_GROUP)
+        sk_buf_u32(b, n);
+}
+
+void sk_grec_put(sk_buf *b, uint8_t op, const sk_grec_ent *e)
+{
+    sk_buf_str(b, e->topic, e->tlen);
+    sk_buf_u32(b, (uint32_t)e->part);
+    if (op == SK_GREC_COMMIT) {
+        sk_buf_u64(b, (uint64_t)e->offset);
+        sk_buf_u32(b, (uint32_t)e->epoch);
+        sk_buf_str(b, e->meta ? e->meta : "", e->mlen);
+        sk_buf_u64(b, (uint64_t)e->ts);
+    }
+}
+
+/* ---- committed offsets in memory ---- */
+
+typedef struct goff {
+    char *topic;
+    int32_t part;
+    int64_t offset;
+    int32_t epoch;
+    char *meta;
+    size_t mlen;
+    int64_t ts;
+} goff;
+
+typedef struct gstate {
+    char *id;
+    sk_map *offs; /* topic '\0' be32 partition -> goff */
+    int64_t empty_since;
+} gstate;
+
+struct sk_groups {
+    sk_node *n;
+    sk_gc *gc;
+    sk_map *states; /* group id -> gstate */
+    struct event *tick_ev;
+    struct event *expire_ev;
+};
+
+static size_t off_key(char *buf, size_t cap, const char *topic, size_t tlen, int32_t part)
+{
+    if (tlen + 5 > cap)
+        tlen = cap - 5;
+    memcpy(buf, topic, tlen);
+    buf[tlen] = 0;
+    uint32_t p = (uint32_t)part;
+    buf[tlen + 1] = (char)(p >> 24);
+    buf[tlen + 2] = (char)(p >> 16);
+    buf[tlen + 3] = (char)(p >> 8);
+    buf[tlen + 4] = (char)p;
+    return tlen + 5;
+}
+
+static void goff_free(goff *o)
+{
+    free(o->topic);
+    free(o->meta);
+    free(o);
+}
+
+static void gstate_free(gstate *s)
+{
+    size_t it = 0;
+    void *v;
+    while (sk_map_next(s->offs, &it, NULL, NULL, &v))
+        goff_free(v);
+    sk_map_destroy(s->offs);
+    free(s->id);
+    free(s);
+}
+
+static gstate *state_get(sk_groups *gs, const char *id, size_t len, bool create)
+{
+    gstate *s = sk_map_get(gs->states, id, len);
+    if (s || !create)
+        return s;
+    s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->id = strndup(id, len);
+    s->offs = sk_map_new();
+    s->empty_since = sk_mono_ms();
+    if (!s->id || !s->offs || sk_map_put(gs->states, id, len, s) != 0) {
+        sk_map_destroy(s->offs);
+        free(s->id);
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+static void state_drop(sk_groups *gs, gstate *s)
+{
+    sk_map_del(gs->states, s->id, strlen(s->id));
+    gstate_free(s);
+}
+
+static int apply_ent(gstate *s, uint8_t op, const sk_grec_ent *e)
+{
+    char key[512];
+    size_t kl = off_key(key, sizeof key, e->topic, e->tlen, e->part);
+    goff *o = sk_map_get(s->offs, key, kl);
+    if (op == SK_GREC_DELETE_OFFSETS) {
+        if (o) {
+            sk_map_del(s->offs, key, kl);
+            goff_free(o);
+        }
+        return 0;
+    }
+    if (!o) {
+        o = calloc(1, sizeof *o);
+        if (!o)
+            return SK_ERR_NOMEM;
+        o->topic = strndup(e->topic, e->tlen);
+        o->part = e->part;
+        if (!o->topic || sk_map_put(s->offs, key, kl, o) != 0) {
+            free(o->topic);
+            free(o);
+            return SK_ERR_NOMEM;
+        }
+    }
+    char *meta = strndup(e->meta ? e->meta : "", e->mlen);
+    if (!meta)
+        return SK_ERR_NOMEM;
+    free(o->meta);
+    o->meta = meta;
+    o->mlen = e->mlen;
+    o->offset = e->offset;
+    o->epoch = e->epoch;
+    o->ts = e->ts;
+    return 0;
+}
+
+/* Applies a record body to memory: loading, and after each append. */
+static int apply_body(sk_groups *gs, const uint8_t *body, size_t len)
+{
+    sk_grec g;
+    if (sk_grec_init(&g, body, len) != 0)
+        return SK_ERR_CORRUPT;
+    if (g.op == SK_GREC_DELETE_GROUP) {
+        gstate *s = state_get(gs, g.group, g.glen, false);
+        if (s)
+            state_drop(gs, s);
+        sk_gc_group *cg = sk_gc_find(gs->gc, g.group, g.glen);
+        if (cg && sk_gc_group_nmembers(cg) == 0)
+            sk_gc_remove(gs->gc, cg);
+        return 0;
+    }
+    gstate *s = state_get(gs, g.group, g.glen, g.op == SK_GREC_COMMIT);
+    if (!s)
+        return g.op == SK_GREC_COMMIT ? SK_ERR_NOMEM : 0;
+    sk_grec_ent e;
+    int rc;
+    while ((rc = sk_grec_next(&g, &e)) == 1)
+        if (apply_ent(s, g.op, &e) != 0)
+            return SK_ERR_NOMEM;
+    return rc < 0 ? SK_ERR_CORRUPT : 0;
+}
+
+int sk_groups_load(sk_groups *gs, const uint8_t *body, size_t len)
+{
+    return apply_body(gs, body, len);
+}
+
+uint32_t sk_groups_snapshot(const sk_groups *gs, sk_buf *b)
+{
+    uint32_t count = 0;
+    size_t it = 0;
+    void *v;
+    while (sk_map_next(gs->states, &it, NULL, NULL, &v)) {
+        gstate *s = v;
+        if (sk_map_count(s->offs) == 0)
+            continue;
+        sk_buf body;
+        sk_buf_init(&body, 0);
+        sk_grec_begin(&body, SK_GREC_COMMIT, s->id, strlen(s->id),
+                      (uint32_t)sk_map_count(s->offs));
+        size_t oit = 0;
+        void *ov;
+        while (sk_map_next(s->offs, &oit, NULL, NULL, &ov)) {
+            goff *o = ov;
+            sk_grec_ent e = {o->topic, strlen(o->topic), o->part, o->offset, o->epoch,
+                             o->meta,  o->mlen,         o->ts};
+            sk_grec_put(&body, SK_GREC_COMMIT, &e);
+        }
+        sk_buf_u8(b, SK_SNAP_GROUPS);
+        sk_buf_str(b, (const char *)body.data, body.len);
+        if (sk_buf_failed(&body))
+            b->failed = true;
+        sk_buf_free(&body);
+        count++;
+    }
+    return count;
+}
+
+void sk_groups_topic_deleted(sk_groups *gs, const char *topic)
+{
+    size_t tl = strlen(topic);
+    size_t it = 0;
+    void *v;
+    while (sk_map_next(gs->states, &it, NULL, NULL, &v)) {
+        gstate *s = v;
+        size_t oit = 0;
+        const void *k;
+        size_t kl;
+        void *ov;
+        while (sk_map_next(s->offs, &oit, &k, &kl, &ov)) {
+            goff *o = ov;
+            if (strlen(o->topic) == tl && memcmp(o->topic, topic, tl) == 0) {
+                sk_map_del(s->offs, k, kl);
+                goff_free(o);
+            }
+        }
+    }
+}
+
+/* ---- timers ---- */
+
+static void tick_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    sk_groups *gs = arg;
+    sk_gc_tick(gs->gc, sk_mono_ms());
+}
+
+static void expire_done(void *arg, int err)
+{
+    (void)arg;
+    if (err)
+        SK_WARN("groups", "could not record expired offsets: %s", sk_err_name(err));
+}
+
+/* Offsets of a group that has been empty for offsets.retention.minutes
+ * expire, each when it is that old too; a group left with nothing goes. */
+static void expire_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    sk_groups *gs = arg;
+    sk_node *n = gs->n;
+    int64_t now_mono = sk_mono_ms();
+    int64_t now = sk_now_ms();
+    int64_t retention = (int64_t)n->cfg->offsets_retention_minutes * 60000;
+    size_t it = 0;
+    void *v;
+    /* Collect the victims first: appending applies changes to the map. */
+    char **drop = NULL;
+    size_t ndrop = 0;
+    while (sk_map_next(gs->states, &it, NULL, NULL, &v)) {
+        gstate *s = v;
+        sk_gc_group *cg = sk_gc_find(gs->gc, s->id, strlen(s->id));
+        if (cg && sk_gc_group_state(cg) != SK_GC_EMPTY) {
+            s->empty_since = now_mono;
+            continue;
+        }
+        if (now_mono - s->empty_since < retention)
+            continue;
+        char **nd = realloc(drop, (ndrop + 1) * sizeof *nd);
+        if (!nd)
+            break;
+        drop = nd;
+        drop[ndrop++] = strdup(s->id);
+    }
+    for (size_t i = 0; i < ndrop; i++) {
+        gstate *s = drop[i] ? state_get(gs, drop[i], strlen(drop[i]), false) : NULL;
+        if (!s) {
+            free(drop[i]);
+            continue;
+        }
+        sk_buf b, body;
+        sk_buf_init(&body, 0);
+        uint32_t nexp = 0;
+        size_t oit = 0;
+        void *ov;
+        while (sk_map_next(s->offs, &oit, NULL, NULL, &ov))
+            if (now - ((goff *)ov)->ts >= retention)
+                nexp++;
+        bool all = nexp == sk_map_count(s->offs);
+        if (nexp == 0) {
+            free(drop[i]);
+            sk_buf_free(&body);
+            continue;
+        }
+        if (all) {
+            sk_grec_begin(&body, SK_GREC_DELETE_GROUP, s->id, strlen(s->id), 0);
+        } else {
+            sk_grec_begin(&body, SK_GREC_DELETE_OFFSETS, s->id, strlen(s->id), nexp);
+            oit = 0;
+            while (sk_map_next(s->offs, &oit, NULL, NULL, &ov)) {
+                goff *o = ov;
+                if (now - o->ts >= retention) {
+                    sk_grec_ent e = {o->topic, strlen(o->topic), o->part, 0, 0, NULL, 0, 0};
+                    sk_grec_put(&body, SK_GREC_DELETE_OFFSETS, &e);
+                }
+            }
+        }
+        sk_buf_init(&b, 0);
+        sk_meta_group(&b, body.data, body.len);
+        struct iovec iov = {b.data, b.len};
+        if (!sk_buf_failed(&b) && sk_node_append(n, SK_WAL_META, &iov, 1, expire_done, NULL, NULL) == 0) {
+            SK_INFO("groups", "group %s: %u committed offsets expired", s->id, nexp);
+            apply_body(gs, body.data, body.len);
+        }
+        sk_buf_free(&b);
+        sk_buf_free(&body);
+        free(drop[i]);
+    }
+    free(drop);
+}
+
+sk_groups *sk_groups_new(sk_node *n)
+{
+    sk_groups *gs = calloc(1, sizeof *gs);
+    if (!gs)
+        return NULL;
+    gs->n = n;
+    sk_gc_config gcfg = {n->cfg->group_min_session_timeout_ms, n->cfg->group_max_session_timeout_ms,
+                         n->cfg->group_initial_rebalance_delay_ms};
+    gs->gc = sk_gc_new(&gcfg);
+    gs->states = sk_map_new();
+    gs->tick_ev = event_new(n->base, -1, EV_PERSIST, tick_cb, gs);
+    gs->expire_ev = event_new(n->base, -1, EV_PERSIST, expire_cb, gs);
+    if (!gs->gc || !gs->states || !gs->tick_ev || !gs->expire_ev) {
+        sk_groups_destroy(gs);
+        return NULL;
+    }
+    struct timeval tick = {0, 100000};
+    event_add(gs->tick_ev, &tick);
+    int64_t iv = n->cfg->offsets_retention_check_interval_ms;
+    struct timeval etv = {iv / 1000, (iv % 1000) * 1000};
+    event_add(gs->expire_ev, &etv);
+    return gs;
+}
+
+void sk_groups_abort_waiters(sk_groups *gs)
+{
+    sk_gc_config gcfg = {gs->n->cfg->group_min_session_timeout_ms,
+                         gs->n->cfg->group_max_session_timeout_ms,
+                         gs->n->cfg->group_initial_rebalance_delay_ms};
+    sk_gc *fresh = sk_gc_new(&gcfg);
+    if (!fresh)
+        return;
+    sk_gc_destroy(gs->gc, SK_KAFKA_COORDINATOR_NOT_AVAILABLE);
+    gs->gc = fresh;
+}
+
+void sk_groups_destroy(sk_groups *gs)
+{
+    if (!gs)
+        return;
+    if (gs->tick_ev)
+        event_free(gs->tick_ev);
+    if (gs->expire_ev)
+        event_free(gs->expire_ev);
+    sk_gc_destroy(gs->gc, SK_KAFKA_COORDINATOR_NOT_AVAILABLE);
+    if (gs->states) {
+        size_t it = 0;
+        void *v;
+        while (sk_map_next(gs->states, &it, NULL, NULL, &v))
+            gstate_free(v);
+        sk_map_destroy(gs->states);
+    }
+    free(gs);
+}
+
+/* ---- membership handlers ---- */
+
+static kc_str arena_str(sk_req *r, const char *s)
+{
+    return s ? sk_req_str(r, s) : (kc_str){NULL, -1};
+}
+
+static void client_host(sk_req *r, char *buf, size_t len)
+{
+    /* Kafka shows the client's address with a leading slash. */
+    const char *peer = r->conn->peer;
+    const char *colon = strrchr(peer, ':');
+    snprintf(buf, len, "/%.*s", colon ? (int)(colon - peer) : (int)strlen(peer), peer);
+}
+
+static void join_answer(void *arg, const sk_gc_join_result *res)
+{
+    sk_req *r = arg;
+    kp_JoinGroupResponse *resp = r->resp;
+    resp->error_code = res->error;
+    resp->generation_id = res->generation;
+    resp->protocol_type = arena_str(r, res->protocol_type);
+    resp->protocol_name = arena_str(r, res->protocol_name);
+    if (r->version < 7 && resp->protocol_name.len < 0)
+        resp->protocol_name = sk_req_str(r, "");
+    resp->leader = sk_req_str(r, res->leader_id ? res->leader_id : "");
+    resp->member_id = sk_req_str(r, res->member_id ? res->member_id : "");
+    resp->skip_assignment = false;
+    if (res->nmembers > 0) {
+        kp_JoinGroupResponse_JoinGroupResponseMember *ms =
+            sk_req_array(r, &kp_JoinGroupResponse_JoinGroupResponseMember_desc, res->nmembers);
+        if (ms) {
+            for (int i = 0; i < res->nmembers; i++) {
+                ms[i].member_id = sk_req_str(r, res->members[i].member_id);
+                ms[i].group_instance_id = arena_str(r, res->members[i].instance_id);
+                uint8_t *md = sk_arena_alloc(r->arena, (size_t)res->members[i].metadata_len + 1);
+                if (md && res->members[i].metadata_len)
+                    memcpy(md, res->members[i].metadata, (size_t)res->members[i].metadata_len);
+                ms[i].metadata = (kc_bytes){md, md ? res->members[i].metadata_len : 0};
+            }
+            resp->members.n = res->nmembers;
+            resp->members.v = ms;
+        }
+    }
+    sk_req_respond(r);
+}
+
+void h_join_group(sk_req *r)
+{
+    kp_JoinGroupRequest *req = r->body;
+    sk_groups *gs = r->node->groups;
+    int32_t np = req->protocols.n > 0 ? req->protocols.n : 0;
+    sk_gc_protocol *protos = sk_arena_calloc(r->arena, (size_t)np + 1, sizeof *protos);
+    if (!protos) {
+        sk_req_close(r, "out of memory");
+        return;
+    }
+    for (int32_t i = 0; i < np; i++) {
+        protos[i].name = req->protocols.v[i].name;
+        protos[i].metadata = req->protocols.v[i].metadata;
+    }
+    char host[96];
+    client_host(r, host, sizeof host);
+    sk_gc_join_args a = {0};
+    a.group_id = req->group_id;
+    a.member_id = req->member_id;
+    a.instance_id = r->version >= 5 ? req->group_instance_id : (kc_str){NULL, -1};
+    a.client_id = r->hdr.client_id.len >= 0 ? r->hdr.client_id : (kc_str){"", 0};
+    a.client_host = (kc_str){host, (int32_t)strlen(host)};
+    a.protocol_type = req->protocol_type;
+    a.session_timeout_ms = req->session_timeout_ms;
+    a.rebalance_timeout_ms =
+        r->version >= 1 && req->rebalance_timeout_ms > 0 ? req->rebalance_timeout_ms
+                                                         : req->session_timeout_ms;
+    a.nprotocols = np;
+    a.protocols = protos;
+    a.require_known_member = r->version >= 4;
+    sk_gc_join(gs->gc, &a, sk_mono_ms(), join_answer, r);
+}
+
+static void sync_answer(void *arg, const sk_gc_sync_result *res)
+{
+    sk_req *r = arg;
+    kp_SyncGroupResponse *resp = r->resp;
+    resp->error_code = res->error;
+    resp->protocol_type = arena_str(r, res->protocol_type);
+    resp->protocol_name = arena_str(r, res->protocol_name);
+    uint8_t *as = sk_arena_alloc(r->arena, (size_t)res->assignment_len + 1);
+    if (as && res->assignment_len)
+        memcpy(as, res->assignment, (size_t)res->assignment_len);
+    resp->assignment = (kc_bytes){as, as ? res->assignment_len : 0};
+    sk_req_respond(r);
+}
+
+void h_sync_group(sk_req *r)
+{
+    kp_SyncGroupRequest *req = r->body;
+    sk_groups *gs = r->node->groups;
+    int32_t na = req->assignments.n > 0 ? req->assignments.n : 0;
+    sk_gc_assignment *as = sk_arena_calloc(r->arena, (size_t)na + 1, sizeof *as);
+    if (!as) {
+        sk_req_close(r, "out of memory");
+        return;
+    }
+    for (int32_t i = 0; i < na; i++) {
+        as[i].member_id = req->assignments.v[i].member_id;
+        as[i].assignment = req->assignments.v[i].assignment;
+    }
+    sk_gc_sync_args a = {0};
+    a.group_id = req->group_id;
+    a.member_id = req->member_id;
+    a.instance_id = r->version >= 3 ? req->group_instance_id : (kc_str){NULL, -1};
+    a.generation = req->generation_id;
+    a.protocol_type = r->version >= 5 ? req->protocol_type : (kc_str){NULL, -1};
+    a.protocol_name = r->version >= 5 ? req->protocol_name : (kc_str){NULL, -1};
+    a.nassignments = na;
+    a.assignments = as;
+    sk_gc_sync(gs->gc, &a, sk_mono_ms(), sync_answer, r);
+}
+
+void h_heartbeat(sk_req *r)
+{
+    kp_HeartbeatRequest *req = r->body;
+    kp_HeartbeatResponse *resp = r->resp;
+    resp->error_code =
+        sk_gc_heartbeat(r->node->groups->gc, req->group_id, req->member_id,
+                        r->version >= 3 ? req->group_instance_id : (kc_str){NULL, -1},
+                        req->generation_id, sk_mono_ms());
+    sk_req_respond(r);
+}
+
+void h_leave_group(sk_req *r)
+{
+    kp_LeaveGroupRequest *req = r->body;
+    kp_LeaveGroupResponse *resp = r->resp;
+    sk_gc *gc = r->node->groups->gc;
+    int64_t now = sk_mono_ms();
+    if (req->group_id.len <= 0) {
+        resp->error_code = SK_KAFKA_INVALID_GROUP_ID;
+        sk_req_respond(r);
+        return;
+    }
+    if (r->version < 3) {
+        resp->error_code = sk_gc_leave(gc, req->group_id, req->member_id, (kc_str){NULL, -1}, now);
+        sk_req_respond(r);
+        return;
+    }
+    int32_t nm = req->members.n > 0 ? req->members.n : 0;
+    kp_LeaveGroupResponse_MemberResponse *ms =
+        sk_req_array(r, &kp_LeaveGroupResponse_MemberResponse_desc, nm);
+    if (nm && !ms) {
+        sk_req_close(r, "out of memory");
+        return;
+    }
+    if (!sk_gc_find(gc, req->group_id.p, (size_t)req->group_id.len)) {
+        resp->error_code = SK_KAFKA_UNKNOWN_MEMBER_ID;
+        sk_req_respond(r);
+        return;
+    }
+    for (int32_t i = 0; i < nm; i++) {
+        kp_LeaveGroupRequest_MemberIdentity *mi = &req->members.v[i];
+        ms[i].member_id = mi->member_id;
+        ms[i].group_instance_id = mi->group_instance_id;
+        ms[i].error_code = sk_gc_leave(gc, req->group_id, mi->member_id, mi->group_instance_id, now);
+    }
+    resp->members.n = nm;
+    resp->members.v = ms;
+    sk_req_respond(r);
+}
+
+/* ---- listing and describing ---- */
+
+static bool filter_match(const kc_str *v, int32_t n, const char *s)
+{
+    if (n <= 0)
+        return true;
+    for (int32_t i = 0; i < n; i++)
+        if (v[i].len >= 0 && strlen(s) == (size_t)v[i].len && strncasecmp(v[i].p, s, (size_t)v[i].len) == 0)
+            return true;
+    return false;
+}
+
+void h_list_groups(sk_req *r)
+{
+    kp_ListGroupsRequest *req = r->body;
+    kp_ListGroupsResponse *resp = r->resp;
+    sk_groups *gs = r->node->groups;
+    size_t cap = sk_map_count(gs->states) + 16;
+    {
+        size_t it = 0;
+        while (sk_gc_next(gs->gc, &it))
+            cap++;
+    }
+    kp_ListGroupsResponse_ListedGroup *ls =
+        sk_req_array(r, &kp_ListGroupsResponse_ListedGroup_desc, (int32_t)cap);
+    if (!ls) {
+        sk_req_close(r, "out of memory");
+        return;
+    }
+    int32_t k = 0;
+    size_t it = 0;
+    sk_gc_group *g;
+    bool type_ok = r->version < 5 || filter_match(req->types_filter.v, req->types_filter.n, "classic");
+    while ((g = sk_gc_next(gs->gc, &it)) && (size_t)k < cap) {
+        const char *id = sk_gc_group_id(g);
+        const char *st = sk_gc_state_name(sk_gc_group_state(g));
+        if (sk_gc_group_state(g) == SK_GC_EMPTY && !sk_map_get(gs->states, id, strlen(id)))
+            continue; /* nothing left of it */
+        if (!type_ok || (r->version >= 4 && !filter_match(req->states_filter.v, req->states_filter.n, st)))
+            continue;
+        const char *pt = sk_gc_group_protocol_type(g);
+        ls[k].group_id = sk_req_str(r, id);
+        ls[k].protocol_type = sk_req_str(r, pt ? pt : "");
+        ls[k].group_state = sk_req_str(r, st);
+        ls[k].group_type = sk_req_str(r, "classic");
+        k++;
+    }
+    it = 0;
+    void *v;
+    while (sk_map_next(gs->states, &it, NULL, NULL, &v) && (size_t)k < cap) {
+        gstate *s = v;
+        if (sk_gc_find(gs->gc, s->id, strlen(s->id)))
+            continue;
+        if (!type_ok || (r->version >= 4 && !filter_match(req->states_filter.v, req->states_filter.n, "Empty")))
+            continue;
+        ls[k].group_id = sk_req_str(r, s->id);
+        ls[k].protocol_type = sk_req_str(r, "");
+        ls[k].group_state = sk_req_str(r, "Empty");
+        ls[k].group_type = sk_req_str(r, "classic");
+        k++;
+    }
+    resp->groups.n = k;
+    resp->groups.v = ls;
+    sk_req_respond(r);
+}
+
+static kc_bytes copy_bytes(sk_req *r, const uint8_t *p, int32_t len)
+{
+    uint8_t *d = sk_arena_alloc(r->arena, (size_t)(len > 0 ? len : 0) + 1);
+    if (d && len > 0)
+        memcpy(d, p, (size_t)len);
+    return (kc_bytes){d, d ? (len > 0 ? len : 0) : 0};
+}
+
+void h_describe_groups(sk_req *r)
+{
+    kp_DescribeGroupsRequest *req = r->body;
+    kp_DescribeGroupsResponse *resp = r->resp;
+    sk_groups *gs = r->node->groups;
+    int32_t ng = req->groups.n > 0 ? req->groups.n : 0;
+    kp_DescribeGroupsResponse_DescribedGroup *ds =
+        sk_req_array(r, &kp_DescribeGroupsResponse_DescribedGroup_desc, ng);
+    if (ng && !ds) {
+        sk_req_close(r, "out of memory");
+        return;
+    }
+    for (int32_t i = 0; i < ng; i++) {
+        kc_str id = req->groups.v[i];
+        kp_DescribeGroupsResponse_DescribedGroup *d = &ds[i];
+        d->group_id = id;
+        d->protocol_type = sk_req_str(r, "");
+        d->protocol_data = sk_req_str(r, "");
+        if (req->include_authorized_operations)
+            d->authorized_operations = GROUP_ALL_OPS;
+        sk_gc_group *g = id.len > 0 ? sk_gc_find(gs->gc, id.p, (size_t)id.len) : NULL;
+        gstate *s = id.len > 0 ? state_get(gs, id.p, (size_t)id.len, false) : NULL;
+        if (!g && !s) {
+            if (r->version >= 6) {
+                d->error_code = SK_KAFKA_GROUP_ID_NOT_FOUND;
+                d->error_message = sk_req_str(r, "Group not found.");
+            }
+            d->group_state = sk_req_str(r, "Dead");
+            continue;
+        }
+        if (!g) {
+            d->group_state = sk_req_str(r, "Empty");
+            continue;
+        }
+        sk_gc_state st = sk_gc_group_state(g);
+        d->group_state = sk_req_str(r, sk_gc_state_name(st));
+        const char *pt = sk_gc_group_protocol_type(g), *pn = sk_gc_group_protocol_name(g);
+        d->protocol_type = sk_req_str(r, pt ? pt : "");
+        d->protocol_data = sk_req_str(r, pn && st == SK_GC_STABLE ? pn : "");
+        if (st == SK_GC_STABLE && pn)
+            d->protocol_data = sk_req_str(r, pn);
+        int nm = sk_gc_group_nmembers(g);
+        kp_DescribeGroupsResponse_DescribedGroupMember *ms =
+            sk_req_array(r, &kp_DescribeGroupsResponse_DescribedGroupMember_desc, nm);
+        if (nm && !ms)
+            continue;
+        for (int k = 0; k < nm; k++) {
+            sk_gc_member_view mv;
+            sk_gc_group_member(g, k, &mv);
+            ms[k].member_id = sk_req_str(r, mv.member_id);
+            ms[k].group_instance_id = arena_str(r, mv.instance_id);
+            ms[k].client_id = sk_req_str(r, mv.client_id);
+            ms[k].client_host = sk_req_str(r, mv.client_host);
+            /* Metadata and assignment only describe a settled group. */
+            if (st == SK_GC_STABLE) {
+                ms[k].member_metadata = copy_bytes(r, mv.metadata, mv.metadata_len);
+                ms[k].member_assignment = copy_bytes(r, mv.assignment, mv.assignment_len);
+            } else {
+                ms[k].member_metadata = copy_bytes(r, NULL, 0);
+                ms[k].member_assignment = copy_bytes(r, NULL, 0);
+            }
+        }
+        d->members.n = nm;
+        d->members.v = ms;
+    }
+    resp->groups.n = ng;
+    resp->groups.v = ds;
+    sk_req_respond(r);
+}
+
+/* ---- changes of committed offsets ---- */
+
+static void change_durable(void *arg, int err)
+{
+    sk_req *r = arg;
+    if (err && !r->async_err)
+        r->async_err = err;
+    if (--r->pending == 0)
+        r->on_done(r);
+}
+
+/* Appends a group record and applies it in memory. */
+static int append_group(sk_groups *gs, sk_buf *body, sk_req *r)
+{
+    sk_buf b;
+    sk_buf_init(&b, 0);
+    sk_meta_group(&b, body->data, body->len);
+    if (sk_buf_failed(&b) || sk_buf_failed(body)) {
+        sk_buf_free(&b);
+        return SK_ERR_NOMEM;
+    }
+    struct iovec iov = {b.data, b.len};
+    r->pending++;
+    int rc = sk_node_append(gs->n, SK_WAL_META, &iov, 1, change_durable, r, NULL);
+    sk_buf_free(&b);
+    if (rc != 0) {
+        r->pending--;
+        return rc;
+    }
+    apply_body(gs, body->data, body->len);
+    return 0;
+}
+
+/* After a failed append the partitions that were to be written report a
+ * retriable coordinator error. */
+static void commit_finish(sk_req *r)
+{
+    if (r->async_err) {
+        kp_OffsetCommitResponse *resp = r->resp;
+        for (int32_t i = 0; i < resp->topics.n; i++)
+            for (int32_t j = 0; j < resp->topics.v[i].partitions.n; j++)
+                if (resp->topics.v[i].partitions.v[j].error_code == 0)
+                    resp->topics.v[i].partitions.v[j].error_code =
+                        SK_KAFKA_COORDINATOR_NOT_AVAILABLE;
+    }
+    sk_req_respond(r);
+}
+
+void h_offset_commit(sk_req *r)
+{
+    kp_OffsetCommitRequest *req = r->body;
+    kp_OffsetCommitResponse *resp = r->resp;
+    sk_groups *gs = r->node->groups;
+    int32_t nt = req->topics.n > 0 ? req->topics.n : 0;
+    kp_OffsetCommitResponse_OffsetCommitResponseTopic *ts =
+        sk_req_array(r, &kp_OffsetCommitResponse_OffsetCommitResponseTopic_desc, nt);
+    if (nt && !ts) {
+        sk_req_close(r, "out of memory");
+        return;
+    }
+    resp->topics.n = nt;
+    resp->topics.v = ts;
+    int16_t gerr = 0;
+    if (req->group_id.len <= 0)
+        gerr = SK_KAFKA_INVALID_GROUP_ID;
+    else
+        gerr = sk_gc_check_commit(gs->gc, req->group_id, req->member_id,
+                                  r->version >= 7 ? req->group_instance_id : (kc_str){NULL, -1},
+                                  req->generation_id_or_member_epoch, r->version);
+    uint32_t nok = 0;
+    for (int32_t i = 0; i < nt; i++) {
+        kp_OffsetCommitRequest_OffsetCommitRequestTopic *t = &req->topics.v[i];
+        int32_t np = t->partitions.n > 0 ? t->partitions.n : 0;
+        ts[i].name = t->name;
+        ts[i].partitions.n = np;
+        ts[i].partitions.v =
+            sk_req_array(r, &kp_OffsetCommitResponse_OffsetCommitResponsePartition_desc, np);
+        if (np && !ts[i].partitions.v) {
+            sk_req_close(r, "out of memory");
+            return;
+        }
+        sk_topic *topic = t->name.len > 0 ? sk_topic_get(r->node, t->name.p, (size_t)t->name.len) : NULL;
+        for (int32_t j = 0; j < np; j++) {
+            kp_OffsetCommitRequest_OffsetCommitRequestPartition *p = &t->partitions.v[j];
+            kp_OffsetCommitResponse_OffsetCommitResponsePartition *o = &ts[i].partitions.v[j];
+            o->partition_index = p->partition_index;
+            if (gerr)
+                o->error_code = gerr;
+            else if (p->committed_metadata.len > MAX_METADATA)
+                o->error_code = SK_KAFKA_OFFSET_METADATA_TOO_LARGE;
+            else if (!sk_part_get(topic, p->partition_index))
+                o->error_code = SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION;
+            else
+                nok++;
+        }
+    }
+    if (nok == 0) {
+        sk_req_respond(r);
+        return;
+    }
+    sk_buf body;
+    sk_buf_init(&body, 0);
+    sk_grec_begin(&body, SK_GREC_COMMIT, req->group_id.p, (size_t)req->group_id.len, nok);
+    int64_t now = sk_now_ms();
+    for (int32_t i = 0; i < nt; i++) {
+        kp_OffsetCommitRequest_OffsetCommitRequestTopic *t = &req->topics.v[i];
+        for (int32_t j = 0; j < ts[i].partitions.n; j++) {
+            if (ts[i].partitions.v[j].error_code)
+                continue;
+            kp_OffsetCommitRequest_OffsetCommitRequestPartition *p = &t->partitions.v[j];
+            sk_grec_ent e = {t->name.p,
+                             (size_t)t->name.len,
+                             p->partition_index,
+                             p->committed_offset,
+                             r->version >= 6 ? p->committed_leader_epoch : -1,
+                             p->committed_metadata.len > 0 ? p->committed_metadata.p : "",
+                             p->committed_metadata.len > 0 ? (size_t)p->committed_metadata.len : 0,
+                             now};
+            sk_grec_put(&body, SK_GREC_COMMIT, &e);
+        }
+    }
+    r->pending = 1;
+    r->on_done = commit_finish;
+    int rc = append_group(gs, &body, r);
+    sk_buf_free(&body);
+    if (rc != 0)
+        r->async_err = rc;
+    if (--r->pending == 0)
+        commit_finish(r);
+}
+
+static void fill_fetch_partition(gstate *s, kc_str topic, int32_t part, int64_t *off,
+                                 int32_t *epoch, kc_str *meta, sk_req *r)
+{
+    *off = -1;
+    *epoch = -1;
+    *meta = sk_req_str(r, "");
+    if (!s)
+        return;
+    char key[512];
+    size_t kl = off_key(key, sizeof key, topic.p, (size_t)topic.len, part);
+    goff *o = sk_map_get(s->offs, key, kl);
+    if (!o)
+        return;
+    *off = o->offset;
+    *epoch = o->epoch;
+    char *m = sk_arena_strndup(r->arena, o->meta, o->mlen);
+    if (m)
+        *meta = (kc_str){m, (int32_t)o->mlen};
+}
+
+/* Distinct topics of a group's offsets, for "all topics" requests. */
+static int collect_topics(gstate *s, sk_req *r, const char ***out)
+{
+    size_t cap = s ? sk_map_count(s->offs) : 0;
+    const char **names = sk_arena_calloc(r->arena, cap + 1, sizeof *names);
+    int n = 0;
+    size_t it = 0;
+    void *v;
+    while (s && names && sk_map_next(s->offs, &it, NULL, NULL, &v)) {
+        goff *o = v;
+        bool seen = false;
+        for (int i = 0; i < n && !seen; i++)
+            seen = strcmp(names[i], o->topic) == 0;
+        if (!seen)
+            names[n++] = o->topic;
+    }
+    *out = names;
+    return names ? n : 0;
+}
+
+static int count_parts(gstate *s, const char *topic)
+{
+    int n = 0;
+    size_t it = 0;
+    void *v;
+    while (sk_map_next(s->offs, &it, NULL, NULL, &v))
+        n += strcmp(((goff *)v)->topic, topic) == 0;
+    return n;
+}
+
+void h_offset_fetch(sk_req *r)
+{
+    kp_OffsetFetchRequest *req = r->body;
+    kp_OffsetFetchResponse *resp = r->resp;
+    sk_groups *gs = r->node->groups;
+    if (r->version <= 7) {
+        gstate *s = req->group_id.len > 0 ? state_get(gs, req->group_id.p, (size_t)req->group_id.len, false) : NULL;
+        bool all = req->topics.n < 0;
+        int nt;
+        const char **names = NULL;
+        if (all)
+            nt = collect_topics(s, r, &names);
+        else
+            nt = req->topics.n;
+        kp_OffsetFetchResponse_OffsetFetchResponseTopic *ts =
+            sk_req_array(r, &kp_OffsetFetchResponse_OffsetFetchResponseTopic_desc, nt);
+        if (nt && !ts) {
+            sk_req_close(r, "out of memory");
+            return;
+        }
+        for (int i = 0; i < nt; i++) {
+            kc_str tname = all ? sk_req_str(r, names[i]) : req->topics.v[i].name;
+            ts[i].name = tname;
+            int np = all ? count_parts(s, names[i]) : req->topics.v[i].partition_indexes.n;
+            if (np < 0)
+                np = 0;
+            kp_OffsetFetchResponse_OffsetFetchResponsePartition *ps =
+                sk_req_array(r, &kp_OffsetFetchResponse_OffsetFetchResponsePartition_desc, np);
+            if (np && !ps) {
+                sk_req_close(r, "out of memory");
+                return;
+            }
+            if (all) {
+                int k = 0;
+                size_t it = 0;
+                void *v;
+                while (sk_map_next(s->offs, &it, NULL, NULL, &v) && k < np) {
+                    goff *o = v;
+                    if (strcmp(o->topic, names[i]) == 0)
+                        ps[k++].partition_index = o->part;
+                }
+            } else {
+                for (int k = 0; k < np; k++)
+                    ps[k].partition_index = req->topics.v[i].partition_indexes.v[k];
+            }
+            for (int k = 0; k < np; k++)
+                fill_fetch_partition(s, tname, ps[k].partition_index, &ps[k].committed_offset,
+                                     &ps[k].committed_leader_epoch, &ps[k].metadata, r);
+            ts[i].partitions.n = np;
+            ts[i].partitions.v = ps;
+        }
+        resp->topics.n = nt;
+        resp->topics.v = ts;
+        if (req->group_id.len <= 0)
+            resp->error_code = SK_KAFKA_INVALID_GROUP_ID;
+        sk_req_respond(r);
+        return;
+    }
+    int32_t ng = req->groups.n > 0 ? req->groups.n : 0;
+    kp_OffsetFetchResponse_OffsetFetchResponseGroup *gr =
+        sk_req_array(r, &kp_OffsetFetchResponse_OffsetFetchResponseGroup_desc, ng);
+    if (ng && !gr) {
+        sk_req_close(r, "out of memory");
+        return;
+    }
+    for (int32_t g = 0; g < ng; g++) {
+        kp_OffsetFetchRequest_OffsetFetchRequestGroup *rg = &req->groups.v[g];
+        gr[g].group_id = rg->group_id;
+        gstate *s = rg->group_id.len > 0 ? state_get(gs, rg->group_id.p, (size_t)rg->group_id.len, false) : NULL;
+        if (rg->group_id.len <= 0)
+            gr[g].error_code = SK_KAFKA_INVALID_GROUP_ID;
+        bool all = rg->topics.n < 0;
+        const char **names = NULL;
+        int nt = all ? collect_topics(s, r, &names) : rg->topics.n;
+        kp_OffsetFetchResponse_OffsetFetchResponseTopics *ts =
+            sk_req_array(r, &kp_OffsetFetchResponse_OffsetFetchResponseTopics_desc, nt);
+        if (nt && !ts) {
+            sk_req_close(r, "out of memory");
+            return;
+        }
+        for (int i = 0; i < nt; i++) {
+            kc_str tname = all ? sk_req_str(r, names[i]) : rg->topics.v[i].name;
+            ts[i].name = tname;
+            int np = all ? count_parts(s, names[i]) : rg->topics.v[i].partition_indexes.n;
+            if (np < 0)
+                np = 0;
+            kp_OffsetFetchResponse_OffsetFetchResponsePartitions *ps =
+                sk_req_array(r, &kp_OffsetFetchResponse_OffsetFetchResponsePartitions_desc, np);
+            if (np && !ps) {
+                sk_req_close(r, "out of memory");
+                return;
+            }
+            if (all) {
+                int k = 0;
+                size_t it = 0;
+                void *v;
+                while (sk_map_next(s->offs, &it, NULL, NULL, &v) && k < np) {
+                    goff *o = v;
+                    if (strcmp(o->topic, names[i]) == 0)
+                        ps[k++].partition_index = o->part;
+                }
+            } else {
+                for (int k = 0; k < np; k++)
+                    ps[k].partition_index = rg->topics.v[i].partition_indexes.v[k];
+            }
+            for (int k = 0; k < np; k++)
+                fill_fetch_partition(s, tname, ps[k].partition_index, &ps[k].committed_offset,
+                                     &ps[k].committed_leader_epoch, &ps[k].metadata, r);
+            ts[i].partitions.n = np;
+            ts[i].partitions.v = ps;
+        }
+        gr[g].topics.n = nt;
+        gr[g].topics.v = ts;
+    }
+    resp->groups.n = ng;
+    resp->groups.v = gr;
+    sk_req_respond(r);
+}
+
+/* Does any member's subscription name this topic? Unreadable metadata
+ * counts as subscribed: deleting offsets a consumer needs is the worse
+ * mistake. */
+static bool group_subscribed(sk_gc_group *g, kc_str topic, sk_arena *a)
+{
+    const char *pt = sk_gc_group_protocol_type(g);
+    if (!pt || strcmp(pt, "consumer") != 0)
+        return true;
+    for (int i = 0; i < sk_gc_group_nmembers(g); i++) {
+        sk_gc_member_view mv;
+        sk_gc_group_member(g, i, &mv);
+        if (!mv.metadata || mv.metadata_len < 2)
+            return true;
+        int16_t ver = (int16_t)(mv.metadata[0] << 8 | mv.metadata[1]);
+        if (ver > KP_CONSUMER_PROTOCOL_SUBSCRIPTION_MAX_VER)
+            ver = KP_CONSUMER_PROTOCOL_SUBSCRIPTION_MAX_VER;
+        if (ver < 0)
+            return true;
+        kc_reader rd;
+        kc_reader_init(&rd, mv.metadata + 2, (size_t)mv.metadata_len - 2);
+        kp_ConsumerProtocolSubscription sub;
+        if (kc_decode(&kp_ConsumerProtocolSubscription_desc, ver, false, &rd, &sub, a) != 0)
+            return true;
+        for (int32_t k = 0; k < sub.topics.n; k++)
+            if (sub.topics.v[k].len == topic.len &&
+                memcmp(sub.topics.v[k].p, topic.p, (size_t)topic.len) == 0)
+                return true;
+    }
+    return false;
+}
+
+static void delete_offsets_finish(sk_req *r)
+{
+    if (r->async_err) {
+        kp_OffsetDeleteResponse *resp = r->resp;
+        resp->error_code = SK_KAFKA_COORDINATOR_NOT_AVAILABLE;
+    }
+    sk_req_respond(r);
+}
+
+void h_offset_delete(sk_req *r)
+{
+    kp_OffsetDeleteRequest *req = r->body;
+    kp_OffsetDeleteResponse *resp = r->resp;
+    sk_groups *gs = r->node->groups;
+    sk_gc_group *g = req->group_id.len > 0 ? sk_gc_find(gs->gc, req->group_id.p, (size_t)req->group_id.len) : NULL;
+    gstate *s = req->group_id.len > 0 ? state_get(gs, req->group_id.p, (size_t)req->group_id.len, false) : NULL;
+    if (req->group_id.len <= 0) {
+        resp->error_code = SK_KAFKA_INVALID_GROUP_ID;
+        sk_req_respond(r);
+        return;
+    }
+    if (!g && !s) {
+        resp->error_code = SK_KAFKA_GROUP_ID_NOT_FOUND;
+        sk_req_respond(r);
+        return;
+    }
+    bool active = g && sk_gc_group_nmembers(g) > 0;
+    int32_t nt = req->topics.n > 0 ? req->topics.n : 0;
+    kp_OffsetDeleteResponse_OffsetDeleteResponseTopic *ts =
+        sk_req_array(r, &kp_OffsetDeleteResponse_OffsetDeleteResponseTopic_desc, nt);
+    if (nt && !ts) {
+        sk_req_close(r, "out of memory");
+        return;
+    }
+    uint32_t nok = 0;
+    for (int32_t i = 0; i < nt; i++) {
+        kp_OffsetDeleteRequest_OffsetDeleteRequestTopic *t = &req->topics.v[i];
+        int32_t np = t->partitions.n > 0 ? t->partitions.n : 0;
+        ts[i].name = t->name;
+        ts[i].partitions.n = np;
+        ts[i].partitions.v =
+            sk_req_array(r, &kp_OffsetDeleteResponse_OffsetDeleteResponsePartition_desc, np);
+        if (np && !ts[i].partitions.v) {
+            sk_req_close(r, "out of memory");
+            return;
+        }
+        bool subscribed = active && group_subscribed(g, t->name, r->arena);
+        sk_topic *topic = t->name.len > 0 ? sk_topic_get(r->node, t->name.p, (size_t)t->name.len) : NULL;
+        for (int32_t j = 0; j < np; j++) {
+            kp_OffsetDeleteResponse_OffsetDeleteResponsePartition *o = &ts[i].partitions.v[j];
+            o->partition_index = t->partitions.v[j].partition_index;
+            if (subscribed)
+                o->error_code = SK_KAFKA_GROUP_SUBSCRIBED_TO_TOPIC;
+            else if (!sk_part_get(topic, o->partition_index))
+                o->error_code = SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION;
+            else
+                nok++;
+        }
+    }
+    resp->topics.n = nt;
+    resp->topics.v = ts;
+    if (nok == 0 || !s) {
+        sk_req_respond(r);
+        return;
+    }
+    sk_buf body;
+    sk_buf_init(&body, 0);
+    sk_grec_begin(&body, SK_GREC_DELETE_OFFSETS, req->group_id.p, (size_t)req->group_id.len, nok);
+    for (int32_t i = 0; i < nt; i++)
+        for (int32_t j = 0; j < ts[i].partitions.n; j++) {
+            if (ts[i].partitions.v[j].error_code)
+                continue;
+            sk_grec_ent e = {req->topics.v[i].name.p, (size_t)req->topics.v[i].name.len,
+                             ts[i].partitions.v[j].partition_index, 0, 0, NULL, 0, 0};
+            sk_grec_put(&body, SK_GREC_DELETE_OFFSETS, &e);
+        }
+    r->pending = 1;
+    r->on_done = delete_offsets_finish;
+    if (append_group(gs, &body, r) != 0)
+        r->async_err = SK_ERR_IO;
+    sk_buf_free(&body);
+    if (--r->pending == 0)
+        delete_offsets_finish(r);
+}
+
+static void delete_groups_finish(sk_req *r)
+{
+    if (r->async_err) {
+        kp_DeleteGroupsResponse *resp = r->resp;
+        for (int32_t i = 0; i < resp->results.n; i++)
+            if (resp->results.v[i].error_code == 0)
+                resp->results.v[i].error_code = SK_KAFKA_COORDINATOR_NOT_AVAILABLE;
+    }
+    sk_req_respond(r);
+}
+
+void h_delete_groups(sk_req *r)
+{
+    kp_DeleteGroupsRequest *req = r->body;
+    kp_DeleteGroupsResponse *resp = r->resp;
+    sk_groups *gs = r->node->groups;
+    int32_t ng = req->groups_names.n > 0 ? req->groups_names.n : 0;
+    kp_DeleteGroupsResponse_DeletableGroupResult *rs =
+        sk_req_array(r, &kp_DeleteGroupsResponse_DeletableGroupResult_desc, ng);
+    if (ng && !rs) {
+        sk_req_close(r, "out of memory");
+        return;
+    }
+    resp->results.n = ng;
+    resp->results.v = rs;
+    r->pending = 1;
+    r->on_done = delete_groups_finish;
+    for (int32_t i = 0; i < ng; i++) {
+        kc_str id = req->groups_names.v[i];
+        rs[i].group_id = id;
+        if (id.len <= 0) {
+            rs[i].error_code = SK_KAFKA_INVALID_GROUP_ID;
+            continue;
+        }
+        sk_gc_group *g = sk_gc_find(gs->gc, id.p, (size_t)id.len);
+        gstate *s = state_get(gs, id.p, (size_t)id.len, false);
+        if (!g && !s) {
+            rs[i].error_code = SK_KAFKA_GROUP_ID_NOT_FOUND;
+            continue;
+        }
+        if (g && sk_gc_group_nmembers(g) > 0) {
+            rs[i].error_code = SK_KAFKA_NON_EMPTY_GROUP;
+            continue;
+        }
+        sk_buf body;
+        sk_buf_init(&body, 0);
+        sk_grec_begin(&body, SK_GREC_DELETE_GROUP, id.p, (size_t)id.len, 0);
+        int rc = append_group(gs, &body, r);
+        sk_buf_free(&body);
+        if (rc != 0)
+            rs[i].error_code = SK_KAFKA_COORDINATOR_NOT_AVAILABLE;
+    }
+    if (--r->pending == 0)
+        delete_groups_finish(r);
+}

@@ -1,0 +1,81 @@
+/*
+ * groups: the node's group coordinator: membership (gcoord) plus committed
+ * offsets, which are as durable as data.
+ *
+ * A commit, an offset deletion or a group deletion is a SK_META_GROUP WAL
+ * record, applied in memory after the append and answered once durable; the
+ * SQLite view keeps a group_offsets table in step, and every WAL segment's
+ * snapshot carries all committed offsets. A group's offsets are therefore
+ * in the log, like a partition's batches: another node that takes the log
+ * over (or that a group's coordination moves to) rebuilds them from it.
+ *
+ * Record body (inside SK_META_GROUP): u8 op | str group | entries
+ *   op 1 commit:         u32 n, then n × (str topic, u32 partition,
+ *                        u64 offset, u32 leader epoch, str metadata, u64 ts)
+ *   op 2 delete offsets: u32 n, then n × (str topic, u32 partition)
+ *   op 3 delete group
+ *
+ * Thread: the event loop (the record codec: any).
+ */
+#ifndef GROUPS_H
+#define GROUPS_H
+
+#include "sk_buf.h"
+#include "types.h"
+
+enum { SK_GREC_COMMIT = 1, SK_GREC_DELETE_OFFSETS = 2, SK_GREC_DELETE_GROUP = 3 };
+
+/* ---- record codec ---- */
+
+typedef struct sk_grec {
+    uint8_t op;
+    const char *group;
+    size_t glen;
+    uint32_t left;
+    sk_rd rd;
+} sk_grec;
+
+typedef struct sk_grec_ent {
+    const char *topic;
+    size_t tlen;
+    int32_t part;
+    int64_t offset;
+    int32_t epoch;
+    const char *meta;
+    size_t mlen;
+    int64_t ts;
+} sk_grec_ent;
+
+int sk_grec_init(sk_grec *g, const uint8_t *body, size_t len);
+/* 1 with *e filled, 0 at the end, -1 when corrupt. */
+int sk_grec_next(sk_grec *g, sk_grec_ent *e);
+
+void sk_grec_begin(sk_buf *b, uint8_t op, const char *group, size_t glen, uint32_t n);
+void sk_grec_put(sk_buf *b, uint8_t op, const sk_grec_ent *e);
+
+/* ---- the coordinator ---- */
+
+sk_groups *sk_groups_new(sk_node *n);
+void sk_groups_destroy(sk_groups *gs);
+/* Applies a record body (start-up loading and snapshots). */
+int sk_groups_load(sk_groups *gs, const uint8_t *body, size_t len);
+/* Writes the snapshot's extra sections: returns how many. */
+uint32_t sk_groups_snapshot(const sk_groups *gs, sk_buf *b);
+/* Forgets offsets of a deleted topic (the WAL record of the deletion
+ * implies it; see store.c). */
+void sk_groups_topic_deleted(sk_groups *gs, const char *topic);
+/* Shutdown: answer every waiting join and sync. */
+void sk_groups_abort_waiters(sk_groups *gs);
+
+void h_join_group(sk_req *r);
+void h_sync_group(sk_req *r);
+void h_heartbeat(sk_req *r);
+void h_leave_group(sk_req *r);
+void h_list_groups(sk_req *r);
+void h_describe_groups(sk_req *r);
+void h_delete_groups(sk_req *r);
+void h_offset_commit(sk_req *r);
+void h_offset_fetch(sk_req *r);
+void h_offset_delete(sk_req *r);
+
+#endif
