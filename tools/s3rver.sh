@@ -60,7 +60,9 @@ start() {
   if [ -f "$dir/s3rver.pid" ] && kill -0 "$(cat "$dir/s3rver.pid")" 2>/dev/null; then
     die "a server is already running from $dir (PID $(cat "$dir/s3rver.pid"))"
   fi
-  NODE_PATH="$CACHE/node_modules" node "$HERE/s3rver/server.js" "$dir/data" "$port" "$@" \
+  # s3rver encrypts list continuation tokens with DES, which OpenSSL 3 keeps
+  # in its legacy provider: without it every truncated listing fails (500).
+  NODE_PATH="$CACHE/node_modules" node --openssl-legacy-provider "$HERE/s3rver/server.js" "$dir/data" "$port" "$@" \
     >"$dir/s3rver.log" 2>&1 </dev/null &
   pid=$!
   echo "$pid" >"$dir/s3rver.pid"

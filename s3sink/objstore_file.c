@@ -1,0 +1,619 @@
+/*
+ * file:// backend of objstore: one file per key under a root directory.
+ *
+ * Asynchronous operations run on an sk_workq (opts.max_inflight threads, at
+ * most 16); blocking ones on the caller's thread. A put writes a temporary
+ * file ".<name>.tmp.<pid>.<n>" in the key's directory, fsyncs it, renames it
+ * over the key and fsyncs the directory: readers see the old object or the
+ * whole new one, and after the callback the object survives a crash.
+ * Temporary names start with '.', which no key may, so a listing never shows
+ * them (and a crash leaves them for an operator, never as objects).
+ * Directories are made on demand and removed when a delete empties them; a
+ * put that races with that removal makes its directory again.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include "objstore_impl.h"
+#include "sk_err.h"
+#include "sk_log.h"
+#include "sk_workq.h"
+
+struct fstore {
+    char *root;
+    int rootfd;
+    sk_workq *q;
+    atomic_bool closing;
+    atomic_uint_fast64_t seq;
+};
+
+static struct fstore *F(objstore *s)
+{
+    return s->impl;
+}
+
+static int errno_to_sk(int e)
+{
+    switch (e) {
+    case ENOENT:
+    case ENOTDIR:
+        return SK_ERR_NOENT;
+    case ENOMEM:
+        return SK_ERR_NOMEM;
+    default:
+        return SK_ERR_IO;
+    }
+}
+
+static int fsync_dirat(int rootfd, const char *dir)
+{
+    int fd = openat(rootfd, *dir ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+/* Makes every directory of key (relative to the root); new ones are made
+ * durable by an fsync of their parent. */
+static int make_dirs(struct fstore *f, const char *key)
+{
+    char path[1100];
+    size_t n = strlen(key);
+    if (n >= sizeof path)
+        return SK_ERR_INVAL;
+    memcpy(path, key, n + 1);
+    for (char *p = strchr(path, '/'); p; p = strchr(p + 1, '/')) {
+        *p = '\0';
+        if (mkdirat(f->rootfd, path, 0755) == 0) {
+            char *slash = strrchr(path, '/');
+            if (slash) {
+                *slash = '\0';
+                fsync_dirat(f->rootfd, path);
+                *slash = '/';
+            } else {
+                fsync_dirat(f->rootfd, "");
+            }
+        } else if (errno != EEXIST) {
+            int e = errno;
+            SK_ERROR("objstore", "mkdir %s/%s: %s", f->root, path, strerror(e));
+            return errno_to_sk(e);
+        }
+        *p = '/';
+    }
+    return 0;
+}
+
+static void dir_of(const char *key, char *dir, size_t len)
+{
+    const char *slash = strrchr(key, '/');
+    size_t n = slash ? (size_t)(slash - key) : 0;
+    if (n >= len)
+        n = len - 1;
+    memcpy(dir, key, n);
+    dir[n] = '\0';
+}
+
+/* Writes bytes [off, off+len) of the iovec at file offset off. */
+static int write_range(int fd, const struct iovec *iov, int iovcnt, uint64_t off, uint64_t len)
+{
+    uint64_t base = 0;
+    int i = 0;
+    while (i < iovcnt && base + iov[i].iov_len <= off) {
+        base += iov[i].iov_len;
+        i++;
+    }
+    while (len > 0) {
+        struct iovec v[64];
+        int nv = 0;
+        uint64_t want = 0, b = base, o = off;
+        for (int j = i; j < iovcnt && nv < 64 && want < len; j++) {
+            size_t in = (size_t)(o - b);
+            size_t take = iov[j].iov_len - in;
+            if (take > len - want)
+                take = (size_t)(len - want);
+            v[nv].iov_base = (uint8_t *)iov[j].iov_base + in;
+            v[nv].iov_len = take;
+            nv++;
+            want += take;
+            o += take;
+            b += iov[j].iov_len;
+        }
+        ssize_t w = pwritev(fd, v, nv, (off_t)off);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        if (w == 0) {
+            errno = EIO;
+            return -1;
+        }
+        off += (uint64_t)w;
+        len -= (uint64_t)w;
+        while (i < iovcnt && base + iov[i].iov_len <= off) {
+            base += iov[i].iov_len;
+            i++;
+        }
+    }
+    return 0;
+}
+
+/* One attempt's fault, mapped to the error the operation fails with. */
+static int take_fault(objstore *s)
+{
+    atomic_fetch_add(&s->st_requests, 1);
+    objstore_fault f = os_fault_take(s);
+    if (f != OBJSTORE_FAULT_NONE)
+        os_set_last_error(s, "injected fault %d", (int)f);
+    switch (f) {
+    case OBJSTORE_FAULT_NONE:
+        return 0;
+    case OBJSTORE_FAULT_500:
+        atomic_fetch_add(&s->st_5xx, 1);
+        return SK_ERR_IO;
+    case OBJSTORE_FAULT_503:
+        atomic_fetch_add(&s->st_throttle, 1);
+        return SK_ERR_IO;
+    case OBJSTORE_FAULT_TIMEOUT:
+        atomic_fetch_add(&s->st_timeout, 1);
+        return SK_ERR_TIMEOUT;
+    case OBJSTORE_FAULT_CONNECT:
+        atomic_fetch_add(&s->st_conn, 1);
+        return SK_ERR_IO;
+    case OBJSTORE_FAULT_403:
+        atomic_fetch_add(&s->st_4xx, 1);
+        return SK_ERR_IO;
+    }
+    return SK_ERR_IO;
+}
+
+static int file_put(objstore *s, struct os_op *op)
+{
+    struct fstore *f = F(s);
+    char dir[1100], tmp[1200];
+    dir_of(op->key, dir, sizeof dir);
+    const char *name = strrchr(op->key, '/');
+    name = name ? name + 1 : op->key;
+    snprintf(tmp, sizeof tmp, "%s%s.%s.tmp.%ld.%llu", dir, *dir ? "/" : "", name, (long)getpid(),
+             (unsigned long long)atomic_fetch_add(&f->seq, 1));
+
+    int fd = -1, rc = 0;
+    for (int tries = 0; tries < 3 && fd < 0; tries++) {
+        if ((rc = make_dirs(f, op->key)) != 0)
+            return rc;
+        fd = openat(f->rootfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (fd < 0 && errno != ENOENT)
+            break;
+    }
+    if (fd < 0) {
+        int e = errno;
+        SK_ERROR("objstore", "create %s/%s: %s", f->root, tmp, strerror(e));
+        os_set_last_error(s, "PUT %s: %s", op->key, strerror(e));
+        return errno_to_sk(e);
+    }
+
+    bool multipart = op->total > s->opts.part_size;
+    if (multipart)
+        atomic_fetch_add(&s->st_multipart, 1);
+    else if ((rc = take_fault(s)) != 0)
+        goto fail;
+    for (uint64_t off = 0; off < op->total || (off == 0 && op->total == 0);) {
+        uint64_t n = op->total - off;
+        if (multipart) {
+            if (n > s->opts.part_size)
+                n = s->opts.part_size;
+            if ((rc = take_fault(s)) != 0)
+                goto fail;
+        }
+        if (n > 0 && write_range(fd, op->iov, op->iovcnt, off, n) != 0) {
+            int e = errno;
+            SK_ERROR("objstore", "write %s/%s: %s", f->root, tmp, strerror(e));
+            os_set_last_error(s, "PUT %s: %s", op->key, strerror(e));
+            rc = errno_to_sk(e);
+            goto fail;
+        }
+        if (multipart)
+            atomic_fetch_add(&s->st_parts, 1);
+        atomic_fetch_add(&s->st_up, n);
+        off += n;
+        if (n == 0)
+            break;
+    }
+    if (fsync(fd) != 0) {
+        int e = errno;
+        SK_ERROR("objstore", "fsync %s/%s: %s", f->root, tmp, strerror(e));
+        os_set_last_error(s, "PUT %s: fsync: %s", op->key, strerror(e));
+        rc = SK_ERR_IO;
+        goto fail;
+    }
+    close(fd);
+    fd = -1;
+    if (renameat(f->rootfd, tmp, f->rootfd, op->key) != 0) {
+        int e = errno;
+        SK_ERROR("objstore", "rename %s/%s: %s", f->root, tmp, strerror(e));
+        os_set_last_error(s, "PUT %s: rename: %s", op->key, strerror(e));
+        rc = e == EISDIR ? SK_ERR_INVAL : SK_ERR_IO;
+        goto fail;
+    }
+    if (fsync_dirat(f->rootfd, dir) != 0) {
+        int e = errno;
+        SK_ERROR("objstore", "fsync directory %s/%s: %s", f->root, dir, strerror(e));
+        return SK_ERR_IO;
+    }
+    return 0;
+fail:
+    if (fd >= 0)
+        close(fd);
+    unlinkat(f->rootfd, tmp, 0);
+    if (multipart)
+        atomic_fetch_add(&s->st_aborts, 1);
+    return rc ? rc : SK_ERR_IO;
+}
+
+static int file_get(objstore *s, struct os_op *op)
+{
+    struct fstore *f = F(s);
+    int rc = take_fault(s);
+    if (rc != 0)
+        return rc;
+    int fd = openat(f->rootfd, op->key, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        if (errno_to_sk(e) == SK_ERR_NOENT) {
+            atomic_fetch_add(&s->st_notfound, 1);
+            return SK_ERR_NOENT;
+        }
+        SK_ERROR("objstore", "open %s/%s: %s", f->root, op->key, strerror(e));
+        return SK_ERR_IO;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        atomic_fetch_add(&s->st_notfound, 1);
+        return SK_ERR_NOENT;
+    }
+    uint64_t size = (uint64_t)st.st_size;
+    op->obj_size = size;
+    uint64_t avail = op->off < size ? size - op->off : 0;
+    size_t want = op->len == OBJSTORE_TO_END || op->len > avail ? (size_t)avail : op->len;
+    if (!op->buf) {
+        op->buf = malloc(want ? want : 1);
+        if (!op->buf) {
+            close(fd);
+            return SK_ERR_NOMEM;
+        }
+        op->own_buf = true;
+    }
+    size_t got = 0;
+    while (got < want) {
+        ssize_t r = pread(fd, op->buf + got, want - got, (off_t)(op->off + got));
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            int e = errno;
+            SK_ERROR("objstore", "read %s/%s: %s", f->root, op->key, strerror(e));
+            close(fd);
+            return SK_ERR_IO;
+        }
+        if (r == 0)
+            break; /* shrank meanwhile: cannot happen to an immutable object */
+        got += (size_t)r;
+    }
+    close(fd);
+    op->got = got;
+    atomic_fetch_add(&s->st_down, got);
+    return 0;
+}
+
+static int file_head(objstore *s, struct os_op *op)
+{
+    struct fstore *f = F(s);
+    int rc = take_fault(s);
+    if (rc != 0)
+        return rc;
+    struct stat st;
+    if (fstatat(f->rootfd, op->key, &st, 0) != 0) {
+        if (errno != ENOENT && errno != ENOTDIR) {
+            SK_ERROR("objstore", "stat %s/%s: %s", f->root, op->key, strerror(errno));
+            return SK_ERR_IO;
+        }
+        atomic_fetch_add(&s->st_notfound, 1);
+        return SK_ERR_NOENT;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        atomic_fetch_add(&s->st_notfound, 1);
+        return SK_ERR_NOENT;
+    }
+    op->obj_size = (uint64_t)st.st_size;
+    op->mtime_ms = (int64_t)st.st_mtim.tv_sec * 1000 + st.st_mtim.tv_nsec / 1000000;
+    return 0;
+}
+
+static int file_delete(objstore *s, struct os_op *op)
+{
+    struct fstore *f = F(s);
+    int rc = take_fault(s);
+    if (rc != 0)
+        return rc;
+    if (unlinkat(f->rootfd, op->key, 0) != 0) {
+        if (errno == ENOENT || errno == ENOTDIR)
+            return 0;
+        int e = errno;
+        SK_ERROR("objstore", "unlink %s/%s: %s", f->root, op->key, strerror(e));
+        os_set_last_error(s, "DELETE %s: %s", op->key, strerror(e));
+        return SK_ERR_IO;
+    }
+    char dir[1100];
+    dir_of(op->key, dir, sizeof dir);
+    if (fsync_dirat(f->rootfd, dir) != 0) {
+        SK_ERROR("objstore", "fsync directory %s/%s: %s", f->root, dir, strerror(errno));
+        return SK_ERR_IO;
+    }
+    /* Remove directories the delete emptied; the first non-empty one stops. */
+    while (*dir) {
+        if (unlinkat(f->rootfd, dir, AT_REMOVEDIR) != 0)
+            break;
+        char *slash = strrchr(dir, '/');
+        if (slash)
+            *slash = '\0';
+        else
+            dir[0] = '\0';
+    }
+    return 0;
+}
+
+/* ---- list ---- */
+
+struct keyvec {
+    char **v;
+    size_t n, cap;
+};
+
+static int keyvec_add(struct keyvec *kv, const char *k)
+{
+    if (kv->n == kv->cap) {
+        size_t nc = kv->cap ? kv->cap * 2 : 64;
+        char **nv = realloc(kv->v, nc * sizeof *nv);
+        if (!nv)
+            return SK_ERR_NOMEM;
+        kv->v = nv;
+        kv->cap = nc;
+    }
+    kv->v[kv->n] = strdup(k);
+    if (!kv->v[kv->n])
+        return SK_ERR_NOMEM;
+    kv->n++;
+    return 0;
+}
+
+/* Walks directory `rel` (relative to the root), adding keys that start with
+ * `prefix` and sort after `after`. */
+static int walk(struct fstore *f, const char *rel, const char *prefix, const char *after,
+                struct keyvec *kv, int depth)
+{
+    if (depth > 64)
+        return 0;
+    int dfd = openat(f->rootfd, *rel ? rel : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return errno == ENOENT || errno == ENOTDIR ? 0 : SK_ERR_IO;
+    DIR *d = fdopendir(dfd);
+    if (!d) {
+        close(dfd);
+        return SK_ERR_IO;
+    }
+    int rc = 0;
+    struct dirent *de;
+    char key[1100];
+    size_t plen = strlen(prefix);
+    while (rc == 0 && (de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.')
+            continue;
+        int n = snprintf(key, sizeof key, "%s%s%s", rel, *rel ? "/" : "", de->d_name);
+        if (n < 0 || (size_t)n >= sizeof key)
+            continue;
+        bool is_dir;
+        if (de->d_type == DT_DIR || de->d_type == DT_REG) {
+            is_dir = de->d_type == DT_DIR;
+        } else {
+            struct stat st;
+            if (fstatat(f->rootfd, key, &st, AT_SYMLINK_NOFOLLOW) != 0)
+                continue;
+            if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode))
+                continue;
+            is_dir = S_ISDIR(st.st_mode);
+        }
+        size_t klen = (size_t)n;
+        if (is_dir) {
+            /* Descend only where keys with the prefix can be. */
+            size_t cmp = klen < plen ? klen : plen;
+            if (strncmp(key, prefix, cmp) != 0)
+                continue;
+            rc = walk(f, key, prefix, after, kv, depth + 1);
+        } else {
+            if (klen < plen || strncmp(key, prefix, plen) != 0)
+                continue;
+            if (after && strcmp(key, after) <= 0)
+                continue;
+            rc = keyvec_add(kv, key);
+        }
+    }
+    closedir(d);
+    return rc;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int file_list(objstore *s, struct os_op *op)
+{
+    struct fstore *f = F(s);
+    int rc = take_fault(s);
+    if (rc != 0)
+        return rc;
+    char start[1100];
+    dir_of(op->key, start, sizeof start);
+    struct keyvec kv = {0};
+    rc = walk(f, start, op->key, op->token, &kv, 0);
+    if (rc == 0) {
+        qsort(kv.v, kv.n, sizeof *kv.v, cmp_str);
+        size_t take = kv.n < (size_t)op->max_keys ? kv.n : (size_t)op->max_keys;
+        if (kv.n > take && !(op->page.next_token = strdup(kv.v[take - 1])))
+            rc = SK_ERR_NOMEM;
+        op->page.entries = calloc(take ? take : 1, sizeof *op->page.entries);
+        if (!op->page.entries)
+            rc = SK_ERR_NOMEM;
+        for (size_t i = 0; rc == 0 && i < take; i++) {
+            struct stat st;
+            if (fstatat(f->rootfd, kv.v[i], &st, 0) != 0)
+                continue; /* deleted meanwhile */
+            objstore_entry *e = &op->page.entries[op->page.n++];
+            e->key = kv.v[i];
+            kv.v[i] = NULL;
+            e->size = (uint64_t)st.st_size;
+            e->mtime_ms = (int64_t)st.st_mtim.tv_sec * 1000 + st.st_mtim.tv_nsec / 1000000;
+        }
+    }
+    for (size_t i = 0; i < kv.n; i++)
+        free(kv.v[i]);
+    free(kv.v);
+    return rc;
+}
+
+/* ---- dispatch ---- */
+
+static void run_op(struct os_op *op)
+{
+    objstore *s = op->s;
+    struct fstore *f = F(s);
+    atomic_fetch_sub(&s->st_queued, op->sync ? 0 : 1);
+    if (atomic_load(&f->closing)) {
+        op->err = SK_ERR_CLOSED;
+        os_op_complete(op);
+        return;
+    }
+    os_inflight_add(s, 1);
+    switch (op->kind) {
+    case OS_PUT:
+        op->err = file_put(s, op);
+        break;
+    case OS_GET:
+        op->err = file_get(s, op);
+        break;
+    case OS_HEAD:
+        op->err = file_head(s, op);
+        break;
+    case OS_DELETE:
+        op->err = file_delete(s, op);
+        break;
+    case OS_LIST:
+        op->err = file_list(s, op);
+        break;
+    }
+    os_inflight_add(s, -1);
+    os_op_complete(op);
+}
+
+static void work(void *arg)
+{
+    run_op(arg);
+}
+
+static void file_submit(objstore *s, struct os_op *op)
+{
+    struct fstore *f = F(s);
+    if (op->sync) {
+        run_op(op);
+        return;
+    }
+    atomic_fetch_add(&s->st_queued, 1);
+    if (atomic_load(&f->closing) || sk_workq_submit(f->q, work, NULL, op) != 0) {
+        atomic_fetch_sub(&s->st_queued, 1);
+        op->err = SK_ERR_CLOSED;
+        os_op_complete(op);
+    }
+}
+
+static void file_shutdown(objstore *s)
+{
+    struct fstore *f = F(s);
+    atomic_store(&f->closing, true);
+    sk_workq_destroy(f->q);
+    f->q = NULL;
+}
+
+static void file_free(objstore *s)
+{
+    struct fstore *f = F(s);
+    close(f->rootfd);
+    free(f->root);
+    free(f);
+}
+
+static const struct objstore_backend file_backend = {
+    .name = "file",
+    .submit = file_submit,
+    .shutdown = file_shutdown,
+    .free_impl = file_free,
+};
+
+static int mkdir_p(const char *dir)
+{
+    char path[PATH_MAX];
+    size_t n = strlen(dir);
+    if (n == 0 || n >= sizeof path)
+        return -1;
+    memcpy(path, dir, n + 1);
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(path, 0755) != 0 && errno != EEXIST)
+            return -1;
+        *p = '/';
+    }
+    if (mkdir(path, 0755) != 0 && errno != EEXIST)
+        return -1;
+    return 0;
+}
+
+int os_file_open(objstore *s, const char *dir, char *why, size_t whylen)
+{
+    if (!dir || !*dir) {
+        snprintf(why, whylen, "objects URL names no directory");
+        return SK_ERR_INVAL;
+    }
+    if (mkdir_p(dir) != 0) {
+        snprintf(why, whylen, "objects directory '%s': %s", dir, strerror(errno));
+        return SK_ERR_IO;
+    }
+    struct fstore *f = calloc(1, sizeof *f);
+    if (!f || !(f->root = strdup(dir))) {
+        free(f);
+        snprintf(why, whylen, "out of memory");
+        return SK_ERR_NOMEM;
+    }
+    f->rootfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (f->rootfd < 0) {
+        snprintf(why, whylen, "objects directory '%s': %s", dir, strerror(errno));
+        free(f->root);
+        free(f);
+        return SK_ERR_IO;
+    }
+    int nthreads = s->opts.max_inflight > 16 ? 16 : s->opts.max_inflight;
+    f->q = sk_workq_new(s->base, "objstore-file", nthreads);
+    s->impl = f;
+    s->be = &file_backend;
+    return 0;
+}
