@@ -3,6 +3,7 @@
  * assign offsets, append to the WAL, and answer once every append of the
  * request is durable (acks=1 and acks=all alike: the WAL is the replica).
  */
+#include <event2/event.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,15 +22,64 @@
 #include "sk_time.h"
 
 /* One partition's append in flight. Allocated outside the request's arena:
- * an acks=0 request is finished before its appends are durable. */
+ * an acks=0 request, or one answered at its deadline, is finished before its
+ * appends are durable; the append then only moves the watermark. */
 struct pappend {
-    sk_req *r; /* NULL for acks=0 */
+    sk_req *r; /* NULL once nobody waits for the answer */
     sk_node *n;
     kp_ProduceResponse_PartitionProduceResponse *pr;
     kc_uuid id;
     int32_t part;
     int64_t last;
+    int slot; /* index in the request's list */
 };
+
+/* The request's side: its deadline and what it still waits for. */
+struct pctx {
+    struct event *timer;
+    struct pappend **waits;
+    int nwaits, capwaits;
+};
+
+static void pctx_cleanup(sk_req *r)
+{
+    struct pctx *c = r->hctx;
+    if (!c)
+        return;
+    /* Whatever still waits must not point back at a freed request. */
+    for (int i = 0; i < c->nwaits; i++)
+        if (c->waits[i])
+            c->waits[i]->r = NULL;
+    if (c->timer)
+        event_free(c->timer);
+    free(c->waits);
+    free(c);
+    r->hctx = NULL;
+}
+
+static bool track(sk_req *r, struct pappend *pa)
+{
+    struct pctx *c = r->hctx;
+    if (c->nwaits == c->capwaits) {
+        int ncap = c->capwaits ? c->capwaits * 2 : 8;
+        struct pappend **nw = realloc(c->waits, (size_t)ncap * sizeof *nw);
+        if (!nw)
+            return false;
+        c->waits = nw;
+        c->capwaits = ncap;
+    }
+    pa->slot = c->nwaits;
+    c->waits[c->nwaits++] = pa;
+    return true;
+}
+
+static void untrack(struct pappend *pa)
+{
+    if (pa->r) {
+        struct pctx *c = pa->r->hctx;
+        c->waits[pa->slot] = NULL;
+    }
+}
 
 static void produce_maybe_respond(sk_req *r)
 {
@@ -38,9 +88,36 @@ static void produce_maybe_respond(sk_req *r)
     sk_req_respond(r);
 }
 
+/* The producer's timeout passed with appends not yet durable (a slow or
+ * unreachable volume): answer with a retriable error. The appends stay
+ * queued and become durable in order; an idempotent retry of them is then
+ * answered as a duplicate. */
+static void deadline_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    sk_req *r = arg;
+    struct pctx *c = r->hctx;
+    for (int i = 0; i < c->nwaits; i++) {
+        struct pappend *pa = c->waits[i];
+        if (!pa)
+            continue;
+        pa->pr->error_code = SK_KAFKA_REQUEST_TIMED_OUT;
+        pa->pr->base_offset = -1;
+        if (r->version >= 8)
+            pa->pr->error_message = sk_req_str(r, "the write-ahead log did not become durable "
+                                                  "within the request timeout");
+        pa->r = NULL;
+        c->waits[i] = NULL;
+    }
+    r->pending = 0;
+    sk_req_respond(r);
+}
+
 static void append_durable(void *arg, int err)
 {
     struct pappend *pa = arg;
+    untrack(pa);
     sk_part *p = sk_part_get(sk_topic_get_id(pa->n, &pa->id), pa->part);
     if (err == 0 && p && pa->last + 1 > p->hw) {
         p->hw = pa->last + 1;
@@ -63,6 +140,11 @@ static void append_durable(void *arg, int err)
 static void dup_durable(void *arg, int err)
 {
     struct pappend *pa = arg;
+    if (!pa->r) {
+        free(pa);
+        return;
+    }
+    untrack(pa);
     if (err != 0) {
         pa->pr->error_code = SK_KAFKA_KAFKA_STORAGE_ERROR;
         pa->pr->base_offset = -1;
@@ -146,7 +228,13 @@ static bool produce_partition(sk_req *r, int16_t acks, sk_topic *t,
         return false;
     }
     if (h.attributes & KB_ATTR_TRANSACTIONAL) {
-        set_error(r, pr, SK_KAFKA_INVALID_TXN_STATE, "transactions are not supported");
+        /* Kafka refuses a transactional batch outside a transactional
+         * request this way; Skiff has no transactions at all. */
+        kp_ProduceRequest *req = r->body;
+        set_error(r, pr,
+                  req->transactional_id.len < 0 ? SK_KAFKA_TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                                                : SK_KAFKA_INVALID_TXN_STATE,
+                  "transactions are not supported");
         return false;
     }
     int32_t count = h.last_offset_delta + 1;
@@ -170,6 +258,11 @@ static bool produce_partition(sk_req *r, int16_t acks, sk_topic *t,
             }
             pa->r = r;
             pa->pr = pr;
+            if (!track(r, pa)) {
+                free(pa);
+                set_error(r, pr, SK_KAFKA_REQUEST_TIMED_OUT, "out of memory");
+                return false;
+            }
             r->pending++;
             sk_node_wait_durable(n, dup->lsn_end, dup_durable, pa);
             return true;
@@ -208,6 +301,12 @@ static bool produce_partition(sk_req *r, int16_t acks, sk_topic *t,
     cb->last = base + h.last_offset_delta;
     cb->max_ts = h.max_timestamp;
     pa->r = acks == 0 ? NULL : r;
+    if (pa->r && !track(r, pa)) {
+        free(cb);
+        free(pa);
+        set_error(r, pr, SK_KAFKA_REQUEST_TIMED_OUT, "out of memory");
+        return false;
+    }
     pa->n = n;
     pa->pr = pr;
     pa->id = t->id;
@@ -216,6 +315,7 @@ static bool produce_partition(sk_req *r, int16_t acks, sk_topic *t,
     wal_lsn lsn, lsn_end;
     int rc = sk_node_append_data(n, p, cb->data, cb->len, &h, append_durable, pa, &lsn, &lsn_end);
     if (rc != 0) {
+        untrack(pa);
         free(cb);
         free(pa);
         set_error(r, pr,
@@ -264,6 +364,13 @@ void h_produce(sk_req *r)
         return;
     }
     bool bad_acks = acks != -1 && acks != 0 && acks != 1;
+    struct pctx *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) {
+        sk_req_close(r, "out of memory");
+        return;
+    }
+    r->hctx = ctx;
+    r->cleanup = pctx_cleanup;
     /* Hold the response until every partition is handled, even when the
      * WAL answers synchronously. */
     r->pending = 1;
@@ -308,6 +415,12 @@ void h_produce(sk_req *r)
                 }
         sk_req_silent(r);
         return;
+    }
+    if (r->pending > 1 && req->timeout_ms >= 0) {
+        ctx->timer = event_new(r->node->base, -1, 0, deadline_cb, r);
+        struct timeval tv = {req->timeout_ms / 1000, (req->timeout_ms % 1000) * 1000};
+        if (ctx->timer)
+            event_add(ctx->timer, &tv);
     }
     produce_maybe_respond(r);
 }
