@@ -291,6 +291,7 @@ def create_topics_through_kills(node, prefix, kills=3, seed=None, gap=(0.2, 1.0)
                 c = None
                 time.sleep(0.05)
                 continue            # same name again: it may or may not exist now
+            time.sleep(0.005)   # a few hundred topics suffice; the kill moment matters
             if r["ErrorCode"] == k.NONE:
                 acked[name] = parts
             elif r["ErrorCode"] == k.TOPIC_ALREADY_EXISTS:

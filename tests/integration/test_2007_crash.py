@@ -23,7 +23,7 @@ def seed():
 
 def test_acked_records_survive_repeated_sigkill(broker_factory, topic_name):
     b = broker_factory()
-    stats = crashcheck.produce_through_kills(b, topic_name, partitions=4, kills=5,
+    stats = crashcheck.produce_through_kills(b, topic_name, partitions=4, kills=8,
                                              seed=seed(), gap=(0.8, 2.5), down=(0.0, 0.3))
     assert stats["records"] >= stats["acked"] > 0
 
