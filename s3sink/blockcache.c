@@ -1,0 +1,549 @@
+/*
+ * blockcache: LRU of verified data blocks with merged, shared fetches.
+ *
+ * A block is in the map from the moment it is requested: "loading" until
+ * its fetch returns, then "ready". refs counts the reads that pin it (a
+ * waiting read pins its blocks from the start). Ready blocks with no pins
+ * sit on the LRU list, most recent first; only they are evicted.
+ */
+#include "blockcache.h"
+
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sk_err.h"
+#include "sk_log.h"
+#include "sk_map.h"
+
+struct bc_read;
+
+struct waiter {
+    struct bc_read *rd;
+    size_t idx; /* in rd->out */
+    struct waiter *next;
+};
+
+struct blockcache_block {
+    uint8_t *mkey; /* object key, NUL, position (8 bytes) */
+    size_t mklen;
+    objfmt_entry e;
+    uint8_t *data;
+    int refs;
+    bool loading;
+    struct waiter *waiters;
+    struct blockcache_block *prev, *next; /* LRU */
+    bool in_lru;
+};
+
+struct bc_read {
+    blockcache *c;
+    blockcache_block **out;
+    size_t n;
+    int missing;
+    int err;
+    blockcache_cb cb;
+    void *arg;
+};
+
+struct bc_fetch {
+    blockcache *c; /* NULL once the cache is gone */
+    uint8_t *buf;
+    size_t len;
+    uint64_t off;
+    blockcache_block **blocks;
+    size_t nblocks;
+    struct bc_fetch *prev, *next;
+};
+
+struct blockcache {
+    objstore *store;
+    blockcache_opts o;
+    sk_map *map;
+    blockcache_block *lru_head, *lru_tail;
+    size_t used, loading_bytes;
+    struct bc_fetch *fetches;
+    blockcache_stats st;
+};
+
+static void lru_remove(blockcache *c, blockcache_block *b)
+{
+    if (!b->in_lru)
+        return;
+    if (b->prev)
+        b->prev->next = b->next;
+    else
+        c->lru_head = b->next;
+    if (b->next)
+        b->next->prev = b->prev;
+    else
+        c->lru_tail = b->prev;
+    b->prev = b->next = NULL;
+    b->in_lru = false;
+}
+
+static void lru_push(blockcache *c, blockcache_block *b)
+{
+    b->prev = NULL;
+    b->next = c->lru_head;
+    if (c->lru_head)
+        c->lru_head->prev = b;
+    else
+        c->lru_tail = b;
+    c->lru_head = b;
+    b->in_lru = true;
+}
+
+static void block_free(blockcache_block *b)
+{
+    free(b->mkey);
+    free(b->data);
+    free(b);
+}
+
+/* Removes a block from the map (and the LRU) and frees it. */
+static void block_drop(blockcache *c, blockcache_block *b)
+{
+    lru_remove(c, b);
+    sk_map_del(c->map, b->mkey, b->mklen);
+    if (b->data) {
+        c->used -= b->e.size;
+        free(b->data);
+        b->data = NULL;
+    }
+    block_free(b);
+}
+
+static void evict(blockcache *c)
+{
+    while (c->used > c->o.capacity && c->lru_tail) {
+        blockcache_block *b = c->lru_tail;
+        c->st.evictions++;
+        block_drop(c, b);
+    }
+}
+
+static void store_fetch(void *ctx, const char *key, uint64_t off, size_t len, void *buf,
+                        objstore_get_cb cb, void *arg)
+{
+    objstore_get(ctx, key, off, len, buf, cb, arg);
+}
+
+blockcache *blockcache_new(objstore *store, const blockcache_opts *opts)
+{
+    blockcache *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    if (opts)
+        c->o = *opts;
+    if (c->o.capacity == 0)
+        c->o.capacity = 256u << 20;
+    if (c->o.max_merge == 0)
+        c->o.max_merge = 8u << 20;
+    if (!c->o.fetch) {
+        if (!store) {
+            free(c);
+            return NULL;
+        }
+        c->o.fetch = store_fetch;
+        c->o.fetch_ctx = store;
+    }
+    c->store = store;
+    c->map = sk_map_new();
+    if (!c->map) {
+        free(c);
+        return NULL;
+    }
+    return c;
+}
+
+static void read_finish(struct bc_read *rd)
+{
+    if (rd->err != 0) {
+        for (size_t i = 0; i < rd->n; i++) {
+            if (rd->out[i]) {
+                blockcache_release(rd->c, rd->out[i]);
+                rd->out[i] = NULL;
+            }
+        }
+    }
+    rd->cb(rd->arg, rd->err);
+    free(rd);
+}
+
+/* A block's fetch ended: wake its waiters. On error the block leaves. */
+static void block_resolved(blockcache *c, blockcache_block *b, int err)
+{
+    struct waiter *w = b->waiters;
+    b->waiters = NULL;
+    b->loading = false;
+    c->loading_bytes -= b->e.size;
+    if (err != 0) {
+        c->st.errors++;
+        /* The waiters' pins go with the block. */
+        for (struct waiter *x = w; x; x = x->next)
+            x->rd->out[x->idx] = NULL;
+        lru_remove(c, b);
+        sk_map_del(c->map, b->mkey, b->mklen);
+        block_free(b);
+    } else if (b->refs == 0) {
+        lru_push(c, b);
+    }
+    while (w) {
+        struct waiter *n = w->next;
+        struct bc_read *rd = w->rd;
+        if (err != 0 && rd->err == 0)
+            rd->err = err;
+        free(w);
+        if (--rd->missing == 0)
+            read_finish(rd);
+        w = n;
+    }
+}
+
+static void fetch_unlink(blockcache *c, struct bc_fetch *f)
+{
+    if (f->prev)
+        f->prev->next = f->next;
+    else
+        c->fetches = f->next;
+    if (f->next)
+        f->next->prev = f->prev;
+}
+
+static void fetch_done(void *arg, int err, uint8_t *data, size_t len, uint64_t obj_size)
+{
+    (void)obj_size;
+    struct bc_fetch *f = arg;
+    blockcache *c = f->c;
+    if (!c) {
+        free(f->buf);
+        free(f->blocks);
+        free(f);
+        return;
+    }
+    fetch_unlink(c, f);
+    if (err == 0 && (data != f->buf || len != f->len)) {
+        SK_WARN("blockcache", "short read: %zu of %zu bytes at %llu", len, f->len,
+                (unsigned long long)f->off);
+        err = SK_ERR_CORRUPT;
+    }
+    uint64_t at = 0;
+    for (size_t i = 0; i < f->nblocks; i++) {
+        blockcache_block *b = f->blocks[i];
+        int berr = err;
+        if (berr == 0) {
+            const uint8_t *p = f->buf + at;
+            berr = objfmt_block_verify(&b->e, p, b->e.size);
+            if (berr != 0) {
+                SK_WARN("blockcache", "block at %llu of %s fails its check",
+                        (unsigned long long)b->e.position, (const char *)b->mkey);
+            } else if (f->nblocks == 1) {
+                b->data = f->buf; /* one block: keep the buffer as it is */
+                f->buf = NULL;
+            } else if (!(b->data = malloc(b->e.size ? b->e.size : 1))) {
+                berr = SK_ERR_NOMEM;
+            } else {
+                memcpy(b->data, p, b->e.size);
+            }
+            if (berr == 0)
+                c->used += b->e.size;
+        }
+        at += b->e.size;
+        block_resolved(c, b, berr);
+    }
+    free(f->buf);
+    free(f->blocks);
+    free(f);
+    evict(c);
+}
+
+static int make_mkey(const char *key, uint64_t pos, uint8_t **out, size_t *len)
+{
+    size_t kl = strlen(key);
+    uint8_t *m = malloc(kl + 1 + 8);
+    if (!m)
+        return SK_ERR_NOMEM;
+    memcpy(m, key, kl + 1);
+    memcpy(m + kl + 1, &pos, 8);
+    *out = m;
+    *len = kl + 1 + 8;
+    return 0;
+}
+
+static blockcache_block *block_new(blockcache *c, const char *key, const objfmt_entry *e)
+{
+    blockcache_block *b = calloc(1, sizeof *b);
+    if (!b || make_mkey(key, e->position, &b->mkey, &b->mklen) != 0) {
+        free(b);
+        return NULL;
+    }
+    b->e = *e;
+    b->loading = true;
+    if (sk_map_put(c->map, b->mkey, b->mklen, b) != 0) {
+        block_free(b);
+        return NULL;
+    }
+    c->loading_bytes += e->size;
+    return b;
+}
+
+/* Issues GETs for blocks[0..n) (in position order), merging neighbours. */
+static void fetch_blocks(blockcache *c, const char *key, blockcache_block **blocks, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        size_t j = i + 1;
+        uint64_t len = blocks[i]->e.size;
+        while (j < n && blocks[j - 1]->e.position + blocks[j - 1]->e.size == blocks[j]->e.position &&
+               len + blocks[j]->e.size <= c->o.max_merge) {
+            len += blocks[j]->e.size;
+            j++;
+        }
+        struct bc_fetch *f = calloc(1, sizeof *f);
+        if (f) {
+            f->buf = malloc(len ? (size_t)len : 1);
+            f->blocks = malloc((j - i) * sizeof *f->blocks);
+        }
+        if (!f || !f->buf || !f->blocks) {
+            if (f) {
+                free(f->buf);
+                free(f->blocks);
+                free(f);
+            }
+            for (size_t k = i; k < j; k++)
+                block_resolved(c, blocks[k], SK_ERR_NOMEM);
+            i = j;
+            continue;
+        }
+        f->c = c;
+        f->len = (size_t)len;
+        f->off = blocks[i]->e.position;
+        f->nblocks = j - i;
+        memcpy(f->blocks, blocks + i, f->nblocks * sizeof *f->blocks);
+        f->next = c->fetches;
+        if (c->fetches)
+            c->fetches->prev = f;
+        c->fetches = f;
+        c->st.gets++;
+        c->st.get_bytes += len;
+        c->o.fetch(c->o.fetch_ctx, key, f->off, f->len, f->buf, fetch_done, f);
+        i = j;
+    }
+}
+
+/* Map key of (key, pos) in buf (at least BC_MKEY_MAX bytes). */
+#define BC_MKEY_MAX (1024 + 1 + 8)
+static size_t mkey_into(uint8_t *buf, const char *key, uint64_t pos)
+{
+    size_t kl = strlen(key);
+    memcpy(buf, key, kl + 1);
+    memcpy(buf + kl + 1, &pos, 8);
+    return kl + 1 + 8;
+}
+
+static blockcache_block *lookup(blockcache *c, const char *key, uint64_t pos)
+{
+    uint8_t mk[BC_MKEY_MAX];
+    size_t n = mkey_into(mk, key, pos);
+    return sk_map_get(c->map, mk, n);
+}
+
+/* Takes back what a failed blockcache_read did to out[0..n): nothing was
+ * fetched yet, so no callback is owed. */
+static void read_undo(blockcache *c, struct bc_read *rd, blockcache_block **out, size_t n)
+{
+    for (size_t k = 0; k < n; k++) {
+        blockcache_block *b = out[k];
+        struct waiter **pp = &b->waiters;
+        while (*pp) {
+            if ((*pp)->rd == rd) {
+                struct waiter *w = *pp;
+                *pp = w->next;
+                free(w);
+            } else {
+                pp = &(*pp)->next;
+            }
+        }
+        b->refs--;
+        if (b->loading && b->refs == 0 && !b->waiters) {
+            c->loading_bytes -= b->e.size;
+            sk_map_del(c->map, b->mkey, b->mklen);
+            block_free(b);
+        } else if (!b->loading && b->refs == 0) {
+            lru_push(c, b);
+        }
+        out[k] = NULL;
+    }
+}
+
+int blockcache_read(blockcache *c, const char *key, const objfmt_entry *entries, size_t nentries,
+                    size_t first, size_t nwant, size_t readahead, blockcache_block **out,
+                    blockcache_cb cb, void *arg)
+{
+    if (!key || strlen(key) > 1024 || !entries || nwant == 0 || first >= nentries ||
+        nwant > nentries - first || !out || !cb)
+        return SK_ERR_INVAL;
+    if (readahead > nentries)
+        readahead = nentries;
+    blockcache_block **todo = malloc((nwant + readahead) * sizeof *todo);
+    struct bc_read *rd = calloc(1, sizeof *rd);
+    if (!todo || !rd) {
+        free(todo);
+        free(rd);
+        return SK_ERR_NOMEM;
+    }
+    rd->c = c;
+    rd->out = out;
+    rd->n = nwant;
+    rd->cb = cb;
+    rd->arg = arg;
+    size_t ntodo = 0;
+    uint64_t hits = 0, misses = 0;
+    for (size_t i = 0; i < nwant; i++) {
+        const objfmt_entry *e = &entries[first + i];
+        blockcache_block *b = lookup(c, key, e->position);
+        bool fresh = false;
+        if (!b) {
+            b = block_new(c, key, e);
+            fresh = true;
+        }
+        struct waiter *w = b && b->loading ? calloc(1, sizeof *w) : NULL;
+        if (!b || (b->loading && !w)) {
+            if (b && fresh) {
+                c->loading_bytes -= b->e.size;
+                sk_map_del(c->map, b->mkey, b->mklen);
+                block_free(b);
+            }
+            read_undo(c, rd, out, i);
+            free(todo);
+            free(rd);
+            return SK_ERR_NOMEM;
+        }
+        lru_remove(c, b);
+        b->refs++;
+        out[i] = b;
+        if (w) {
+            w->rd = rd;
+            w->idx = i;
+            w->next = b->waiters;
+            b->waiters = w;
+            rd->missing++;
+            misses++;
+            if (fresh)
+                todo[ntodo++] = b;
+        } else {
+            hits++;
+        }
+    }
+    c->st.hits += hits;
+    c->st.misses += misses;
+    /* Read-ahead: following blocks of the same stream, while they fit. */
+    uint64_t stream = entries[first].stream_id;
+    for (size_t i = first + nwant; i < nentries && i < first + nwant + readahead; i++) {
+        const objfmt_entry *e = &entries[i];
+        const objfmt_entry *p = &entries[i - 1];
+        if (e->stream_id != stream || p->position + p->size != e->position)
+            break;
+        if (c->used + c->loading_bytes + e->size > c->o.capacity)
+            break;
+        if (lookup(c, key, e->position))
+            continue;
+        blockcache_block *b = block_new(c, key, e);
+        if (!b)
+            break;
+        c->st.readahead++;
+        todo[ntodo++] = b;
+    }
+    /* The guard keeps a fetch that fails at once (no memory) from running
+     * the callback inside this call: such a read fails by return value. */
+    rd->missing++;
+    fetch_blocks(c, key, todo, ntodo);
+    free(todo);
+    if (--rd->missing == 0) {
+        int err = rd->err;
+        if (err != 0) {
+            for (size_t i = 0; i < nwant; i++) {
+                if (out[i]) {
+                    blockcache_release(c, out[i]);
+                    out[i] = NULL;
+                }
+            }
+        }
+        free(rd);
+        return err != 0 ? err : BLOCKCACHE_HIT;
+    }
+    return 0;
+}
+
+const uint8_t *blockcache_data(const blockcache_block *b, size_t *len)
+{
+    if (len)
+        *len = b->e.size;
+    return b->data;
+}
+
+const objfmt_entry *blockcache_entry(const blockcache_block *b)
+{
+    return &b->e;
+}
+
+void blockcache_release(blockcache *c, blockcache_block *b)
+{
+    if (!b || b->refs <= 0)
+        return;
+    if (--b->refs == 0 && !b->loading) {
+        lru_push(c, b);
+        evict(c);
+    }
+}
+
+void blockcache_forget(blockcache *c, const char *key)
+{
+    size_t kl = strlen(key);
+    size_t it = 0;
+    const void *k;
+    size_t klen;
+    void *v;
+    while (sk_map_next(c->map, &it, &k, &klen, &v)) {
+        blockcache_block *b = v;
+        if (klen == kl + 9 && memcmp(k, key, kl + 1) == 0 && b->refs == 0 && !b->loading)
+            block_drop(c, b);
+    }
+}
+
+void blockcache_stats_get(const blockcache *c, blockcache_stats *out)
+{
+    *out = c->st;
+    out->used = c->used;
+    out->capacity = c->o.capacity;
+    out->blocks = sk_map_count(c->map);
+}
+
+void blockcache_destroy(blockcache *c)
+{
+    if (!c)
+        return;
+    /* Fetches in flight: detach them (their completion only frees), and
+     * fail the reads that wait on them. */
+    while (c->fetches) {
+        struct bc_fetch *f = c->fetches;
+        fetch_unlink(c, f);
+        f->c = NULL;
+        for (size_t i = 0; i < f->nblocks; i++)
+            block_resolved(c, f->blocks[i], SK_ERR_CLOSED);
+        f->nblocks = 0;
+    }
+    size_t it = 0;
+    const void *k;
+    size_t klen;
+    void *v;
+    while (sk_map_next(c->map, &it, &k, &klen, &v)) {
+        blockcache_block *b = v;
+        if (b->refs > 0)
+            SK_WARN("blockcache", "destroyed with a block still pinned");
+        block_drop(c, b);
+    }
+    sk_map_destroy(c->map);
+    free(c);
+}

@@ -1,0 +1,90 @@
+/*
+ * blockcache: a bounded LRU cache of objects' data blocks, for the read path.
+ *
+ * Blocks are keyed by (object key, block position) and described by their
+ * objfmt index entries, so every block is checked (CRC-32C and structure)
+ * once, when it arrives, and never enters the cache corrupt. A read asks for
+ * consecutive blocks of one object; the blocks it misses, and up to
+ * `readahead` following blocks of the same stream (sequential catch-up), are
+ * fetched with as few ranged GETs as possible: adjacent missing blocks are
+ * merged into one GET of at most opts.max_merge bytes. A block already being
+ * fetched is not fetched again: later readers wait for the same GET.
+ *
+ * Memory: opts.capacity bounds the bytes of cached blocks. Blocks handed to
+ * readers are pinned until released and are never evicted; the cache may
+ * pass its capacity by what readers pin, and it gives the excess back as
+ * soon as they release. Read-ahead is skipped when it would not fit.
+ *
+ * Threads: the loop thread only (the one the objstore delivers on).
+ * Callbacks run later on that thread, never inside blockcache_read; a
+ * callback may read again, but must not destroy the cache.
+ *
+ * Ownership: the cache borrows the objstore (which must outlive it) and
+ * copies keys and entries it keeps. A read fills the caller's out[] array,
+ * which must stay valid until the callback; each block in it is pinned and
+ * must be given back with blockcache_release.
+ *
+ * Errors: SK_ERR_INVAL (bad arguments), SK_ERR_NOMEM, and through the
+ * callback the objstore's errors (SK_ERR_NOENT, SK_ERR_IO, SK_ERR_TIMEOUT),
+ * SK_ERR_CORRUPT for a block that fails its check, SK_ERR_CLOSED when the
+ * cache is destroyed first. After an error nothing is pinned and out[] is
+ * all NULL.
+ */
+#ifndef BLOCKCACHE_H
+#define BLOCKCACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "objfmt.h"
+#include "objstore.h"
+
+typedef struct blockcache blockcache;
+typedef struct blockcache_block blockcache_block;
+
+/* Where blocks come from: objstore_get's shape, so tests can stand in. */
+typedef void (*blockcache_fetch_fn)(void *ctx, const char *key, uint64_t off, size_t len,
+                                    void *buf, objstore_get_cb cb, void *arg);
+
+typedef struct blockcache_opts {
+    size_t capacity;  /* bytes of cached blocks; default 256 MiB */
+    size_t max_merge; /* largest merged GET; default 8 MiB (one block may be larger) */
+    blockcache_fetch_fn fetch; /* NULL: objstore_get on the store */
+    void *fetch_ctx;
+} blockcache_opts;
+
+/* store may be NULL when opts->fetch is set. */
+blockcache *blockcache_new(objstore *store, const blockcache_opts *opts);
+/* Reads waiting on fetches fail with SK_ERR_CLOSED (their callbacks run
+ * here); blocks still pinned by readers must have been released. */
+void blockcache_destroy(blockcache *c);
+
+typedef void (*blockcache_cb)(void *arg, int err);
+
+#define BLOCKCACHE_HIT 1
+
+/* Blocks entries[first .. first+nwant) of object `key` (entries: the
+ * object's index, or any run of it; borrowed during the call). Returns
+ * BLOCKCACHE_HIT when all are cached (out[] filled, cb never runs), 0 when
+ * cb will run (out[] filled when err == 0), or a negative error at once. */
+int blockcache_read(blockcache *c, const char *key, const objfmt_entry *entries, size_t nentries,
+                    size_t first, size_t nwant, size_t readahead, blockcache_block **out,
+                    blockcache_cb cb, void *arg);
+
+const uint8_t *blockcache_data(const blockcache_block *b, size_t *len);
+const objfmt_entry *blockcache_entry(const blockcache_block *b);
+void blockcache_release(blockcache *c, blockcache_block *b);
+
+/* Drops the unpinned cached blocks of an object (after its deletion). */
+void blockcache_forget(blockcache *c, const char *key);
+
+typedef struct blockcache_stats {
+    uint64_t hits, misses;      /* wanted blocks found / not found */
+    uint64_t gets, get_bytes;   /* ranged GETs issued */
+    uint64_t readahead;         /* blocks fetched ahead */
+    uint64_t evictions, errors;
+    size_t used, capacity, blocks;
+} blockcache_stats;
+void blockcache_stats_get(const blockcache *c, blockcache_stats *out);
+
+#endif

@@ -1,0 +1,483 @@
+/* blockcache: merged GETs and read-ahead, shared fetches for several
+ * waiters, LRU eviction within the capacity, pinned blocks, corrupt and
+ * failed fetches, destroy with fetches in flight, all against a fake store
+ * whose GETs complete when the test says so; then the real read path over
+ * the file:// objstore with an event loop. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include <event2/event.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "blockcache.h"
+#include "objfmt.h"
+#include "objstore.h"
+#include "sk_err.h"
+#include "sk_log.h"
+#include "sk_time.h"
+
+/* ---- an object to read ---- */
+
+struct object {
+    uint8_t *bytes;
+    uint64_t size;
+    objfmt_reader *r;
+    const objfmt_entry *blocks;
+    size_t nblocks;
+    uint8_t *payload;
+};
+
+/* Stream 1: 10 blocks of 4 batches of 1000 bytes; stream 2: 3 blocks. */
+static void make_object(struct object *o)
+{
+    memset(o, 0, sizeof *o);
+    o->payload = malloc(1000);
+    for (int i = 0; i < 1000; i++)
+        o->payload[i] = (uint8_t)(i * 13);
+    objfmt_writer *w = objfmt_writer_new(OBJFMT_SSO, 4 * (1000 + OBJFMT_BATCH_HEADER), 1);
+    uint64_t off = 0;
+    for (int i = 0; i < 40; i++, off += 5) {
+        objfmt_batch b = {off, off + 4, 5, 1000};
+        assert_int_equal(objfmt_writer_add(w, 1, &b, o->payload), 0);
+    }
+    off = 0;
+    for (int i = 0; i < 12; i++, off += 5) {
+        objfmt_batch b = {off, off + 4, 5, 1000};
+        assert_int_equal(objfmt_writer_add(w, 2, &b, o->payload), 0);
+    }
+    const struct iovec *iov;
+    int cnt;
+    assert_int_equal(objfmt_writer_finish(w, &iov, &cnt, &o->size), 0);
+    o->bytes = malloc(o->size);
+    uint64_t pos = 0;
+    for (int i = 0; i < cnt; i++) {
+        memcpy(o->bytes + pos, iov[i].iov_base, iov[i].iov_len);
+        pos += iov[i].iov_len;
+    }
+    objfmt_writer_destroy(w);
+    uint64_t no;
+    size_t nl;
+    assert_int_equal(objfmt_reader_from_tail(o->bytes, (size_t)o->size, o->size, &o->r, &no, &nl),
+                     0);
+    o->blocks = objfmt_reader_blocks(o->r, &o->nblocks);
+    assert_int_equal(o->nblocks, 13);
+}
+
+static void free_object(struct object *o)
+{
+    objfmt_reader_destroy(o->r);
+    free(o->bytes);
+    free(o->payload);
+}
+
+/* ---- a fake store: GETs wait until fake_complete ---- */
+
+struct pending {
+    char key[64];
+    uint64_t off;
+    size_t len;
+    void *buf;
+    objstore_get_cb cb;
+    void *arg;
+};
+
+struct fake {
+    struct object *o;
+    struct pending q[64];
+    int n;
+    int gets;
+    int fail_next;      /* error for the next completions */
+    int corrupt_next;   /* flip a byte in the next completions */
+};
+
+static void fake_fetch(void *ctx, const char *key, uint64_t off, size_t len, void *buf,
+                       objstore_get_cb cb, void *arg)
+{
+    struct fake *f = ctx;
+    assert_true(f->n < 64);
+    struct pending *p = &f->q[f->n++];
+    snprintf(p->key, sizeof p->key, "%s", key);
+    p->off = off;
+    p->len = len;
+    p->buf = buf;
+    p->cb = cb;
+    p->arg = arg;
+    f->gets++;
+}
+
+static void fake_complete(struct fake *f)
+{
+    while (f->n > 0) {
+        struct pending p = f->q[0];
+        memmove(f->q, f->q + 1, (size_t)(f->n - 1) * sizeof f->q[0]);
+        f->n--;
+        if (f->fail_next) {
+            f->fail_next--;
+            p.cb(p.arg, SK_ERR_IO, NULL, 0, 0);
+            continue;
+        }
+        memcpy(p.buf, f->o->bytes + p.off, p.len);
+        if (f->corrupt_next) {
+            f->corrupt_next--;
+            ((uint8_t *)p.buf)[p.len / 2] ^= 0x40;
+        }
+        p.cb(p.arg, 0, p.buf, p.len, f->o->size);
+    }
+}
+
+struct rres {
+    int calls;
+    int err;
+};
+
+static void read_cb(void *arg, int err)
+{
+    struct rres *r = arg;
+    r->calls++;
+    r->err = err;
+}
+
+static void check_block(const struct object *o, blockcache_block *b, size_t idx)
+{
+    size_t len;
+    const uint8_t *d = blockcache_data(b, &len);
+    assert_int_equal(len, o->blocks[idx].size);
+    assert_memory_equal(d, o->bytes + o->blocks[idx].position, len);
+    assert_int_equal(blockcache_entry(b)->position, o->blocks[idx].position);
+}
+
+static blockcache *new_cache(struct fake *f, size_t capacity, size_t max_merge)
+{
+    blockcache_opts opts = {.capacity = capacity, .max_merge = max_merge, .fetch = fake_fetch,
+                            .fetch_ctx = f};
+    blockcache *c = blockcache_new(NULL, &opts);
+    assert_non_null(c);
+    return c;
+}
+
+static void release_all(blockcache *c, blockcache_block **out, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        blockcache_release(c, out[i]);
+}
+
+static void test_merge_and_readahead(void **state)
+{
+    (void)state;
+    struct object o;
+    make_object(&o);
+    struct fake f = {.o = &o};
+    blockcache *c = new_cache(&f, 1 << 20, 0);
+    blockcache_block *out[3];
+    struct rres r = {0};
+    /* blocks 2..4 of stream 1 plus 3 read ahead: one GET of 6 blocks */
+    assert_int_equal(blockcache_read(c, "obj", o.blocks, o.nblocks, 2, 3, 3, out, read_cb, &r), 0);
+    assert_int_equal(r.calls, 0);
+    assert_int_equal(f.gets, 1);
+    assert_int_equal(f.q[0].off, o.blocks[2].position);
+    assert_int_equal(f.q[0].len, o.blocks[8].position - o.blocks[2].position);
+    fake_complete(&f);
+    assert_int_equal(r.calls, 1);
+    assert_int_equal(r.err, 0);
+    for (int i = 0; i < 3; i++)
+        check_block(&o, out[i], 2 + (size_t)i);
+    release_all(c, out, 3);
+    /* the read-ahead blocks are there now */
+    assert_int_equal(blockcache_read(c, "obj", o.blocks, o.nblocks, 5, 3, 0, out, read_cb, &r),
+                     BLOCKCACHE_HIT);
+    assert_int_equal(f.gets, 1);
+    for (int i = 0; i < 3; i++)
+        check_block(&o, out[i], 5 + (size_t)i);
+    release_all(c, out, 3);
+    /* read-ahead stops at the end of the stream (block 9 is stream 1's last) */
+    assert_int_equal(blockcache_read(c, "obj", o.blocks, o.nblocks, 8, 1, 10, out, read_cb, &r), 0);
+    assert_int_equal(f.q[0].len, o.blocks[10].position - o.blocks[8].position);
+    fake_complete(&f);
+    release_all(c, out, 1);
+    /* a missing block between cached ones: GETs only for what is missing */
+    assert_int_equal(blockcache_read(c, "obj", o.blocks, o.nblocks, 0, 3, 0, out, read_cb, &r), 0);
+    assert_int_equal(f.n, 1);
+    assert_int_equal(f.q[0].off, o.blocks[0].position);
+    assert_int_equal(f.q[0].len, o.blocks[2].position); /* blocks 0 and 1; 2 is cached */
+    fake_complete(&f);
+    release_all(c, out, 3);
+    /* the same block of another object is another block */
+    int before = f.gets;
+    assert_int_equal(blockcache_read(c, "other", o.blocks, o.nblocks, 0, 1, 0, out, read_cb, &r), 0);
+    assert_int_equal(f.gets, before + 1);
+    fake_complete(&f);
+    release_all(c, out, 1);
+    blockcache_stats st;
+    blockcache_stats_get(c, &st);
+    assert_int_equal(st.readahead, 4);
+    assert_int_equal(st.hits, 4);
+    assert_int_equal(st.misses, 7);
+    blockcache_destroy(c);
+
+    /* max_merge splits a long run into several GETs */
+    struct fake f2 = {.o = &o};
+    c = new_cache(&f2, 1 << 20, 2 * o.blocks[0].size);
+    blockcache_block *many[10];
+    r = (struct rres){0};
+    assert_int_equal(blockcache_read(c, "obj", o.blocks, o.nblocks, 0, 10, 0, many, read_cb, &r), 0);
+    assert_int_equal(f2.gets, 5);
+    fake_complete(&f2);
+    assert_int_equal(r.err, 0);
+    for (int i = 0; i < 10; i++)
+        check_block(&o, many[i], (size_t)i);
+    release_all(c, many, 10);
+    /* bad arguments fail at once */
+    assert_int_equal(blockcache_read(c, "obj", o.blocks, o.nblocks, 13, 1, 0, many, read_cb, &r),
+                     SK_ERR_INVAL);
+    assert_int_equal(blockcache_read(c, "obj", o.blocks, o.nblocks, 12, 2, 0, many, read_cb, &r),
+                     SK_ERR_INVAL);
+    assert_int_equal(blockcache_read(c, "obj", o.blocks, o.nblocks, 0, 0, 0, many, read_cb, &r),
+                     SK_ERR_INVAL);
+    blockcache_destroy(c);
+    free_object(&o);
+}
+
+static void test_shared_fetch(void **state)
+{
+    (void)state;
+    struct object o;
+    make_object(&o);
+    struct fake f = {.o = &o};
+    blockcache *c = new_cache(&f, 1 << 20, 0);
+    blockcache_block *a[2], *b[1], *d[2];
+    struct rres ra = {0}, rb = {0}, rd = {0};
+    assert_int_equal(blockcache_read(c, "obj", o.blocks, o.nblocks, 3, 2, 0, a, read_cb, &ra), 0);
+    assert_int_equal(blockcache_read(c, "obj", o.blocks, o.nblocks, 4, 1, 0, b, read_cb, &rb), 0);
+    assert_int_equal(blockcache_read(c, "obj", o.blocks, o.nblocks, 4, 2, 0, d, read_cb, &rd), 0);
+    assert_int_equal(f.gets, 2); /* blocks 3-4, then only 5 */
+    fake_complete(&f);
+    assert_int_equal(ra.calls, 1);
+    assert_int_equal(rb.calls, 1);
+    assert_int_equal(rd.calls, 1);
+    assert_ptr_equal(a[1], b[0]);
+    assert_ptr_equal(b[0], d[0]);
+    check_block(&o, d[1], 5);
+    release_all(c, a, 2);
+    release_all(c, b, 1);
+    release_all(c, d, 2);
+    blockcache_destroy(c);
+    free_object(&o);
+}
+
+static void test_lru_and_pins(void **state)
+{
+    (void)state;
+    struct object o;
+    make_object(&o);
+    struct fake f = {.o = &o};
+    size_t bs = o.blocks[0].size;
+    blockcache *c = new_cache(&f, 3 * bs, 0);
+    blockcache_block *out[4];
+    struct rres r = {0};
+    for (size_t i = 0; i < 5; i++) {
+        assert_int_equal(blockcache_read(c, "obj", o.blocks, o.nblocks, i, 1, 0, out, read_cb, &r), 0);
+        fake_complete(&f);
+        assert_int_equal(r.err, 0);
+        blockcache_release(c, out[0]);
+    }
+    blockcache_stats st;
+    blockcache_stats_get(c, &st);
+    assert_true(st.used <= 3 * bs);
+    assert_int_equal(st.evictions, 2);
+    /* 0 and 1 went first; 2..4 remain */
+    assert_int_equal(blockcache_read(c, "obj", o.blocks, o.nblocks, 2, 3, 0, out, read_cb, &r),
+                     BLOCKCACHE_HIT);
+    /* held blocks stay while others come and go */
+    blockcache_block *more[4];
+    assert_int_equal(blockcache_read(c, "obj", o.blocks, o.nblocks, 5, 4, 0, more, read_cb, &r), 0);
+    fake_complete(&f);
+    blockcache_stats_get(c, &st);
+    assert_int_equal(st.used, 7 * bs); /* over capacity by what is pinned */
+    for (int i = 0; i < 3; i++)
+        check_block(&o, out[i], 2 + (size_t)i);
+    release_all(c, out, 3);
+    release_all(c, more, 4);
+    blockcache_stats_get(c, &st);
+    assert_true(st.used <= 3 * bs);
+    /* the most recently used survive */
+    assert_int_equal(blockcache_read(c, "obj", o.blocks, o.nblocks, 6, 3, 0, more, read_cb, &r),
+                     BLOCKCACHE_HIT);
+    release_all(c, more, 3);
+    /* read-ahead does not push the cache past its capacity */
+    int gets = f.gets;
+    assert_int_equal(blockcache_read(c, "obj", o.blocks, o.nblocks, 0, 1, 5, out, read_cb, &r), 0);
+    assert_int_equal(f.gets, gets + 1);
+    assert_true(f.q[0].len < 3 * bs);
+    fake_complete(&f);
+    release_all(c, out, 1);
+    /* forget drops an object's unpinned blocks */
+    blockcache_forget(c, "obj");
+    blockcache_stats_get(c, &st);
+    assert_int_equal(st.used, 0);
+    assert_int_equal(st.blocks, 0);
+    blockcache_destroy(c);
+    free_object(&o);
+}
+
+static void test_errors(void **state)
+{
+    (void)state;
+    struct object o;
+    make_object(&o);
+    struct fake f = {.o = &o};
+    blockcache *c = new_cache(&f, 1 << 20, 0);
+    blockcache_block *out[3], *other[1];
+    struct rres r = {0}, r2 = {0};
+    /* a corrupt block fails its readers and is not kept */
+    f.corrupt_next = 1;
+    assert_int_equal(blockcache_read(c, "obj", o.blocks, o.nblocks, 0, 1, 0, out, read_cb, &r), 0);
+    fake_complete(&f);
+    assert_int_equal(r.err, SK_ERR_CORRUPT);
+    assert_null(out[0]);
+    assert_int_equal(blockcache_read(c, "obj", o.blocks, o.nblocks, 0, 1, 0, out, read_cb, &r), 0);
+    fake_complete(&f);
+    assert_int_equal(r.err, 0);
+    check_block(&o, out[0], 0);
+    blockcache_release(c, out[0]);
+    /* a failed GET fails every read waiting on it, and pins nothing */
+    f.fail_next = 1;
+    assert_int_equal(blockcache_read(c, "obj", o.blocks, o.nblocks, 0, 3, 0, out, read_cb, &r), 0);
+    assert_int_equal(blockcache_read(c, "obj", o.blocks, o.nblocks, 2, 1, 0, other, read_cb, &r2), 0);
+    fake_complete(&f);
+    assert_int_equal(r.err, SK_ERR_IO);
+    assert_int_equal(r2.err, SK_ERR_IO);
+    for (int i = 0; i < 3; i++)
+        assert_null(out[i]);
+    blockcache_stats st;
+    blockcache_stats_get(c, &st);
+    assert_int_equal(st.blocks, 1); /* only block 0, cached before */
+    /* destroy with a fetch in flight: the waiter hears SK_ERR_CLOSED at once,
+     * the late completion is harmless */
+    r = (struct rres){0};
+    assert_int_equal(blockcache_read(c, "obj", o.blocks, o.nblocks, 4, 2, 2, out, read_cb, &r), 0);
+    blockcache_destroy(c);
+    assert_int_equal(r.calls, 1);
+    assert_int_equal(r.err, SK_ERR_CLOSED);
+    fake_complete(&f);
+    assert_int_equal(r.calls, 1);
+    free_object(&o);
+}
+
+/* ---- the real read path: objfmt + objstore (file://) + blockcache ---- */
+
+static int rm_cb(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+struct done {
+    bool done;
+    int err;
+};
+
+static void put_cb(void *arg, int err)
+{
+    struct done *d = arg;
+    d->done = true;
+    d->err = err;
+}
+
+static void read_done(void *arg, int err)
+{
+    struct done *d = arg;
+    d->done = true;
+    d->err = err;
+}
+
+static void loop_until(struct event_base *base, bool *flag)
+{
+    int64_t deadline = sk_mono_ms() + 10000;
+    while (!*flag) {
+        assert_true(sk_mono_ms() < deadline);
+        event_base_loop(base, EVLOOP_ONCE);
+    }
+}
+
+static void test_read_path_over_file_store(void **state)
+{
+    (void)state;
+    char dir[64] = "/tmp/skiff-test-objcache-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char url[128];
+    snprintf(url, sizeof url, "file://%s", dir);
+    struct event_base *base = event_base_new();
+    char why[200];
+    objstore *s = objstore_open(base, url, NULL, why, sizeof why);
+    assert_non_null(s);
+    struct object o;
+    make_object(&o);
+    struct iovec v = {o.bytes, o.size};
+    struct done d = {0};
+    objstore_put(s, "data/x/so-1-1.obj", &v, 1, put_cb, &d);
+    loop_until(base, &d.done);
+    assert_int_equal(d.err, 0);
+
+    blockcache_opts opts = {.capacity = 1 << 20};
+    blockcache *c = blockcache_new(s, &opts);
+    /* stream 2 from offset 17: the block that holds it and what follows */
+    objfmt_range rg;
+    assert_int_equal(objfmt_reader_ranges(o.r, 2, 17, 0, &rg, 1), 1);
+    blockcache_block *out[3];
+    d = (struct done){0};
+    int rc = blockcache_read(c, "data/x/so-1-1.obj", o.blocks, o.nblocks, rg.first_block,
+                             rg.nblocks, 0, out, read_done, &d);
+    assert_int_equal(rc, 0);
+    loop_until(base, &d.done);
+    assert_int_equal(d.err, 0);
+    uint64_t next = 0;
+    int batches = 0;
+    for (uint32_t i = 0; i < rg.nblocks; i++) {
+        size_t len;
+        const uint8_t *p = blockcache_data(out[i], &len);
+        objfmt_iter it;
+        objfmt_iter_init_verified(&it, p, len);
+        objfmt_batch b;
+        const uint8_t *pl;
+        while (objfmt_iter_next(&it, &b, &pl)) {
+            if (b.last_offset < 17)
+                continue;
+            assert_true(b.base_offset >= next);
+            next = b.last_offset + 1;
+            assert_memory_equal(pl, o.payload, b.size);
+            batches++;
+        }
+        blockcache_release(c, out[i]);
+    }
+    assert_int_equal(next, 60);
+    assert_int_equal(batches, 9); /* 15..19 through 55..59 */
+    blockcache_destroy(c);
+    objstore_destroy(s);
+    free_object(&o);
+    event_base_free(base);
+    nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+int main(void)
+{
+    sk_log_set_level(SK_LOG_ERROR);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_merge_and_readahead),
+        cmocka_unit_test(test_shared_fetch),
+        cmocka_unit_test(test_lru_and_pins),
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_read_path_over_file_store),
+    };
+    return cmocka_run_group_tests_name("blockcache", tests, NULL, NULL);
+}
