@@ -467,7 +467,8 @@ static int file_list(objstore *s, struct os_op *op)
     struct keyvec kv = {0};
     rc = walk(f, start, op->key, op->token, &kv, 0);
     if (rc == 0) {
-        qsort(kv.v, kv.n, sizeof *kv.v, cmp_str);
+        if (kv.n > 1)
+            qsort(kv.v, kv.n, sizeof *kv.v, cmp_str);
         size_t take = kv.n < (size_t)op->max_keys ? kv.n : (size_t)op->max_keys;
         if (kv.n > take && !(op->page.next_token = strdup(kv.v[take - 1])))
             rc = SK_ERR_NOMEM;
