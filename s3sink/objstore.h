@@ -84,9 +84,10 @@ void objstore_opts_default(objstore_opts *o);
  * On failure returns NULL and writes the reason into why. */
 objstore *objstore_open(struct event_base *base, const char *url, const objstore_opts *opts,
                         char *why, size_t whylen);
-/* Operations still queued or in flight complete with SK_ERR_CLOSED (their
- * callbacks run before this returns); an interrupted multipart upload is
- * left for the bucket's lifecycle rule (docs/objects.md). */
+/* Operations not finished yet complete with SK_ERR_CLOSED (a file
+ * operation already running completes normally); their callbacks run before
+ * this returns. An interrupted multipart upload is left for the bucket's
+ * lifecycle rule (docs/objects.md). No blocking call may be in progress. */
 void objstore_destroy(objstore *s);
 /* "file" or "s3". */
 const char *objstore_kind(const objstore *s);
