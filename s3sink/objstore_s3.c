@@ -101,6 +101,7 @@ struct s3 {
     objstore *s;
     char *bucket, *prefix, *region, *base_url;
     char sigv4[128];
+    char *noproxy;
     CURLM *multi;
     pthread_t thread;
     bool thread_started;
@@ -665,7 +666,8 @@ static void launch(struct s3 *s3, struct rq *r)
     curl_easy_setopt(e, CURLOPT_AWS_SIGV4, s3->sigv4);
     curl_easy_setopt(e, CURLOPT_USERNAME, s3->creds.access_key);
     curl_easy_setopt(e, CURLOPT_PASSWORD, s3->creds.secret_key);
-    curl_easy_setopt(e, CURLOPT_NOPROXY, "*");
+    /* A proxy from the environment is honoured, never for loopback. */
+    curl_easy_setopt(e, CURLOPT_NOPROXY, s3->noproxy);
     (void)method;
     if (curl_multi_add_handle(s3->multi, e) != CURLM_OK) {
         r->easy = NULL;
@@ -1322,6 +1324,7 @@ static void s3_free(objstore *s)
     free(s3->prefix);
     free(s3->region);
     free(s3->base_url);
+    free(s3->noproxy);
     free(s3);
     s->impl = NULL;
 }
@@ -1531,6 +1534,18 @@ int os_s3_open(objstore *s, const char *url, char *why, size_t whylen)
             s3->creds.token = strdup(tok);
         s3->creds_static = true;
     }
+    const char *np = getenv("NO_PROXY");
+    if (!np || !*np)
+        np = getenv("no_proxy");
+    size_t nplen = (np ? strlen(np) : 0) + 32;
+    s3->noproxy = malloc(nplen);
+    if (!s3->noproxy) {
+        snprintf(why, whylen, "out of memory");
+        s3_free(s);
+        return SK_ERR_NOMEM;
+    }
+    snprintf(s3->noproxy, nplen, "%s%s127.0.0.1,localhost,::1", np && *np ? np : "",
+             np && *np ? "," : "");
     unsigned seed = 0;
     if (RAND_bytes((unsigned char *)&seed, sizeof seed) != 1 || seed == 0)
         seed = (unsigned)sk_mono_us() | 1u;

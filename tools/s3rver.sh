@@ -10,7 +10,8 @@
 # Credentials: access key S3RVER, secret S3RVER; path-style URLs; region anything.
 # The package is installed with npm once into $SKIFF_S3RVER_CACHE (default
 # ~/.cache/skiff/s3rver-4.0.4); later runs need no network.
-# DIR keeps s3rver.pid and s3rver.log.
+# DIR keeps s3rver.pid and s3rver.log. With SKIFF_S3RVER_OWNER_PID set, the
+# server also stops once that process has exited.
 # Exit status: 0 done, 1 failure, 77 node or npm unavailable (callers skip).
 set -eu
 

@@ -671,6 +671,9 @@ static int s3_group_setup(void **state)
     if (!mkdtemp(s3_dir))
         return -1;
     char cmd[1024];
+    /* The emulator exits by itself should this program die before stopping it. */
+    snprintf(cmd, sizeof cmd, "%ld", (long)getpid());
+    setenv("SKIFF_S3RVER_OWNER_PID", cmd, 1);
     for (int tries = 0; tries < 3 && !s3_up; tries++) {
         s3_port = free_port();
         snprintf(cmd, sizeof cmd, "%s/tools/s3rver.sh start %s %d test >%s/start.log 2>&1",

@@ -2,7 +2,9 @@
 // verifying SigV4 signatures, with fixed credentials S3RVER/S3RVER.
 // usage: node server.js DATADIR PORT BUCKET...
 // Prints "ready <port>" on stdout once it accepts connections; exits on
-// SIGTERM/SIGINT after closing the listener.
+// SIGTERM/SIGINT after closing the listener, and, when the environment names
+// an owner (SKIFF_S3RVER_OWNER_PID, a test program), once that process is
+// gone: a test that crashes leaves no server behind.
 'use strict';
 
 const S3rver = require('@20minutes/s3rver');
@@ -41,3 +43,14 @@ function stop() {
 }
 process.on('SIGTERM', stop);
 process.on('SIGINT', stop);
+
+const owner = Number(process.env.SKIFF_S3RVER_OWNER_PID || 0);
+if (owner > 0) {
+  setInterval(() => {
+    try {
+      process.kill(owner, 0);
+    } catch (e) {
+      if (e.code === 'ESRCH') stop();
+    }
+  }, 1000).unref();
+}
