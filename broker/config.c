@@ -82,6 +82,8 @@ const sk_prop sk_props[] = {
      "Local state directory: the SQLite view of partition metadata and, by default, the WAL. "
      "Nothing here is needed to recover data that the WAL holds.",
      NULL, false},
+    {"metrics.listener", SK_PROP_STRING, OFF(metrics_listener), "", 0, 0, "Node",
+     "host:port on which to serve Prometheus metrics at /metrics (empty: off).", NULL, false},
     {"log.level", SK_PROP_STRING, OFF(log_level), "info", 0, 0, "Node",
      "Verbosity of the node's log on standard error: error, warn, info or debug.",
      check_log_level, false},

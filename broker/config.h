@@ -36,6 +36,7 @@ typedef struct sk_config {
     int nadvertised;
     char *data_dir;
     char *log_level;
+    char *metrics_listener;
 
     /* storage */
     char *wal_url;

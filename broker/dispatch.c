@@ -292,6 +292,8 @@ void sk_dispatch(sk_req *r)
         return;
     }
     r->entry = e;
+    if (key >= 0 && key < SK_METRICS_APIS)
+        r->node->metrics.requests[key]++;
     /* The arena holds the decoded request (bounded by the frame: the codec
      * checks every count against the bytes left) and the response, which
      * grows with the node's own state (a Metadata answer for every topic);

@@ -13,6 +13,7 @@
 #include "kbatch.h"
 #include "kmsg.h"
 #include "net.h"
+#include "metrics.h"
 #include "node.h"
 #include "plog.h"
 #include "pstate.h"
@@ -85,6 +86,7 @@ static void produce_maybe_respond(sk_req *r)
 {
     if (--r->pending > 0)
         return;
+    sk_metrics_observe(&r->node->metrics.produce_latency, sk_mono_us() - r->start_us);
     sk_req_respond(r);
 }
 

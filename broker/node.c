@@ -16,6 +16,7 @@
 #include "handlers.h"
 #include "kbatch.h"
 #include "meta.h"
+#include "metrics.h"
 #include "net.h"
 #include "plog.h"
 #include "sk_err.h"
@@ -810,6 +811,7 @@ static void begin_shutdown(sk_node *n)
     n->stopping = true;
     SK_INFO("node", "shutting down: finishing in-flight requests");
     sk_net_stop_accepting(n);
+    sk_metrics_stop(n);
     sk_net_pause(n);
     sk_fetch_wake_all(n);
     sk_groups_abort_waiters(n->groups);
@@ -830,7 +832,7 @@ static void signal_cb(evutil_socket_t fd, short what, void *arg)
 int sk_node_run(sk_node *n)
 {
     char why[512];
-    if (sk_net_listen(n, why, sizeof why) != 0) {
+    if (sk_net_listen(n, why, sizeof why) != 0 || sk_metrics_start(n, why, sizeof why) != 0) {
         SK_ERROR("node", "%s", why);
         return 1;
     }

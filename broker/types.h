@@ -156,6 +156,15 @@ struct sk_req {
 
 typedef struct sk_dwait sk_dwait; /* a callback waiting for a durable LSN */
 
+#define SK_METRICS_BUCKETS 12
+#define SK_METRICS_APIS 128
+typedef struct sk_latency {
+    uint64_t counts[SK_METRICS_BUCKETS + 1]; /* the last one is +Inf */
+    uint64_t sum_us, count;
+} sk_latency;
+
+struct evhttp;
+
 struct sk_node {
     sk_config *cfg;
     struct event_base *base;
@@ -196,6 +205,11 @@ struct sk_node {
 
     /* counters for metrics */
     uint64_t n_requests, n_produced_batches, n_produced_bytes, n_fetched_bytes;
+    struct {
+        uint64_t requests[SK_METRICS_APIS];
+        sk_latency produce_latency;
+    } metrics;
+    struct evhttp *http;
 };
 
 #endif

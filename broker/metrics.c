@@ -1,0 +1,196 @@
+#include "metrics.h"
+
+#include <event2/buffer.h>
+#include <event2/http.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "groups.h"
+#include "kc.h"
+#include "net.h"
+#include "sk_log.h"
+#include "sk_map.h"
+#include "sk_time.h"
+
+#define SKIFF_VERSION "0.1.0"
+
+/* Upper bounds of the latency buckets, in microseconds. */
+static const int64_t bucket_us[SK_METRICS_BUCKETS] = {
+    250, 500, 1000, 2000, 5000, 10000, 25000, 50000, 100000, 250000, 1000000, 5000000,
+};
+
+void sk_metrics_observe(sk_latency *h, int64_t us)
+{
+    int i = 0;
+    while (i < SK_METRICS_BUCKETS && us > bucket_us[i])
+        i++;
+    h->counts[i]++;
+    h->sum_us += (uint64_t)(us > 0 ? us : 0);
+    h->count++;
+}
+
+static void put_histogram(struct evbuffer *b, const char *name, const char *help,
+                          const sk_latency *h)
+{
+    evbuffer_add_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    uint64_t cum = 0;
+    for (int i = 0; i < SK_METRICS_BUCKETS; i++) {
+        cum += h->counts[i];
+        evbuffer_add_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, (double)bucket_us[i] / 1e6,
+                            (unsigned long long)cum);
+    }
+    cum += h->counts[SK_METRICS_BUCKETS];
+    evbuffer_add_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name,
+                        (unsigned long long)cum, name, (double)h->sum_us / 1e6, name,
+                        (unsigned long long)h->count);
+}
+
+static void counter(struct evbuffer *b, const char *name, const char *help, uint64_t v)
+{
+    evbuffer_add_printf(b, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name,
+                        (unsigned long long)v);
+}
+
+static void gauge(struct evbuffer *b, const char *name, const char *help, double v)
+{
+    evbuffer_add_printf(b, "# HELP %s %s\n# TYPE %s gauge\n%s ", name, help, name, name);
+    if (v == (double)(int64_t)v)
+        evbuffer_add_printf(b, "%lld\n", (long long)v);
+    else
+        evbuffer_add_printf(b, "%.6f\n", v);
+}
+
+/* Topic names are [a-zA-Z0-9._-]: nothing to escape in a label value. */
+static void render(sk_node *n, struct evbuffer *b)
+{
+    evbuffer_add_printf(b, "# HELP skiff_build_info Version of this skiffd.\n"
+                           "# TYPE skiff_build_info gauge\nskiff_build_info{version=\"%s\",node=\"%d\","
+                           "zone=\"%s\"} 1\n",
+                        SKIFF_VERSION, n->cfg->node_id, n->cfg->broker_rack);
+    gauge(b, "skiff_uptime_seconds", "Seconds since the node started.",
+          (double)(sk_now_ms() - n->started_ms) / 1000.0);
+    gauge(b, "skiff_connections", "Open client connections.", (double)n->nconns);
+
+    evbuffer_add_printf(b, "# HELP skiff_requests_total Requests received, by API.\n"
+                           "# TYPE skiff_requests_total counter\n");
+    for (int k = 0; k < SK_METRICS_APIS; k++) {
+        if (!n->metrics.requests[k])
+            continue;
+        const kc_api *api = kc_api_get((int16_t)k);
+        evbuffer_add_printf(b, "skiff_requests_total{api=\"%s\"} %llu\n", api ? api->name : "?",
+                            (unsigned long long)n->metrics.requests[k]);
+    }
+    put_histogram(b, "skiff_produce_latency_seconds",
+                  "Time from a produce request's arrival to its answer (durable).",
+                  &n->metrics.produce_latency);
+    counter(b, "skiff_produced_batches_total", "Record batches appended.", n->n_produced_batches);
+    counter(b, "skiff_produced_bytes_total", "Record batch bytes appended.", n->n_produced_bytes);
+    counter(b, "skiff_fetched_bytes_total", "Record batch bytes sent to consumers.",
+            n->n_fetched_bytes);
+
+    if (n->wal) {
+        wal_stats ws;
+        wal_get_stats(n->wal, &ws);
+        counter(b, "skiff_wal_appends_total", "Records appended to the WAL.", ws.appends);
+        counter(b, "skiff_wal_commits_total", "Group commits (one write and one sync each).",
+                ws.commits);
+        counter(b, "skiff_wal_written_bytes_total", "Bytes written to the WAL.", ws.bytes_written);
+        gauge(b, "skiff_wal_last_commit_seconds", "Duration of the last write+sync.",
+              (double)ws.last_commit_us / 1e6);
+        gauge(b, "skiff_wal_segments", "WAL segments retained.", (double)ws.segments);
+        gauge(b, "skiff_wal_pending_bytes", "Bytes appended and not yet durable.",
+              (double)wal_pending_bytes(n->wal));
+        gauge(b, "skiff_wal_retained_bytes", "Bytes between the WAL's start and its end.",
+              (double)(wal_end_lsn(n->wal) - wal_start_lsn(n->wal)));
+        gauge(b, "skiff_view_lag_bytes",
+              "WAL bytes durable but not yet reflected in the SQLite view.",
+              (double)(wal_durable_lsn(n->wal) > n->store_applied
+                           ? wal_durable_lsn(n->wal) - n->store_applied
+                           : 0));
+        gauge(b, "skiff_wal_failed", "1 when the WAL failed and the node refuses writes.",
+              wal_failed(n->wal) ? 1 : 0);
+    }
+    gauge(b, "skiff_cache_bytes", "Bytes of recent batches held in memory.", (double)n->cache_bytes);
+    gauge(b, "skiff_back_pressure", "1 while the node has stopped reading requests.",
+          n->paused ? 1 : 0);
+
+    size_t ntopics = sk_map_count(n->topics_by_id), nparts = 0;
+    size_t it = 0;
+    void *v;
+    while (sk_map_next(n->topics_by_id, &it, NULL, NULL, &v))
+        nparts += (size_t)((sk_topic *)v)->nparts;
+    gauge(b, "skiff_topics", "Topics.", (double)ntopics);
+    gauge(b, "skiff_partitions", "Partitions.", (double)nparts);
+
+    evbuffer_add_printf(b, "# HELP skiff_partition_high_watermark High watermark per partition.\n"
+                           "# TYPE skiff_partition_high_watermark gauge\n");
+    it = 0;
+    while (sk_map_next(n->topics_by_id, &it, NULL, NULL, &v)) {
+        sk_topic *t = v;
+        for (int32_t i = 0; i < t->nparts; i++)
+            evbuffer_add_printf(b, "skiff_partition_high_watermark{topic=\"%s\",partition=\"%d\"} %lld\n",
+                                t->name, i, (long long)t->parts[i]->hw);
+    }
+    evbuffer_add_printf(b, "# HELP skiff_partition_log_start_offset First readable offset per partition.\n"
+                           "# TYPE skiff_partition_log_start_offset gauge\n");
+    it = 0;
+    while (sk_map_next(n->topics_by_id, &it, NULL, NULL, &v)) {
+        sk_topic *t = v;
+        for (int32_t i = 0; i < t->nparts; i++)
+            evbuffer_add_printf(b, "skiff_partition_log_start_offset{topic=\"%s\",partition=\"%d\"} %lld\n",
+                                t->name, i, (long long)t->parts[i]->log_start);
+    }
+}
+
+static void http_cb(struct evhttp_request *req, void *arg)
+{
+    sk_node *n = arg;
+    const char *uri = evhttp_request_get_uri(req);
+    if (strcmp(uri, "/metrics") != 0 && strncmp(uri, "/metrics?", 9) != 0) {
+        evhttp_send_error(req, HTTP_NOTFOUND, "try /metrics");
+        return;
+    }
+    struct evbuffer *b = evbuffer_new();
+    if (!b) {
+        evhttp_send_error(req, HTTP_INTERNAL, NULL);
+        return;
+    }
+    render(n, b);
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
+                      "text/plain; version=0.0.4");
+    evhttp_send_reply(req, HTTP_OK, "OK", b);
+    evbuffer_free(b);
+}
+
+int sk_metrics_start(sk_node *n, char *why, size_t whylen)
+{
+    const char *spec = n->cfg->metrics_listener;
+    if (!spec || !*spec)
+        return 0;
+    char host[256];
+    const char *colon = strrchr(spec, ':');
+    if (!colon || colon == spec) {
+        snprintf(why, whylen, "property metrics.listener: '%s' is not host:port", spec);
+        return -1;
+    }
+    snprintf(host, sizeof host, "%.*s", (int)(colon - spec), spec);
+    int port = atoi(colon + 1);
+    n->http = evhttp_new(n->base);
+    if (!n->http || evhttp_bind_socket(n->http, host, (ev_uint16_t)port) != 0) {
+        snprintf(why, whylen, "property metrics.listener: cannot listen on %s", spec);
+        return -1;
+    }
+    evhttp_set_gencb(n->http, http_cb, n);
+    SK_INFO("metrics", "Prometheus metrics at http://%s/metrics", spec);
+    return 0;
+}
+
+void sk_metrics_stop(sk_node *n)
+{
+    if (n->http) {
+        evhttp_free(n->http);
+        n->http = NULL;
+    }
+}
