@@ -1095,6 +1095,80 @@ static void test_s3_imds_credentials(void **state)
     }
 }
 
+/* A server that accepts connections and never answers, and a port where
+ * nobody listens: real per-attempt timeouts and connection failures. */
+struct blackhole {
+    int fd, port;
+    pthread_t t;
+    atomic_bool stop;
+    int conns[16];
+    int nconns;
+};
+
+static void *blackhole_main(void *arg)
+{
+    struct blackhole *b = arg;
+    while (!atomic_load(&b->stop)) {
+        int c = accept(b->fd, NULL, NULL);
+        if (c >= 0 && b->nconns < 16)
+            b->conns[b->nconns++] = c;
+        else if (c >= 0)
+            close(c);
+    }
+    return NULL;
+}
+
+static void test_s3_timeouts_and_refusals(void **state)
+{
+    struct fx *f = *state;
+    struct blackhole b = {0};
+    b.fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(bind(b.fd, (struct sockaddr *)&a, sizeof a), 0);
+    socklen_t l = sizeof a;
+    getsockname(b.fd, (struct sockaddr *)&a, &l);
+    b.port = ntohs(a.sin_port);
+    listen(b.fd, 16);
+    struct timeval tv = {0, 50000};
+    setsockopt(b.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    pthread_create(&b.t, NULL, blackhole_main, &b);
+
+    objstore_opts o;
+    s3_opts(&o);
+    o.request_timeout_ms = 200;
+    o.max_attempts = 2;
+    char url[200];
+    snprintf(url, sizeof url, "s3://b?endpoint=http://127.0.0.1:%d&path-style=true", b.port);
+    objstore *s = open_url(f, url, &o);
+    int64_t t0 = sk_mono_ms();
+    struct res r = do_get(f->base, s, "k", 0, 10, NULL);
+    int64_t dt = sk_mono_ms() - t0;
+    assert_int_equal(r.err, SK_ERR_TIMEOUT);
+    assert_true(dt >= 400 && dt < 5000);
+    objstore_stats st;
+    objstore_stats_get(s, &st);
+    assert_int_equal(st.err_timeout, 2);
+    assert_int_equal(st.retries, 1);
+    objstore_destroy(s);
+    atomic_store(&b.stop, true);
+    pthread_join(b.t, NULL);
+    for (int i = 0; i < b.nconns; i++)
+        close(b.conns[i]);
+    close(b.fd);
+
+    /* nobody listens there any more: refused, retried, then SK_ERR_IO */
+    o.max_attempts = 3;
+    s = open_url(f, url, &o);
+    assert_int_equal(do_put(f->base, s, "k", "v", 1), SK_ERR_IO);
+    objstore_stats_get(s, &st);
+    assert_int_equal(st.err_conn, 3);
+    assert_int_equal(st.retries, 2);
+    char le[300];
+    objstore_last_error(s, le, sizeof le);
+    assert_non_null(strstr(le, "PUT k"));
+    objstore_destroy(s);
+}
+
 /* ---- measurements against the emulator (printed only) ---- */
 
 static int cmp_i64(const void *a, const void *b)
@@ -1183,6 +1257,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_file_faults_and_sync, setup, teardown),
         cmocka_unit_test_setup_teardown(test_file_relative_and_destroy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_url_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_s3_timeouts_and_refusals, setup, teardown),
     };
     const struct CMUnitTest s3_tests[] = {
         cmocka_unit_test_setup_teardown(test_s3_roundtrip, setup, teardown),
