@@ -547,6 +547,8 @@ static int find_pending(const sk_gc_group *g, kc_str id)
     return -1;
 }
 
+static int16_t lookup(const sk_gc_group *g, kc_str member_id, kc_str instance_id, member **out);
+
 void sk_gc_join(sk_gc *gc, const sk_gc_join_args *a, int64_t now, sk_gc_join_cb cb, void *arg)
 {
     char idbuf[400];
@@ -606,19 +608,32 @@ void sk_gc_join(sk_gc *gc, const sk_gc_join_args *a, int64_t now, sk_gc_join_cb 
                     join_error(cb, arg, SK_KAFKA_COORDINATOR_NOT_AVAILABLE, NULL);
                     return;
                 }
-                free(old->id);
+                char *old_id = old->id;
                 old->id = nid;
                 if (was_leader) {
                     free(g->leader);
                     g->leader = strdup(nid);
                 }
-                bool same = same_protocols(old, a);
                 set_protocols(old, a);
                 old->expires = now + old->session_ms;
-                if (g->state == SK_GC_STABLE && same && !was_leader) {
-                    answer_current(g, old, cb, arg);
+                const char *sel = g->state == SK_GC_STABLE ? select_protocol(g) : NULL;
+                if (sel && g->protocol_name && strcmp(sel, g->protocol_name) == 0) {
+                    /* As Kafka (KIP-345): a restarted static member that
+                     * leaves the group's protocol as it is rejoins without a
+                     * rebalance and gets its assignment back by SyncGroup.
+                     * A former leader is named the old leader id, so that
+                     * it does not compute a new assignment. */
+                    sk_gc_join_result res = {0};
+                    res.generation = g->generation;
+                    res.protocol_type = g->protocol_type;
+                    res.protocol_name = g->protocol_name;
+                    res.leader_id = was_leader ? old_id : (g->leader ? g->leader : "");
+                    res.member_id = old->id;
+                    cb(arg, &res);
+                    free(old_id);
                     return;
                 }
+                free(old_id);
                 join_as_member(gc, g, old, a, now, cb, arg);
                 return;
             }
@@ -683,15 +698,10 @@ void sk_gc_join(sk_gc *gc, const sk_gc_join_args *a, int64_t now, sk_gc_join_cb 
         join_as_member(gc, g, m, a, now, cb, arg);
         return;
     }
-    member *m = find_member(g, a->member_id.p, (size_t)a->member_id.len);
-    if (!m) {
-        member *owner = find_instance(g, a->instance_id);
-        join_error(cb, arg, owner ? SK_KAFKA_FENCED_INSTANCE_ID : SK_KAFKA_UNKNOWN_MEMBER_ID,
-                   NULL);
-        return;
-    }
-    if (a->instance_id.len >= 0 && !str_eq(m->instance, a->instance_id)) {
-        join_error(cb, arg, SK_KAFKA_FENCED_INSTANCE_ID, NULL);
+    member *m;
+    int16_t lerr = lookup(g, a->member_id, a->instance_id, &m);
+    if (lerr) {
+        join_error(cb, arg, lerr, NULL);
         return;
     }
     if (m->join_cb) {
@@ -737,14 +747,21 @@ static int16_t lookup(const sk_gc_group *g, kc_str member_id, kc_str instance_id
     *out = NULL;
     if (!g)
         return SK_KAFKA_UNKNOWN_MEMBER_ID;
-    member *m = member_id.len > 0 ? find_member(g, member_id.p, (size_t)member_id.len) : NULL;
-    if (!m) {
-        if (instance_id.len >= 0 && find_instance(g, instance_id))
+    /* As Kafka: a request naming an instance id is judged by that instance
+     * alone (unknown instance: UNKNOWN_MEMBER_ID; held by another member
+     * id: FENCED_INSTANCE_ID), one without by its member id. */
+    if (instance_id.len >= 0) {
+        member *s = find_instance(g, instance_id);
+        if (!s)
+            return SK_KAFKA_UNKNOWN_MEMBER_ID;
+        if (!str_eq(s->id, member_id))
             return SK_KAFKA_FENCED_INSTANCE_ID;
-        return SK_KAFKA_UNKNOWN_MEMBER_ID;
+        *out = s;
+        return 0;
     }
-    if (instance_id.len >= 0 && !str_eq(m->instance, instance_id))
-        return SK_KAFKA_FENCED_INSTANCE_ID;
+    member *m = member_id.len > 0 ? find_member(g, member_id.p, (size_t)member_id.len) : NULL;
+    if (!m)
+        return SK_KAFKA_UNKNOWN_MEMBER_ID;
     *out = m;
     return 0;
 }
@@ -914,20 +931,28 @@ int16_t sk_gc_check_commit(sk_gc *gc, kc_str group_id, kc_str member_id, kc_str 
 {
     sk_gc_group *g =
         group_id.len > 0 ? sk_gc_find(gc, group_id.p, (size_t)group_id.len) : NULL;
-    if (generation < 0 && member_id.len <= 0) {
-        /* Admin tools and consumers that assign partitions by hand. */
-        if (!g || g->state == SK_GC_EMPTY || g->state == SK_GC_DEAD)
+    /* Kafka's order (ClassicGroup.validateOffsetCommit). Generation -1 is
+     * an admin tool or a consumer assigning partitions by hand: it may
+     * commit to an absent or Empty group. */
+    if (!g) {
+        if (generation < 0)
             return 0;
+        return api_version >= 9 ? SK_KAFKA_GROUP_ID_NOT_FOUND : SK_KAFKA_ILLEGAL_GENERATION;
+    }
+    if (g->state == SK_GC_DEAD)
+        return SK_KAFKA_COORDINATOR_NOT_AVAILABLE;
+    if (generation < 0 && g->state == SK_GC_EMPTY)
+        return 0;
+    if (generation >= 0 || member_id.len > 0 || instance_id.len >= 0) {
+        member *m;
+        int16_t err = lookup(g, member_id, instance_id, &m);
+        if (err)
+            return err;
+        if (generation != g->generation)
+            return SK_KAFKA_ILLEGAL_GENERATION;
+    } else if (g->state != SK_GC_EMPTY) {
         return SK_KAFKA_UNKNOWN_MEMBER_ID;
     }
-    if (!g || g->state == SK_GC_EMPTY || g->state == SK_GC_DEAD)
-        return api_version >= 9 ? SK_KAFKA_GROUP_ID_NOT_FOUND : SK_KAFKA_ILLEGAL_GENERATION;
-    member *m;
-    int16_t err = lookup(g, member_id, instance_id, &m);
-    if (err)
-        return err;
-    if (generation != g->generation)
-        return SK_KAFKA_ILLEGAL_GENERATION;
     if (g->state == SK_GC_COMPLETING)
         return SK_KAFKA_REBALANCE_IN_PROGRESS;
     return 0;

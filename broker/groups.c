@@ -582,11 +582,7 @@ void h_leave_group(sk_req *r)
         sk_req_close(r, "out of memory");
         return;
     }
-    if (!sk_gc_find(gc, req->group_id.p, (size_t)req->group_id.len)) {
-        resp->error_code = SK_KAFKA_UNKNOWN_MEMBER_ID;
-        sk_req_respond(r);
-        return;
-    }
+    /* An unknown group: each member gets UNKNOWN_MEMBER_ID, as in Kafka. */
     for (int32_t i = 0; i < nm; i++) {
         kp_LeaveGroupRequest_MemberIdentity *mi = &req->members.v[i];
         ms[i].member_id = mi->member_id;
@@ -697,7 +693,10 @@ void h_describe_groups(sk_req *r)
         if (!g && !s) {
             if (r->version >= 6) {
                 d->error_code = SK_KAFKA_GROUP_ID_NOT_FOUND;
-                d->error_message = sk_req_str(r, "Group not found.");
+                char msg[300];
+                snprintf(msg, sizeof msg, "Group %.*s not found.", id.len > 255 ? 255 : id.len,
+                         id.p);
+                d->error_message = sk_req_str(r, msg);
             }
             d->group_state = sk_req_str(r, "Dead");
             continue;
@@ -807,10 +806,18 @@ void h_offset_commit(sk_req *r)
     int16_t gerr = 0;
     if (req->group_id.len <= 0)
         gerr = SK_KAFKA_INVALID_GROUP_ID;
-    else
+    else {
         gerr = sk_gc_check_commit(gs->gc, req->group_id, req->member_id,
                                   r->version >= 7 ? req->group_instance_id : (kc_str){NULL, -1},
                                   req->generation_id_or_member_epoch, r->version);
+        /* A group known only by its committed offsets (after a restart, or
+         * made by an admin's commit) is an Empty group to Kafka, which has
+         * no member to match. */
+        if ((gerr == SK_KAFKA_ILLEGAL_GENERATION || gerr == SK_KAFKA_GROUP_ID_NOT_FOUND) &&
+            !sk_gc_find(gs->gc, req->group_id.p, (size_t)req->group_id.len) &&
+            state_get(gs, req->group_id.p, (size_t)req->group_id.len, false))
+            gerr = SK_KAFKA_UNKNOWN_MEMBER_ID;
+    }
     uint32_t nok = 0;
     for (int32_t i = 0; i < nt; i++) {
         kp_OffsetCommitRequest_OffsetCommitRequestTopic *t = &req->topics.v[i];

@@ -24,6 +24,7 @@
 enum {
     SRC_TOPIC = 1,
     SRC_DYNAMIC_BROKER = 2,
+    SRC_DYNAMIC_DEFAULT_BROKER = 3,
     SRC_STATIC_BROKER = 4,
     SRC_DEFAULT = 5,
 };
@@ -494,8 +495,12 @@ static void describe_broker(sk_req *r, const kp_DescribeConfigsRequest *req,
         c->name = sk_req_str(r, p->name);
         c->value = sk_req_str(r, sk_config_get_text(cfg, p, buf, sizeof buf));
         c->read_only = !p->dynamic;
+        /* One level of runtime changes serves both the cluster default
+         * (resource name "") and this node: each is shown with the source
+         * kafka-configs looks for on that resource. */
         c->config_source = sk_dynconf_find(r->node, p->name, strlen(p->name)) >= 0
-                               ? SRC_DYNAMIC_BROKER
+                               ? (res->resource_name.len == 0 ? SRC_DYNAMIC_DEFAULT_BROKER
+                                                              : SRC_DYNAMIC_BROKER)
                                : sk_config_is_explicit(cfg, p) ? SRC_STATIC_BROKER : SRC_DEFAULT;
         c->config_type = prop_type(p->type);
         if (req->include_documentation)

@@ -195,10 +195,12 @@ void h_find_coordinator(sk_req *r)
     /* Key type 0 is a group; transactions (1) and share groups (2) are not
      * served. */
     int16_t err = req->key_type == 0 ? 0 : SK_KAFKA_COORDINATOR_NOT_AVAILABLE;
-    const char *msg = err ? "transactions and share groups are not supported" : NULL;
-    if (req->key_type != 0 && req->key_type != 1 && req->key_type != 2) {
+    const char *msg = err ? "transactions are not supported" : NULL;
+    /* Kafka without share groups enabled answers INVALID_REQUEST for key
+     * type 2, as for an unknown one. */
+    if (req->key_type != 0 && req->key_type != 1) {
         err = SK_KAFKA_INVALID_REQUEST;
-        msg = "unknown coordinator key type";
+        msg = req->key_type == 2 ? "share groups are not supported" : "unknown coordinator key type";
     }
     if (r->version < 4) {
         resp->error_code = err;

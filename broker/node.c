@@ -222,6 +222,8 @@ static void store_flush_cb(evutil_socket_t fd, short what, void *arg)
 
 int sk_node_read_job(sk_node *n, void (*fn)(void *), void (*done)(void *), void *arg)
 {
+    if (!n->readers)
+        return SK_ERR_CLOSED;
     return sk_workq_submit(n->readers, fn, done, arg);
 }
 
@@ -849,8 +851,11 @@ int sk_node_run(sk_node *n)
     SK_INFO("node", "serving");
     event_base_dispatch(n->base);
 
-    /* Everything acknowledged is durable already; close the WAL so that
-     * whatever is still pending is synced too, and let the view catch up. */
+    /* Readers use the WAL: finish them first (their answers go to closed
+     * connections). Everything acknowledged is durable already; closing the
+     * WAL syncs whatever is still pending, then the view catches up. */
+    sk_workq_destroy(n->readers);
+    n->readers = NULL;
     wal_close(n->wal);
     n->wal = NULL;
     sk_store_drain(n->store);

@@ -30,6 +30,24 @@
  *    removed) return SK_ERR_NOENT.
  *  - truncate cuts the file to size durably before it returns.
  *  - destroy waits for outstanding operations (their callbacks still run).
+ *
+ * Errors of asynchronous calls come in two classes:
+ *  - transient: SK_ERR_TIMEOUT (the volume did not answer, the connection
+ *    broke, the server restarted and lost uncommitted data) and SK_ERR_AGAIN
+ *    (the server is busy or out of space for now). Nothing of the operation
+ *    is known durable, and issuing it again with the same arguments is
+ *    correct: the WAL retries with backoff. A create issued again after a
+ *    transient error succeeds when its file exists (it may be this very
+ *    create that the server carried out).
+ *  - permanent: everything else. After a failed fdatasync a POSIX file's
+ *    state is unknown, so the POSIX backend never reports transient errors.
+ *
+ * Ownership (docs/wal.md, "Ownership and fencing"): the WAL directory also
+ * holds one small owner file per owner epoch, named by the epoch
+ * (20 digits, ".owner"). The owner_* calls are blocking (start-up, close);
+ * renew is asynchronous like write. lock takes a lock that the backend's
+ * host can check (POSIX: flock of a file in the directory) and says whether
+ * holding it proves that no other process uses the WAL.
  */
 #ifndef WAL_STORAGE_H
 #define WAL_STORAGE_H
@@ -38,6 +56,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/uio.h>
+
+#include "sk_err.h"
 
 struct event_base;
 
@@ -57,9 +77,39 @@ typedef struct wal_storage_ops {
     void (*write)(wal_storage *s, uint64_t seg, uint64_t off, const struct iovec *iov, int iovcnt,
                   bool sync, wal_io_cb cb, void *arg);
     void (*remove)(wal_storage *s, uint64_t seg, wal_io_cb cb, void *arg);
+    /* Blocking remove of a segment (recovery drops segments a fenced owner
+     * left behind); a missing file is not an error. */
+    int (*discard)(wal_storage *s, uint64_t seg);
+
+    /* Owner files. list: the epochs present, ascending (malloc'd). read:
+     * SK_ERR_NOENT when absent. create: exclusive and durable, SK_ERR_EXIST
+     * when the file exists. put: overwrites an existing file durably
+     * (SK_ERR_NOENT when it is gone). remove: a missing file is fine. */
+    int (*owner_list)(wal_storage *s, uint64_t **epochs, size_t *n);
+    int (*owner_read)(wal_storage *s, uint64_t epoch, void *buf, size_t cap, size_t *got);
+    int (*owner_create)(wal_storage *s, uint64_t epoch, const void *buf, size_t len);
+    int (*owner_put)(wal_storage *s, uint64_t epoch, const void *buf, size_t len);
+    int (*owner_remove)(wal_storage *s, uint64_t epoch);
+    /* Asynchronous lease renewal: checks, in this order and against the
+     * volume itself (no cache), that the owner file of epoch + 1 does not
+     * exist (else SK_ERR_FENCED) and that the one of `epoch` still does
+     * (else SK_ERR_FENCED), then overwrites the latter with buf durably.
+     * buf is borrowed until the callback. */
+    void (*renew)(wal_storage *s, uint64_t epoch, const void *buf, size_t len, wal_io_cb cb,
+                  void *arg);
+    /* Blocking. SK_ERR_FENCED when another process holds the lock; else 0,
+     * with *exclusive true when holding it proves that no other process
+     * anywhere uses this WAL (a local file system), false when it proves
+     * nothing (no lock, or a network file system). */
+    int (*lock)(wal_storage *s, bool *exclusive);
 
     void (*destroy)(wal_storage *s);
 } wal_storage_ops;
+
+static inline bool wal_storage_transient(int err)
+{
+    return err == SK_ERR_TIMEOUT || err == SK_ERR_AGAIN;
+}
 
 struct wal_storage {
     const wal_storage_ops *ops;
@@ -72,13 +122,23 @@ struct wal_storage {
 char *wal_segment_name(uint64_t seg, char *buf, size_t len);
 /* Parses such a name; false when `name` is not a segment file name. */
 bool wal_segment_parse(const char *name, uint64_t *seg);
+/* The same for owner files: 20 digits and ".owner". */
+char *wal_owner_name(uint64_t epoch, char *buf, size_t len);
+bool wal_owner_parse(const char *name, uint64_t *epoch);
 
 /* POSIX backend over directory `dir` (created if missing). One IO thread
  * runs create, write and remove; pread runs on the caller's thread. */
 wal_storage *wal_posix_new(struct event_base *base, const char *dir, int *err);
 
+/* Userspace NFSv3 backend (wal_nfs.c) on nfs://host/path?version=3&...
+ * (parameters in wal_nfs.c and docs/nfs.md). Blocking: it mounts the
+ * export and creates the directory before it returns. The event-loop thread
+ * issues asynchronous calls on one libnfs context serviced by that loop;
+ * blocking calls use a small pool of other contexts. */
+wal_storage *wal_nfs_new(struct event_base *base, const char *url, char *why, size_t whylen);
+
 /* Picks the backend from a URL: file:///abs/dir or file://rel/dir, and
- * nfs://host/export/path?version=3&nfsport=N&mountport=M when built in.
+ * nfs://host/export/path?version=3&nfsport=N&mountport=M.
  * On failure returns NULL and writes a reason into why. */
 wal_storage *wal_storage_open(struct event_base *base, const char *url, char *why, size_t whylen);
 

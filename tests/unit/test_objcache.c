@@ -1,8 +1,13 @@
-/* blockcache: merged GETs and read-ahead, shared fetches for several
+/* blockcache and objindex (the read path over objects).
+ *
+ * blockcache: merged GETs and read-ahead, shared fetches for several
  * waiters, LRU eviction within the capacity, pinned blocks, corrupt and
  * failed fetches, destroy with fetches in flight, all against a fake store
  * whose GETs complete when the test says so; then the real read path over
- * the file:// objstore with an event loop. */
+ * the file:// objstore with an event loop.
+ * objindex: tail reads (one GET, or two for a large index, HEAD when the
+ * size is unknown), shared loads, LRU, missing and corrupt objects, destroy
+ * with loads in flight. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +24,7 @@
 #include <unistd.h>
 
 #include "blockcache.h"
+#include "objindex.h"
 #include "objfmt.h"
 #include "objstore.h"
 #include "sk_err.h"
@@ -469,6 +475,164 @@ static void test_read_path_over_file_store(void **state)
     nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+/* ---- objindex ---- */
+
+struct ixres {
+    int calls;
+    int err;
+    objindex_ref *ref;
+};
+
+static void ix_cb(void *arg, int err, objindex_ref *ref)
+{
+    struct ixres *r = arg;
+    r->calls++;
+    r->err = err;
+    r->ref = ref;
+}
+
+static void ix_wait(struct event_base *base, struct ixres *r, int n)
+{
+    int64_t deadline = sk_mono_ms() + 10000;
+    for (;;) {
+        int done = 0;
+        for (int i = 0; i < n; i++)
+            done += r[i].calls > 0;
+        if (done == n)
+            return;
+        assert_true(sk_mono_ms() < deadline);
+        event_base_loop(base, EVLOOP_ONCE);
+    }
+}
+
+/* An SSO of n streams of one 100-byte batch each. */
+static uint8_t *many_streams(int n, uint64_t *size)
+{
+    static uint8_t payload[100];
+    objfmt_writer *w = objfmt_writer_new(OBJFMT_SSO, 0, 1);
+    for (int i = 0; i < n; i++) {
+        objfmt_batch b = {0, 0, 1, sizeof payload};
+        assert_int_equal(objfmt_writer_add(w, (uint64_t)i, &b, payload), 0);
+    }
+    const struct iovec *iov;
+    int cnt;
+    assert_int_equal(objfmt_writer_finish(w, &iov, &cnt, size), 0);
+    uint8_t *bytes = malloc(*size);
+    uint64_t pos = 0;
+    for (int i = 0; i < cnt; i++) {
+        memcpy(bytes + pos, iov[i].iov_base, iov[i].iov_len);
+        pos += iov[i].iov_len;
+    }
+    objfmt_writer_destroy(w);
+    return bytes;
+}
+
+static void put_bytes(struct event_base *base, objstore *s, const char *key, const void *p,
+                      uint64_t n)
+{
+    struct iovec v = {(void *)p, (size_t)n};
+    struct done d = {0};
+    objstore_put(s, key, &v, 1, put_cb, &d);
+    loop_until(base, &d.done);
+    assert_int_equal(d.err, 0);
+}
+
+static void test_objindex(void **state)
+{
+    (void)state;
+    char dir[64] = "/tmp/skiff-test-objindex-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char url[128];
+    snprintf(url, sizeof url, "file://%s", dir);
+    struct event_base *base = event_base_new();
+    char why[200];
+    objstore *s = objstore_open(base, url, NULL, why, sizeof why);
+    assert_non_null(s);
+    uint64_t big_size, small_size;
+    uint8_t *big = many_streams(3000, &big_size); /* index > the tail read */
+    uint8_t *small = many_streams(3, &small_size);
+    put_bytes(base, s, "big", big, big_size);
+    put_bytes(base, s, "small", small, small_size);
+    put_bytes(base, s, "junk", "not an object at all, just some bytes of junk that is long enough", 66);
+
+    objindex_opts io = {.max_objects = 2};
+    objindex *x = objindex_new(s, &io);
+    objindex_ref *ref = NULL;
+    /* three readers of one object share one load (two GETs: tail, index) */
+    struct ixres r[3] = {{0}};
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(objindex_get(x, "big", big_size, &ref, ix_cb, &r[i]), 0);
+    assert_int_equal(r[0].calls, 0);
+    ix_wait(base, r, 3);
+    objindex_stats st;
+    objindex_stats_get(x, &st);
+    assert_int_equal(st.loads, 1);
+    assert_int_equal(st.gets, 2);
+    size_t ns;
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(r[i].err, 0);
+        assert_ptr_equal(r[i].ref, r[0].ref);
+        objfmt_reader_streams(objindex_reader(r[i].ref), &ns);
+        assert_int_equal(ns, 3000);
+        assert_int_equal(objindex_size(r[i].ref), big_size);
+    }
+    /* cached now */
+    assert_int_equal(objindex_get(x, "big", big_size, &ref, ix_cb, &r[0]), OBJINDEX_HIT);
+    assert_ptr_equal(ref, r[1].ref);
+    objindex_release(x, ref);
+    for (int i = 0; i < 3; i++)
+        objindex_release(x, r[i].ref);
+    /* size unknown: a HEAD first, then one GET */
+    struct ixres q = {0};
+    assert_int_equal(objindex_get(x, "small", 0, &ref, ix_cb, &q), 0);
+    ix_wait(base, &q, 1);
+    assert_int_equal(q.err, 0);
+    objfmt_reader_streams(objindex_reader(q.ref), &ns);
+    assert_int_equal(ns, 3);
+    objindex_stats_get(x, &st);
+    assert_int_equal(st.heads, 1);
+    assert_int_equal(st.gets, 3);
+    objindex_release(x, q.ref);
+    /* missing and corrupt objects fail and are not cached */
+    q = (struct ixres){0};
+    assert_int_equal(objindex_get(x, "missing", 0, &ref, ix_cb, &q), 0);
+    ix_wait(base, &q, 1);
+    assert_int_equal(q.err, SK_ERR_NOENT);
+    q = (struct ixres){0};
+    assert_int_equal(objindex_get(x, "junk", 66, &ref, ix_cb, &q), 0);
+    ix_wait(base, &q, 1);
+    assert_int_equal(q.err, SK_ERR_CORRUPT);
+    assert_null(q.ref);
+    assert_int_equal(objindex_get(x, "junk", 10, &ref, ix_cb, &q), SK_ERR_CORRUPT);
+    objindex_stats_get(x, &st);
+    assert_int_equal(st.load_errors, 2);
+    assert_int_equal(st.cached, 2);
+    /* a third object evicts the least recently used ("big") */
+    put_bytes(base, s, "small2", small, small_size);
+    q = (struct ixres){0};
+    assert_int_equal(objindex_get(x, "small2", small_size, &ref, ix_cb, &q), 0);
+    ix_wait(base, &q, 1);
+    objindex_release(x, q.ref);
+    objindex_stats_get(x, &st);
+    assert_int_equal(st.evictions, 1);
+    assert_int_equal(objindex_get(x, "small", small_size, &ref, ix_cb, &q), OBJINDEX_HIT);
+    objindex_release(x, ref);
+    objindex_forget(x, "small");
+    objindex_stats_get(x, &st);
+    assert_int_equal(st.cached, 1);
+    /* destroy with a load in flight: CLOSED at once, the late answer is harmless */
+    q = (struct ixres){0};
+    assert_int_equal(objindex_get(x, "big", big_size, &ref, ix_cb, &q), 0);
+    objindex_destroy(x);
+    assert_int_equal(q.calls, 1);
+    assert_int_equal(q.err, SK_ERR_CLOSED);
+    objstore_destroy(s);
+    free(big);
+    free(small);
+    event_base_free(base);
+    nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 int main(void)
 {
     sk_log_set_level(SK_LOG_ERROR);
@@ -478,6 +642,7 @@ int main(void)
         cmocka_unit_test(test_lru_and_pins),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_read_path_over_file_store),
+        cmocka_unit_test(test_objindex),
     };
     return cmocka_run_group_tests_name("blockcache", tests, NULL, NULL);
 }
