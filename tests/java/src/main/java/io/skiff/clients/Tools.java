@@ -64,12 +64,14 @@ public final class Tools {
             rest = rest.subList(2, rest.size());
         }
         new Cli(new String[] {"--timeout", Long.toString(timeout)}).startWatchdog("tools");
+        // The first exit counts: some tools catch the exception thrown here
+        // and exit again with 1.
         Exit.setExitProcedure((code, msg) -> {
-            exitCode = code;
+            if (exitCode == null) exitCode = code;
             throw new ToolExit(code);
         });
         Exit.setHaltProcedure((code, msg) -> {
-            exitCode = code;
+            if (exitCode == null) exitCode = code;
             throw new ToolExit(code);
         });
         List<List<String>> cmds = new ArrayList<>();
