@@ -10,6 +10,7 @@
 
 #include "sk_err.h"
 #include "sk_log.h"
+#include "zone.h"
 
 #define OFF(f) offsetof(sk_config, f)
 #define I32MAX 2147483647LL
@@ -32,6 +33,26 @@ static const char *check_nonempty_listeners(const char *v)
     if (!*v)
         return "must name at least one listener, e.g. PLAINTEXT://localhost:9092";
     return check_listeners(v);
+}
+
+static const char *check_zone_cidrs(const char *v)
+{
+    static char why[300];
+    zone_map *m = zone_map_new(v, "", why, sizeof why);
+    if (!m)
+        return why;
+    zone_map_destroy(m);
+    return NULL;
+}
+
+static const char *check_listener_zones(const char *v)
+{
+    static char why[300];
+    zone_map *m = zone_map_new("", v, why, sizeof why);
+    if (!m)
+        return why;
+    zone_map_destroy(m);
+    return NULL;
 }
 
 static const char *check_log_level(const char *v)
@@ -82,6 +103,14 @@ const sk_prop sk_props[] = {
      "Local state directory: the SQLite view of partition metadata and, by default, the WAL. "
      "Nothing here is needed to recover data that the WAL holds.",
      NULL, false},
+    {"client.zone.cidrs", SK_PROP_STRING, OFF(client_zone_cidrs), "", 0, 0, "Node",
+     "Zones of clients by address, as prefix=zone pairs (10.0.0.0/16=us-east-1a,...), used "
+     "when a client's client.id names no zone (skiff_az=<zone>).",
+     check_zone_cidrs, false},
+    {"listener.zones", SK_PROP_STRING, OFF(listener_zones), "", 0, 0, "Node",
+     "Zones of clients by the listener they connect to (LISTENER_NAME=zone,...), the last "
+     "resort of zone detection.",
+     check_listener_zones, false},
     {"metrics.listener", SK_PROP_STRING, OFF(metrics_listener), "", 0, 0, "Node",
      "host:port on which to serve Prometheus metrics at /metrics (empty: off).", NULL, false},
     {"log.level", SK_PROP_STRING, OFF(log_level), "info", 0, 0, "Node",

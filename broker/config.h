@@ -37,6 +37,8 @@ typedef struct sk_config {
     char *data_dir;
     char *log_level;
     char *metrics_listener;
+    char *client_zone_cidrs;
+    char *listener_zones;
 
     /* storage */
     char *wal_url;

@@ -335,6 +335,7 @@ void sk_dispatch(sk_req *r)
         sk_req_finish(r);
         return;
     }
+    sk_conn_learn_zone(r->conn, &r->hdr.client_id);
     r->body = sk_arena_alloc(r->arena, e->api->req->size);
     r->resp = sk_req_new_resp(r);
     if (!r->body || !r->resp) {

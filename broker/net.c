@@ -20,6 +20,7 @@
 #include "sk_err.h"
 #include "sk_log.h"
 #include "sk_time.h"
+#include "zone.h"
 
 /* Smallest request: api key, version, correlation id, client id length. */
 #define MIN_FRAME 10
@@ -279,7 +280,6 @@ static void conn_event_cb(struct bufferevent *bev, short what, void *arg)
 static void accept_cb(struct evconnlistener *lev, evutil_socket_t fd, struct sockaddr *sa,
                       int salen, void *arg)
 {
-    (void)salen;
     sk_node *n = arg;
     int li = 0;
     for (int i = 0; i < n->nlisteners; i++)
@@ -323,6 +323,8 @@ static void accept_cb(struct evconnlistener *lev, evutil_socket_t fd, struct soc
         port = ntohs(s6->sin6_port);
     }
     snprintf(c->peer, sizeof c->peer, "%s:%d", host, port);
+    if ((size_t)salen <= sizeof c->addr)
+        memcpy(&c->addr, sa, (size_t)salen);
     c->last_active_ms = sk_mono_ms();
     bufferevent_setcb(c->bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
     /* Resume reading once half the output limit has drained. */
@@ -390,6 +392,21 @@ int sk_net_listen(sk_node *n, char *why, size_t whylen)
         SK_INFO("net", "listening on %s://%s:%d", l->name, l->host[0] ? l->host : "*", l->port);
     }
     return 0;
+}
+
+void sk_conn_learn_zone(sk_conn *c, const kc_str *client_id)
+{
+    if (c->zone_known)
+        return;
+    c->zone_known = true;
+    char z[ZONE_MAX];
+    zone_detect(c->node->zones, client_id->len > 0 ? client_id->p : NULL,
+                client_id->len > 0 ? (size_t)client_id->len : 0, (struct sockaddr *)&c->addr,
+                c->node->cfg->listeners[c->listener].name, z);
+    snprintf(c->zone, sizeof c->zone, "%s", z);
+    if (z[0])
+        SK_DEBUG("net", "%s (client %.*s) is in zone %s", c->peer,
+                 client_id->len > 0 ? client_id->len : 0, client_id->p, z);
 }
 
 const sk_listener *sk_conn_advertised(const sk_conn *c)

@@ -23,6 +23,7 @@
 #define NET_H
 
 #include <stddef.h>
+#include <sys/socket.h>
 
 #include "types.h"
 
@@ -41,9 +42,13 @@ struct sk_conn {
     int64_t last_active_ms;
     sk_conn *next, *prev;
     char zone[64]; /* the client's zone, "" when unknown */
+    bool zone_known;
+    struct sockaddr_storage addr;
 };
 
 int sk_net_listen(sk_node *n, char *why, size_t whylen);
+/* Learns the connection's zone from its first request (see proxy/zone.h). */
+void sk_conn_learn_zone(sk_conn *c, const kc_str *client_id);
 /* The address clients of this connection's listener should use. */
 const struct sk_listener *sk_conn_advertised(const sk_conn *c);
 void sk_net_stop_accepting(sk_node *n);

@@ -26,6 +26,7 @@
 #include "sk_workq.h"
 #include "store.h"
 #include "tconf.h"
+#include "zone.h"
 
 /* ---- appends and durability ---- */
 
@@ -596,6 +597,9 @@ sk_node *sk_node_new(sk_config *cfg, char *why, size_t whylen)
         snprintf(why, whylen, "out of memory");
         goto fail;
     }
+    n->zones = zone_map_new(cfg->client_zone_cidrs, cfg->listener_zones, why, whylen);
+    if (!n->zones)
+        goto fail;
     if (mkdir_p(cfg->data_dir) != 0) {
         snprintf(why, whylen, "property data.dir: cannot create %s: %s", cfg->data_dir,
                  strerror(errno));
@@ -880,6 +884,7 @@ void sk_node_destroy(sk_node *n)
     sk_groups_destroy(n->groups);
     n->groups = NULL;
     sk_dynconf_free(n);
+    zone_map_destroy(n->zones);
     if (n->store)
         sk_store_close(n->store);
     size_t it = 0;

@@ -172,6 +172,7 @@ struct sk_node {
     sk_store *store;
     sk_workq *readers; /* reads of storage and the SQLite view */
     sk_groups *groups;
+    struct zone_map *zones;
 
     char cluster_id[32];
     int64_t next_pid;
