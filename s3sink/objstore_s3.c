@@ -467,7 +467,7 @@ static size_t on_header(char *p, size_t sz, size_t nm, void *ud)
         r->mtime_ms = t > 0 ? (int64_t)t * 1000 : 0;
     }
     if (hdr_is(p, len, "etag")) {
-        snprintf(r->etag, sizeof r->etag, "%s", val);
+        snprintf(r->etag, sizeof r->etag, "%.*s", (int)sizeof r->etag - 1, val);
     } else if (hdr_is(p, len, "content-range")) {
         const char *slash = memchr(p, '/', len);
         if (slash && slash + 1 < p + len && slash[1] != '*') {
