@@ -280,12 +280,10 @@ static void fetch_eval(sk_fwait *w)
                 first_data = false;
                 continue;
             }
-            kc_bytes *segs = sk_arena_calloc(r->arena, MAX_SEGS, sizeof *segs);
-            if (!segs)
-                continue;
+            kc_bytes found[MAX_SEGS];
             int64_t bytes;
             bool miss;
-            int ns = sk_part_cached(p, off, p->hw, limit > 0 ? limit : 1, segs, MAX_SEGS, &bytes,
+            int ns = sk_part_cached(p, off, p->hw, limit > 0 ? limit : 1, found, MAX_SEGS, &bytes,
                                     &miss);
             if (miss) {
                 if (!w->disk_tried) {
@@ -305,6 +303,10 @@ static void fetch_eval(sk_fwait *w)
              * limits, by its first batch. */
             if (!first_data && bytes > limit)
                 continue;
+            kc_bytes *segs = sk_arena_calloc(r->arena, (size_t)ns, sizeof *segs);
+            if (!segs)
+                continue;
+            memcpy(segs, found, (size_t)ns * sizeof *segs);
             pd->records = (kc_records){NULL, (int32_t)bytes, ns, segs};
             total += bytes;
             first_data = false;
