@@ -1565,6 +1565,9 @@ int os_s3_open(objstore *s, const char *url, char *why, size_t whylen)
         return SK_ERR_IO;
     }
     s3->thread_started = true;
+    if (o->part_size < (5u << 20))
+        SK_WARN("s3", "part size %zu is below S3's 5 MiB minimum: AWS refuses such multipart "
+                      "uploads (emulators may not)", o->part_size);
     SK_INFO("s3", "objects in %s (prefix '%s', region %s, credentials from %s)", s3->base_url,
             s3->prefix, s3->region, s3->creds_static ? "configuration/environment" : "instance metadata");
     return 0;
