@@ -86,6 +86,7 @@ void sk_meta_topic_create(sk_buf *b, const sk_topic *t)
     sk_buf_str(b, t->name, strlen(t->name));
     sk_buf_u32(b, (uint32_t)t->nparts);
     sk_buf_u16(b, (uint16_t)t->replication_factor);
+    sk_buf_u64(b, t->nparts > 0 && t->parts ? t->parts[0]->stream : t->first_stream);
     sk_conf_block_put(b, t->conf.noverrides, t->conf.names, t->conf.values);
 }
 
@@ -102,11 +103,12 @@ void sk_meta_topic_config(sk_buf *b, const sk_topic *t)
     sk_conf_block_put(b, t->conf.noverrides, t->conf.names, t->conf.values);
 }
 
-void sk_meta_partitions(sk_buf *b, const kc_uuid *id, int32_t nparts)
+void sk_meta_partitions(sk_buf *b, const kc_uuid *id, int32_t nparts, uint64_t first_stream)
 {
     head(b, SK_META_PARTITIONS);
     sk_buf_put(b, id->b, 16);
     sk_buf_u32(b, (uint32_t)nparts);
+    sk_buf_u64(b, first_stream);
 }
 
 void sk_meta_log_start(sk_buf *b, const kc_uuid *id, int32_t part, int64_t log_start)
@@ -157,6 +159,7 @@ int sk_meta_decode(const uint8_t *p, size_t n, sk_meta *m)
         m->name = (const char *)sk_rd_str(&r, &m->name_len);
         m->nparts = (int32_t)sk_rd_u32(&r);
         m->rf = (int16_t)sk_rd_u16(&r);
+        m->first_stream = sk_rd_u64(&r);
         conf_block_span(&r, &m->configs, &m->configs_len);
         break;
     case SK_META_TOPIC_DELETE:
@@ -172,6 +175,7 @@ int sk_meta_decode(const uint8_t *p, size_t n, sk_meta *m)
         if ((id = sk_rd_bytes(&r, 16)))
             memcpy(m->id.b, id, 16);
         m->nparts = (int32_t)sk_rd_u32(&r);
+        m->first_stream = sk_rd_u64(&r);
         break;
     case SK_META_LOG_START:
         if ((id = sk_rd_bytes(&r, 16)))
@@ -252,6 +256,7 @@ int sk_snapshot_encode(const sk_node *n, uint8_t **out, uint32_t *len)
     sk_buf_u8(&b, SNAP_VERSION);
     sk_buf_str(&b, n->cluster_id, strlen(n->cluster_id));
     sk_buf_u64(&b, (uint64_t)n->next_pid);
+    sk_buf_u64(&b, n->next_stream);
     sk_conf_block_put(&b, n->ndyn, n->dyn_names, n->dyn_values);
     sk_buf_u32(&b, (uint32_t)sk_map_count(n->topics_by_id));
     size_t it = 0;
@@ -265,6 +270,7 @@ int sk_snapshot_encode(const sk_node *n, uint8_t **out, uint32_t *len)
         sk_conf_block_put(&b, t->conf.noverrides, t->conf.names, t->conf.values);
         for (int32_t i = 0; i < t->nparts; i++) {
             const sk_part *p = t->parts[i];
+            sk_buf_u64(&b, p->stream);
             sk_buf_u64(&b, (uint64_t)p->log_start);
             sk_buf_u64(&b, (uint64_t)p->next_offset);
             sk_buf_u32(&b, (uint32_t)p->leader_epoch);
@@ -304,14 +310,14 @@ int sk_snapshot_visit(const uint8_t *p, size_t n, const sk_snapshot_visitor *v)
         return SK_ERR_CORRUPT;
     size_t cid_len;
     const char *cid = (const char *)sk_rd_str(&r, &cid_len);
-    int64_t next_pid = (int64_t)sk_rd_u64(&r);
-    const uint8_t *bconf;
-    size_t bconf_len;
-    conf_block_span(&r, &bconf, &bconf_len);
+    sk_snap_head hd = {cid, cid_len, 0, 0, NULL, 0};
+    hd.next_pid = (int64_t)sk_rd_u64(&r);
+    hd.next_stream = sk_rd_u64(&r);
+    conf_block_span(&r, &hd.broker_conf, &hd.broker_conf_len);
     if (sk_rd_failed(&r))
         return SK_ERR_CORRUPT;
     int rc;
-    if (v->head && (rc = v->head(v->arg, cid, cid_len, next_pid, bconf, bconf_len)) != 0)
+    if (v->head && (rc = v->head(v->arg, &hd)) != 0)
         return rc;
     uint32_t ntopics = sk_rd_u32(&r);
     for (uint32_t t = 0; t < ntopics && !sk_rd_failed(&r); t++) {
@@ -332,16 +338,19 @@ int sk_snapshot_visit(const uint8_t *p, size_t n, const sk_snapshot_visitor *v)
         if (v->topic && (rc = v->topic(v->arg, &id, name, name_len, nparts, rf, conf, conf_len)))
             return rc;
         for (int32_t i = 0; i < nparts; i++) {
-            int64_t log_start = (int64_t)sk_rd_u64(&r);
-            int64_t next = (int64_t)sk_rd_u64(&r);
-            int32_t epoch = (int32_t)sk_rd_u32(&r);
-            int64_t max_ts = (int64_t)sk_rd_u64(&r);
-            int64_t max_ts_base = (int64_t)sk_rd_u64(&r);
+            sk_snap_part sp;
+            sp.id = id;
+            sp.part = i;
+            sp.stream = sk_rd_u64(&r);
+            sp.log_start = (int64_t)sk_rd_u64(&r);
+            sp.next_offset = (int64_t)sk_rd_u64(&r);
+            sp.leader_epoch = (int32_t)sk_rd_u32(&r);
+            sp.max_ts = (int64_t)sk_rd_u64(&r);
+            sp.max_ts_base = (int64_t)sk_rd_u64(&r);
             uint32_t nprod = sk_rd_u32(&r);
             if (sk_rd_failed(&r))
                 return SK_ERR_CORRUPT;
-            if (v->part &&
-                (rc = v->part(v->arg, &id, i, log_start, next, epoch, max_ts, max_ts_base)))
+            if (v->part && (rc = v->part(v->arg, &sp)))
                 return rc;
             for (uint32_t k = 0; k < nprod; k++) {
                 sk_pstate ps;

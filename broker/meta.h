@@ -50,6 +50,7 @@ typedef struct sk_meta {
     size_t name_len;
     int32_t nparts;
     int16_t rf;
+    uint64_t first_stream; /* TOPIC_CREATE, PARTITIONS: stream id of the first new partition */
     int32_t part;
     int64_t value; /* log start, next pid */
     const uint8_t *configs; /* encoded config block */
@@ -68,7 +69,7 @@ int sk_meta_decode(const uint8_t *p, size_t n, sk_meta *m);
 void sk_meta_topic_create(sk_buf *b, const sk_topic *t);
 void sk_meta_topic_delete(sk_buf *b, const kc_uuid *id);
 void sk_meta_topic_config(sk_buf *b, const sk_topic *t);
-void sk_meta_partitions(sk_buf *b, const kc_uuid *id, int32_t nparts);
+void sk_meta_partitions(sk_buf *b, const kc_uuid *id, int32_t nparts, uint64_t first_stream);
 void sk_meta_log_start(sk_buf *b, const kc_uuid *id, int32_t part, int64_t log_start);
 void sk_meta_pid(sk_buf *b, int64_t next_pid);
 void sk_meta_cluster(sk_buf *b, const char *cluster_id);
@@ -91,25 +92,43 @@ void sk_pstate_put(sk_buf *b, const sk_pstate *ps);
 int sk_pstate_get(sk_rd *r, sk_pstate *ps);
 
 /* Snapshot: the preamble of every WAL segment.
- *   u8 version | str cluster id | u64 next pid | config block of the broker
- *   properties changed at runtime | u32 ntopics | topics...
+ *   u8 version | str cluster id | u64 next pid | u64 next stream id |
+ *   config block of the broker properties changed at runtime |
+ *   u32 ntopics | topics...
  *   topic: id | str name | u32 nparts | u16 rf | config block | partitions
- *   partition: u64 log start | u64 next offset | u32 leader epoch |
- *              u64 max ts | u64 max ts base | u32 nproducers | pstates
+ *   partition: u64 stream id | u64 log start | u64 next offset |
+ *              u32 leader epoch | u64 max ts | u64 max ts base |
+ *              u32 nproducers | pstates
  *   then u32 nextra | extra sections (u8 kind | str body), e.g. groups. */
 int sk_snapshot_encode(const sk_node *n, uint8_t **out, uint32_t *len);
+
+typedef struct sk_snap_head {
+    const char *cluster_id;
+    size_t cluster_id_len;
+    int64_t next_pid;
+    uint64_t next_stream;
+    const uint8_t *broker_conf; /* config block */
+    size_t broker_conf_len;
+} sk_snap_head;
+
+typedef struct sk_snap_part {
+    kc_uuid id;
+    int32_t part;
+    uint64_t stream;
+    int64_t log_start, next_offset;
+    int32_t leader_epoch;
+    int64_t max_ts, max_ts_base;
+} sk_snap_part;
 
 /* Visits a snapshot: topic_fn for each topic (with its config block),
  * part_fn for each partition, pstate_fn for each producer, extra_fn for
  * each extra section. Any callback may be NULL. */
 typedef struct sk_snapshot_visitor {
     void *arg;
-    int (*head)(void *arg, const char *cluster_id, size_t cid_len, int64_t next_pid,
-                const uint8_t *broker_conf, size_t broker_conf_len);
+    int (*head)(void *arg, const sk_snap_head *h);
     int (*topic)(void *arg, const kc_uuid *id, const char *name, size_t name_len, int32_t nparts,
                  int16_t rf, const uint8_t *configs, size_t configs_len);
-    int (*part)(void *arg, const kc_uuid *id, int32_t part, int64_t log_start,
-                int64_t next_offset, int32_t leader_epoch, int64_t max_ts, int64_t max_ts_base);
+    int (*part)(void *arg, const sk_snap_part *p);
     int (*pstate)(void *arg, const kc_uuid *id, int32_t part, const sk_pstate *ps);
     int (*extra)(void *arg, uint8_t kind, const uint8_t *body, size_t len);
 } sk_snapshot_visitor;

@@ -260,8 +260,9 @@ int sk_node_create_topic(sk_node *n, const char *name, size_t len, int32_t npart
         random_uuid(&id);
     while (sk_topic_get_id(n, &id));
     /* Build the record from a stack topic, append, then register. */
+    uint64_t first_stream = n->next_stream;
     sk_topic tmp = {.name = (char *)name, .id = id, .nparts = nparts, .conf = *conf,
-                    .replication_factor = rf};
+                    .replication_factor = rf, .first_stream = first_stream};
     char *nm = strndup(name, len);
     if (!nm)
         return SK_ERR_NOMEM;
@@ -273,7 +274,8 @@ int sk_node_create_topic(sk_node *n, const char *name, size_t len, int32_t npart
     int rc = append_meta(n, &b, fn, arg);
     if (rc != 0)
         return rc;
-    sk_topic *t = sk_topic_new(n, &id, name, len, nparts, rf, conf);
+    n->next_stream = first_stream + (uint64_t)nparts;
+    sk_topic *t = sk_topic_new(n, &id, name, len, nparts, rf, conf, first_stream);
     if (!t) {
         SK_ERROR("node", "out of memory registering topic %.*s", (int)len, name);
         return SK_ERR_NOMEM;
@@ -302,10 +304,13 @@ int sk_node_add_partitions(sk_node *n, sk_topic *t, int32_t nparts, sk_durable_f
 {
     sk_buf b;
     sk_buf_init(&b, 1024);
-    sk_meta_partitions(&b, &t->id, nparts);
+    uint64_t first_stream = n->next_stream;
+    sk_meta_partitions(&b, &t->id, nparts, first_stream);
     int rc = append_meta(n, &b, fn, arg);
-    if (rc == 0)
-        rc = sk_topic_grow(t, nparts);
+    if (rc == 0) {
+        n->next_stream = first_stream + (uint64_t)(nparts - t->nparts);
+        rc = sk_topic_grow(t, nparts, first_stream);
+    }
     return rc;
 }
 
@@ -427,15 +432,15 @@ static int replay_cb(void *arg, wal_lsn lsn, uint8_t type, const uint8_t *payloa
 }
 
 /* Loading the view into memory. */
-static int load_head(void *arg, const char *cid, size_t cid_len, int64_t next_pid,
-                     const uint8_t *bconf, size_t bconf_len)
+static int load_head(void *arg, const sk_snap_head *h)
 {
     sk_node *n = arg;
-    snprintf(n->cluster_id, sizeof n->cluster_id, "%.*s", (int)cid_len, cid);
-    n->next_pid = next_pid;
+    snprintf(n->cluster_id, sizeof n->cluster_id, "%.*s", (int)h->cluster_id_len, h->cluster_id);
+    n->next_pid = h->next_pid;
+    n->next_stream = h->next_stream > 0 ? h->next_stream : 1;
     /* Runtime changes of broker properties apply before topics resolve
      * their defaults. */
-    if (sk_dynconf_apply_block(n, bconf, bconf_len) != 0) {
+    if (sk_dynconf_apply_block(n, h->broker_conf, h->broker_conf_len) != 0) {
         SK_ERROR("node", "corrupt broker configuration changes in the SQLite view");
         return SK_ERR_CORRUPT;
     }
@@ -452,24 +457,24 @@ static int load_topic(void *arg, const kc_uuid *id, const char *name, size_t nam
                  (int)name_len, name);
         return SK_ERR_CORRUPT;
     }
-    if (!sk_topic_new(n, id, name, name_len, nparts, rf, &tc)) {
+    if (!sk_topic_new(n, id, name, name_len, nparts, rf, &tc, 0)) {
         sk_tconf_free(&tc);
         return SK_ERR_NOMEM;
     }
     return 0;
 }
 
-static int load_part(void *arg, const kc_uuid *id, int32_t part, int64_t log_start, int64_t next,
-                     int32_t epoch, int64_t max_ts, int64_t max_ts_base)
+static int load_part(void *arg, const sk_snap_part *sp)
 {
-    sk_part *p = sk_part_get(sk_topic_get_id(arg, id), part);
+    sk_part *p = sk_part_get(sk_topic_get_id(arg, &sp->id), sp->part);
     if (!p)
         return 0;
-    p->log_start = log_start;
-    p->next_offset = p->hw = next;
-    p->leader_epoch = epoch;
-    p->max_ts = max_ts;
-    p->max_ts_base = max_ts_base;
+    p->stream = sp->stream;
+    p->log_start = sp->log_start;
+    p->next_offset = p->hw = sp->next_offset;
+    p->leader_epoch = sp->leader_epoch;
+    p->max_ts = sp->max_ts;
+    p->max_ts_base = sp->max_ts_base;
     return 0;
 }
 

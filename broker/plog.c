@@ -41,7 +41,7 @@ static sk_part *part_new(sk_topic *t, int32_t index)
     return p;
 }
 
-int sk_topic_grow(sk_topic *t, int32_t nparts)
+int sk_topic_grow(sk_topic *t, int32_t nparts, uint64_t first_stream)
 {
     if (nparts <= t->nparts)
         return 0;
@@ -51,6 +51,8 @@ int sk_topic_grow(sk_topic *t, int32_t nparts)
     t->parts = np;
     for (int32_t i = t->nparts; i < nparts; i++) {
         np[i] = part_new(t, i);
+        if (np[i])
+            np[i]->stream = first_stream + (uint64_t)(i - t->nparts);
         if (!np[i]) {
             for (int32_t j = t->nparts; j < i; j++)
                 part_free(np[j]);
@@ -62,7 +64,7 @@ int sk_topic_grow(sk_topic *t, int32_t nparts)
 }
 
 sk_topic *sk_topic_new(sk_node *n, const kc_uuid *id, const char *name, size_t len,
-                       int32_t nparts, int16_t rf, sk_tconf *conf)
+                       int32_t nparts, int16_t rf, sk_tconf *conf, uint64_t first_stream)
 {
     sk_topic *t = calloc(1, sizeof *t);
     if (!t)
@@ -70,9 +72,10 @@ sk_topic *sk_topic_new(sk_node *n, const kc_uuid *id, const char *name, size_t l
     t->name = strndup(name, len);
     t->id = *id;
     t->replication_factor = rf;
+    t->first_stream = first_stream;
     t->conf = *conf;
     memset(conf, 0, sizeof *conf);
-    if (!t->name || sk_topic_grow(t, nparts) != 0 ||
+    if (!t->name || sk_topic_grow(t, nparts, first_stream) != 0 ||
         sk_map_put(n->topics_by_name, t->name, len, t) != 0 ||
         sk_map_put(n->topics_by_id, t->id.b, 16, t) != 0) {
         sk_map_del(n->topics_by_name, name, len);

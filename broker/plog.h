@@ -16,11 +16,12 @@
 
 /* Registers a new topic (taking conf). NULL when out of memory. */
 sk_topic *sk_topic_new(sk_node *n, const kc_uuid *id, const char *name, size_t len,
-                       int32_t nparts, int16_t rf, sk_tconf *conf);
+                       int32_t nparts, int16_t rf, sk_tconf *conf, uint64_t first_stream);
 /* Unregisters and frees a topic: its cached batches are dropped and its
  * parked fetches woken (they then see the topic gone). */
 void sk_topic_remove(sk_node *n, sk_topic *t);
-int sk_topic_grow(sk_topic *t, int32_t nparts);
+/* Adds partitions up to nparts, numbering their streams from first_stream. */
+int sk_topic_grow(sk_topic *t, int32_t nparts, uint64_t first_stream);
 sk_topic *sk_topic_get(const sk_node *n, const char *name, size_t len);
 sk_topic *sk_topic_get_id(const sk_node *n, const kc_uuid *id);
 static inline sk_part *sk_part_get(const sk_topic *t, int32_t i)

@@ -13,16 +13,16 @@
 #include "sk_log.h"
 #include "sk_workq.h"
 
-#define SCHEMA_VERSION 1
+#define SCHEMA_VERSION 2
 #define MAX_READERS 8
 
 static const char *const schema =
     "CREATE TABLE IF NOT EXISTS kv(k TEXT PRIMARY KEY, v BLOB);"
     "CREATE TABLE IF NOT EXISTS topics(id BLOB PRIMARY KEY, name TEXT UNIQUE NOT NULL,"
     "  partitions INTEGER NOT NULL, rf INTEGER NOT NULL, configs BLOB NOT NULL);"
-    "CREATE TABLE IF NOT EXISTS partitions(topic BLOB, part INTEGER, log_start INTEGER,"
-    "  next_offset INTEGER, leader_epoch INTEGER, max_ts INTEGER, max_ts_base INTEGER,"
-    "  bytes INTEGER, PRIMARY KEY(topic, part)) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS partitions(topic BLOB, part INTEGER, stream INTEGER,"
+    "  log_start INTEGER, next_offset INTEGER, leader_epoch INTEGER, max_ts INTEGER,"
+    "  max_ts_base INTEGER, bytes INTEGER, PRIMARY KEY(topic, part)) WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS batches(topic BLOB, part INTEGER, base INTEGER, last INTEGER,"
     "  lsn INTEGER, len INTEGER, max_ts INTEGER, PRIMARY KEY(topic, part, base)) WITHOUT ROWID;"
     "CREATE INDEX IF NOT EXISTS batches_lsn ON batches(lsn);"
@@ -73,8 +73,8 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_PUT_PROD] = "INSERT OR REPLACE INTO producers(topic, part, pid, state) VALUES(?1,?2,?3,?4)",
     [ST_INS_TOPIC] = "INSERT OR REPLACE INTO topics(id, name, partitions, rf, configs)"
                      " VALUES(?1, ?2, ?3, ?4, ?5)",
-    [ST_INS_PART] = "INSERT OR IGNORE INTO partitions(topic, part, log_start, next_offset,"
-                    " leader_epoch, max_ts, max_ts_base, bytes) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, 0)",
+    [ST_INS_PART] = "INSERT OR IGNORE INTO partitions(topic, part, stream, log_start, next_offset,"
+                    " leader_epoch, max_ts, max_ts_base, bytes) VALUES(?1, ?2, ?8, ?3, ?4, ?5, ?6, ?7, 0)",
     [ST_DEL_TOPIC] = "DELETE FROM topics WHERE id = ?1",
     [ST_DEL_TOPIC_PARTS] = "DELETE FROM partitions WHERE topic = ?1",
     [ST_DEL_TOPIC_BATCHES] = "DELETE FROM batches WHERE topic = ?1",
@@ -425,18 +425,37 @@ static int insert_topic(sk_store *s, const kc_uuid *id, const char *name, size_t
     return step_done(s, st);
 }
 
-static int insert_part(sk_store *s, const kc_uuid *id, int32_t part, int64_t log_start,
-                       int64_t next, int32_t epoch, int64_t max_ts, int64_t max_ts_base)
+static int insert_part(sk_store *s, const sk_snap_part *p)
 {
     sqlite3_stmt *st = S(s, ST_INS_PART);
-    sqlite3_bind_blob(st, 1, id->b, 16, SQLITE_STATIC);
-    sqlite3_bind_int(st, 2, part);
-    sqlite3_bind_int64(st, 3, log_start);
-    sqlite3_bind_int64(st, 4, next);
-    sqlite3_bind_int(st, 5, epoch);
-    sqlite3_bind_int64(st, 6, max_ts);
-    sqlite3_bind_int64(st, 7, max_ts_base);
+    sqlite3_bind_blob(st, 1, p->id.b, 16, SQLITE_STATIC);
+    sqlite3_bind_int(st, 2, p->part);
+    sqlite3_bind_int64(st, 3, p->log_start);
+    sqlite3_bind_int64(st, 4, p->next_offset);
+    sqlite3_bind_int(st, 5, p->leader_epoch);
+    sqlite3_bind_int64(st, 6, p->max_ts);
+    sqlite3_bind_int64(st, 7, p->max_ts_base);
+    sqlite3_bind_int64(st, 8, (int64_t)p->stream);
     return step_done(s, st);
+}
+
+/* Partitions created empty by a TOPIC_CREATE or PARTITIONS record. */
+static int insert_new_parts(sk_store *s, const kc_uuid *id, int32_t from, int32_t to,
+                            uint64_t first_stream)
+{
+    for (int32_t i = from; i < to; i++) {
+        sk_snap_part p = {*id, i, first_stream + (uint64_t)(i - from), 0, 0, 0, -1, -1};
+        if (insert_part(s, &p))
+            return SK_ERR_IO;
+    }
+    int64_t cur;
+    bool found;
+    if (kv_get_i64(s->db, "next_stream", &cur, &found))
+        return SK_ERR_IO;
+    int64_t next = (int64_t)(first_stream + (uint64_t)(to - from));
+    if (!found || next > cur)
+        return set_kv_i64(s, "next_stream", next);
+    return 0;
 }
 
 static int by_topic(sk_store *s, int stmt, const kc_uuid *id)
@@ -502,10 +521,7 @@ static int apply_meta(sk_store *s, const sk_store_rec *r)
     case SK_META_TOPIC_CREATE:
         if (insert_topic(s, &m.id, m.name, m.name_len, m.nparts, m.rf, m.configs, m.configs_len))
             return SK_ERR_IO;
-        for (int32_t i = 0; i < m.nparts; i++)
-            if (insert_part(s, &m.id, i, 0, 0, 0, -1, -1))
-                return SK_ERR_IO;
-        return 0;
+        return insert_new_parts(s, &m.id, 0, m.nparts, m.first_stream);
     case SK_META_TOPIC_DELETE:
         /* Committed offsets go with the topic, as in Kafka. */
         if (by_topic(s, ST_DEL_TOPIC_GOFFS, &m.id) || by_topic(s, ST_DEL_TOPIC, &m.id) || by_topic(s, ST_DEL_TOPIC_PARTS, &m.id) ||
@@ -529,10 +545,7 @@ static int apply_meta(sk_store *s, const sk_store_rec *r)
         sqlite3_bind_int(st, 2, m.nparts);
         if (step_done(s, st))
             return SK_ERR_IO;
-        for (int32_t i = old; i < m.nparts; i++)
-            if (insert_part(s, &m.id, i, 0, 0, 0, -1, -1))
-                return SK_ERR_IO;
-        return 0;
+        return old < m.nparts ? insert_new_parts(s, &m.id, old, m.nparts, m.first_stream) : 0;
     }
     case SK_META_LOG_START: {
         sqlite3_stmt *st = S(s, ST_UPD_LOG_START);
@@ -572,12 +585,13 @@ static int apply_meta(sk_store *s, const sk_store_rec *r)
 }
 
 /* Applying a preamble snapshot to an empty view. */
-static int snap_head(void *arg, const char *cid, size_t cid_len, int64_t next_pid,
-                     const uint8_t *bconf, size_t bconf_len)
+static int snap_head(void *arg, const sk_snap_head *h)
 {
     sk_store *s = arg;
-    if (set_kv_text(s, "cluster_id", cid, cid_len) || set_kv_i64(s, "next_pid", next_pid) ||
-        set_kv_blob(s, "broker_config", bconf, bconf_len))
+    if (set_kv_text(s, "cluster_id", h->cluster_id, h->cluster_id_len) ||
+        set_kv_i64(s, "next_pid", h->next_pid) ||
+        set_kv_i64(s, "next_stream", (int64_t)h->next_stream) ||
+        set_kv_blob(s, "broker_config", h->broker_conf, h->broker_conf_len))
         return SK_ERR_IO;
     return 0;
 }
@@ -588,10 +602,9 @@ static int snap_topic(void *arg, const kc_uuid *id, const char *name, size_t nam
     return insert_topic(arg, id, name, name_len, nparts, rf, conf, conf_len);
 }
 
-static int snap_part(void *arg, const kc_uuid *id, int32_t part, int64_t log_start, int64_t next,
-                     int32_t epoch, int64_t max_ts, int64_t max_ts_base)
+static int snap_part(void *arg, const sk_snap_part *p)
 {
-    return insert_part(arg, id, part, log_start, next, epoch, max_ts, max_ts_base);
+    return insert_part(arg, p);
 }
 
 static int snap_pstate(void *arg, const kc_uuid *id, int32_t part, const sk_pstate *ps)
@@ -732,6 +745,9 @@ int sk_store_load(sk_store *s, const sk_snapshot_visitor *v)
     sqlite3_finalize(st);
     if (kv_get_i64(s->db, "next_pid", &next_pid, &found))
         return SK_ERR_IO;
+    int64_t next_stream = 1;
+    if (kv_get_i64(s->db, "next_stream", &next_stream, &found))
+        return SK_ERR_IO;
     uint8_t *bconf = NULL;
     size_t bconf_len = 0;
     if (sqlite3_prepare_v2(s->db, "SELECT v FROM kv WHERE k = 'broker_config'", -1, &st, NULL))
@@ -744,9 +760,11 @@ int sk_store_load(sk_store *s, const sk_snapshot_visitor *v)
     }
     sqlite3_finalize(st);
     static const uint8_t empty_block[4] = {0, 0, 0, 0};
-    if (v->head)
-        rc = v->head(v->arg, cid, strlen(cid), next_pid, bconf ? bconf : empty_block,
-                     bconf ? bconf_len : sizeof empty_block);
+    if (v->head) {
+        sk_snap_head h = {cid, strlen(cid), next_pid, (uint64_t)(found ? next_stream : 1),
+                          bconf ? bconf : empty_block, bconf ? bconf_len : sizeof empty_block};
+        rc = v->head(v->arg, &h);
+    }
     free(bconf);
     if (rc)
         return rc;
@@ -772,7 +790,7 @@ int sk_store_load(sk_store *s, const sk_snapshot_visitor *v)
 
     if (sqlite3_prepare_v2(s->db,
                            "SELECT topic, part, log_start, next_offset, leader_epoch, max_ts,"
-                           " max_ts_base FROM partitions",
+                           " max_ts_base, stream FROM partitions",
                            -1, &st, NULL))
         return db_err(s->db, "load partitions");
     while (rc == 0 && sqlite3_step(st) == SQLITE_ROW) {
@@ -782,9 +800,15 @@ int sk_store_load(sk_store *s, const sk_snapshot_visitor *v)
             break;
         }
         memcpy(id.b, sqlite3_column_blob(st, 0), 16);
-        rc = v->part(v->arg, &id, sqlite3_column_int(st, 1), sqlite3_column_int64(st, 2),
-                     sqlite3_column_int64(st, 3), sqlite3_column_int(st, 4),
-                     sqlite3_column_int64(st, 5), sqlite3_column_int64(st, 6));
+        sk_snap_part sp = {id,
+                           sqlite3_column_int(st, 1),
+                           (uint64_t)sqlite3_column_int64(st, 7),
+                           sqlite3_column_int64(st, 2),
+                           sqlite3_column_int64(st, 3),
+                           sqlite3_column_int(st, 4),
+                           sqlite3_column_int64(st, 5),
+                           sqlite3_column_int64(st, 6)};
+        rc = v->part(v->arg, &sp);
     }
     sqlite3_finalize(st);
     if (rc)

@@ -91,6 +91,7 @@ struct sk_pstate {
 struct sk_part {
     sk_topic *topic;
     int32_t index;
+    uint64_t stream; /* id of the partition's data in objects, never reused */
     int32_t leader_epoch;
     int64_t log_start;   /* first offset that can be read */
     int64_t next_offset; /* next offset to assign (includes appends not durable yet) */
@@ -113,6 +114,7 @@ struct sk_topic {
     sk_part **parts;
     sk_tconf conf;
     int16_t replication_factor; /* as created, reported to clients */
+    uint64_t first_stream;      /* stream id of partition 0 (others: see parts) */
 };
 
 /* ---- connections and requests ---- */
@@ -176,6 +178,7 @@ struct sk_node {
 
     char cluster_id[32];
     int64_t next_pid;
+    uint64_t next_stream; /* next partition stream id to hand out */
 
     /* Broker properties changed at runtime (AlterConfigs), with the values
      * they replaced, so that deleting one restores the configured value. */
