@@ -18,7 +18,9 @@ import subprocess
 import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-BUILD = os.environ.get("SKIFF_BUILD", os.path.join(ROOT, "build"))
+# Absolute: brokers run with their data directory as the working directory, and
+# tests/run.sh passes SKIFF_BUILD relative to the repository (build).
+BUILD = os.path.abspath(os.environ.get("SKIFF_BUILD", os.path.join(ROOT, "build")))
 SKIFFD = os.path.join(BUILD, "skiffd")
 WORK = os.environ.get("SKIFF_TEST_WORK", os.path.join(ROOT, "tests", ".work"))
 PYTHON = "/usr/bin/python3"  # Debian's, which has confluent_kafka and kafka-python
