@@ -10,15 +10,28 @@
  * everything appended during a write+sync goes out in one next write, except
  * across a segment boundary, where the new segment's bytes form their own
  * batch. A batch's buffer is recycled for the next one (double buffering).
+ *
+ * Ownership state: the claimed epoch, and the lease window: appends are
+ * written, and their writes acknowledged, only while the boot clock is below
+ * lease_until, which each successful renewal moves to (its start + lease).
+ * A write that completes outside the window stays at the head, landed but
+ * unacknowledged, until a renewal succeeds (then it is acknowledged) or
+ * finds a newer owner (then everything fails with SK_ERR_FENCED).
  */
 #include "wal.h"
 
+#include <errno.h>
 #include <event2/event.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "sk_crc32c.h"
 #include "sk_err.h"
@@ -29,7 +42,22 @@
 #define WAL_VERSION 1
 #define DEFAULT_SEGMENT_BYTES (64ull << 20)
 #define DEFAULT_MAX_PENDING (32ull << 20)
+#define DEFAULT_LEASE_MS 10000
+#define DEFAULT_IO_TIMEOUT_MS 30000
 #define READ_CHUNK (1u << 20)
+#define RETRY_MIN_MS 10
+#define RETRY_MAX_MS 500
+
+/* Owner file: magic[8] version u32 node u32 epoch u64 instance[16] boot[16]
+ * renewed_ms i64 lease_ms i64 flags u32 pid u32 renewals u64 host[64]
+ * reserved u32 crc32c(bytes 0..155) u32. */
+#define OWNER_MAGIC "SKIFFOWN"
+#define OWNER_VERSION 1
+#define OWNER_REC 160
+#define OWNER_RELEASED 1u
+/* A new owner waits the old lease plus this fraction of it before it reads
+ * the WAL: room for clock-rate differences and writes still on the wire. */
+#define TAKEOVER_MARGIN_DIV 5
 
 struct waiter {
     wal_done_fn done;
@@ -54,6 +82,16 @@ struct seg {
     bool trimmed;  /* logically gone; its file is removed or being removed */
 };
 
+struct owner_rec {
+    uint32_t node;
+    uint64_t epoch;
+    uint8_t instance[16], boot[16];
+    int64_t renewed_ms, lease_ms;
+    uint32_t flags, pid;
+    uint64_t renewals;
+    char host[64];
+};
+
 struct wal {
     struct event_base *base;
     wal_storage *st;
@@ -62,6 +100,7 @@ struct wal {
 
     struct batch *head, *tail, *spare;
     bool inflight;     /* the head batch is being created or written */
+    bool landed;       /* the head batch's write completed, not yet acknowledged */
     bool dispatching;  /* running caller callbacks: wal_close is not allowed */
     int64_t commit_start_us;
     size_t pending;    /* bytes appended and not yet durable */
@@ -75,6 +114,30 @@ struct wal {
     bool removing;     /* one remove in flight (they go oldest first) */
     bool trim_stalled; /* a remove failed: retry at the next wal_trim */
     wal_lsn trim_upto;
+
+    /* Transient failures of the head operation: retried after retry_ms. */
+    struct event *retry_ev;
+    bool retry_wait;
+    int retry_ms;
+    int64_t trouble_since_us; /* first transient failure of this outage (0: none) */
+    int64_t op_start_us;      /* when the head operation was issued */
+    int64_t close_start_us;
+    bool gave_up;             /* wal_close stopped retrying */
+
+    /* Ownership and lease. */
+    struct owner_rec me;
+    uint8_t recbuf[OWNER_REC]; /* the renewal in flight */
+    int lock_fd;
+    struct event *lease_ev;
+    int64_t lease_ms, renew_ms, io_timeout_ms;
+    int64_t lease_until_us;    /* boot clock */
+    bool renewing;
+    int64_t renew_start_us;
+    int64_t renew_fail_since_us;
+    int64_t renew_warned_us;
+    bool lapsed;               /* acknowledgements stopped for want of a lease */
+    bool fenced;
+    bool unavailable_logged;
 
     /* Shared with reader threads. */
     pthread_mutex_t mu; /* guards segs, nsegs, capsegs */
@@ -113,6 +176,15 @@ static uint64_t get64(const uint8_t *p)
     for (int i = 7; i >= 0; i--)
         v = (v << 8) | p[i];
     return v;
+}
+
+/* The lease runs on the boot clock: it keeps counting while the machine is
+ * suspended, when a monotonic clock would stop and stretch the lease. */
+static int64_t boot_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_BOOTTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 /* crc32c(lsn LE || type || payload pieces) */
@@ -263,8 +335,9 @@ static void run_waiters(wal *w, struct batch *b, int err)
     w->dispatching = false;
 }
 
-/* Nothing staged may ever be acknowledged once a write or sync failed: the
- * file's state is then unknown. Every waiter hears the error, in LSN order. */
+/* Nothing staged may ever be acknowledged once a write or sync failed
+ * permanently: the file's state is then unknown. Every waiter hears the
+ * error, in LSN order. */
 static void wal_fail(wal *w, int err)
 {
     if (!w->failed)
@@ -273,6 +346,10 @@ static void wal_fail(wal *w, int err)
     w->failed = true;
     if (!w->fail_err)
         w->fail_err = err;
+    w->landed = false;
+    w->retry_wait = false;
+    if (w->retry_ev)
+        event_del(w->retry_ev);
     struct batch *b = w->head;
     w->head = w->tail = NULL;
     w->pending = 0;
@@ -286,16 +363,104 @@ static void wal_fail(wal *w, int err)
 
 static void kick(wal *w);
 static void trim_next(wal *w);
+static void issue_renew(wal *w);
 
-static void write_done(void *arg, int err)
+static bool lease_ok(const wal *w)
 {
+    return !w->fenced && boot_us() < w->lease_until_us;
+}
+
+/* The lease ran out: log once per lapse, and get a renewal going. */
+static void lease_wait(wal *w)
+{
+    if (!w->lapsed) {
+        w->lapsed = true;
+        w->stats.lease_lapses++;
+        SK_WARN("wal", "lease of owner epoch %llu ran out without renewal: nothing more is "
+                "written or acknowledged until it is renewed (%zu bytes wait)",
+                (unsigned long long)w->me.epoch, w->pending);
+    }
+    issue_renew(w);
+}
+
+/* Since when the volume is in trouble (0: it is not): a head operation
+ * failing transiently or running for long, or renewals failing. */
+static int64_t outage_start(const wal *w)
+{
+    int64_t t = 0;
+    if (w->trouble_since_us)
+        t = w->trouble_since_us;
+    if (w->inflight && w->op_start_us && (!t || w->op_start_us < t))
+        t = w->op_start_us;
+    if (w->renew_fail_since_us && (!t || w->renew_fail_since_us < t))
+        t = w->renew_fail_since_us;
+    return t;
+}
+
+static void check_available(wal *w)
+{
+    int64_t since = outage_start(w), now = sk_mono_us();
+    bool bad = since && now - since >= w->io_timeout_ms * 1000;
+    if (bad && !w->unavailable_logged) {
+        SK_ERROR("wal", "WAL unavailable: the volume has completed no write or lease renewal for "
+                 "%lld ms (wal.io.timeout.ms is %lld); %zu bytes wait, nothing is lost or "
+                 "acknowledged meanwhile",
+                 (long long)((now - since) / 1000), (long long)w->io_timeout_ms, w->pending);
+    }
+    w->unavailable_logged = bad;
+}
+
+static void trouble_over(wal *w)
+{
+    if (w->trouble_since_us) {
+        int64_t ms = (sk_mono_us() - w->trouble_since_us) / 1000;
+        sk_log(w->unavailable_logged ? SK_LOG_ERROR : SK_LOG_INFO, "wal",
+               "WAL writes go through again after %lld ms of transient errors", (long long)ms);
+    }
+    w->trouble_since_us = 0;
+    w->retry_ms = RETRY_MIN_MS;
+    check_available(w);
+}
+
+/* A transient error of the head operation: the same operation goes out
+ * again later. False when it must be treated as permanent instead. */
+static bool retry_later(wal *w, int err, const char *what)
+{
+    if (!wal_storage_transient(err) || w->destroying || w->gave_up)
+        return false;
+    int64_t now = sk_mono_us();
+    if (!w->trouble_since_us) {
+        w->trouble_since_us = now;
+        SK_WARN("wal", "%s of segment %llu failed (%s): retrying; the records stay queued",
+                what, (unsigned long long)(w->head ? w->head->seg : 0), sk_err_name(err));
+    }
+    w->stats.retries++;
+    w->retry_wait = true;
+    struct timeval tv = {w->retry_ms / 1000, (w->retry_ms % 1000) * 1000};
+    event_add(w->retry_ev, &tv);
+    w->retry_ms = w->retry_ms * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : w->retry_ms * 2;
+    check_available(w);
+    return true;
+}
+
+static void retry_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
     wal *w = arg;
-    struct batch *b = w->head;
-    w->inflight = false;
-    if (err) {
-        wal_fail(w, err);
+    w->retry_wait = false;
+    kick(w);
+}
+
+/* Acknowledges the landed head batch if the lease allows it now. */
+static void complete_head(wal *w)
+{
+    if (!lease_ok(w)) {
+        lease_wait(w);
         return;
     }
+    struct batch *b = w->head;
+    w->landed = false;
     w->head = b->next;
     if (!w->head)
         w->tail = NULL;
@@ -311,11 +476,27 @@ static void write_done(void *arg, int err)
     trim_next(w);
 }
 
+static void write_done(void *arg, int err)
+{
+    wal *w = arg;
+    w->inflight = false;
+    w->op_start_us = 0;
+    if (err) {
+        if (!retry_later(w, err, "write"))
+            wal_fail(w, err);
+        return;
+    }
+    if (w->trouble_since_us)
+        trouble_over(w);
+    w->landed = true;
+    complete_head(w);
+}
+
 static void issue_write(wal *w)
 {
     struct batch *b = w->head;
     b->sealed = true;
-    w->commit_start_us = sk_mono_us();
+    w->commit_start_us = w->op_start_us = sk_mono_us();
     struct iovec iov = {.iov_base = b->buf, .iov_len = b->len};
     w->st->ops->write(w->st, b->seg, b->lsn - b->seg, &iov, 1, true, write_done, w);
 }
@@ -323,26 +504,39 @@ static void issue_write(wal *w)
 static void create_done(void *arg, int err)
 {
     wal *w = arg;
+    w->inflight = false;
+    w->op_start_us = 0;
     if (err) {
-        w->inflight = false;
-        wal_fail(w, err);
+        if (!retry_later(w, err, "create"))
+            wal_fail(w, err);
         return;
     }
+    if (w->trouble_since_us)
+        trouble_over(w);
     pthread_mutex_lock(&w->mu);
     struct seg *s = segs_find(w, w->head->seg);
     if (s)
         s->on_disk = true;
     pthread_mutex_unlock(&w->mu);
     w->stats.segments++;
-    issue_write(w);
+    /* The write goes out only within the lease, like any other. */
+    kick(w);
     trim_next(w);
 }
 
 /* Starts the head batch when nothing is in flight. */
 static void kick(wal *w)
 {
-    if (w->inflight || w->failed || w->destroying || !w->head)
+    if (w->inflight || w->failed || w->destroying || w->retry_wait || !w->head)
         return;
+    if (w->landed) {
+        complete_head(w);
+        return;
+    }
+    if (!lease_ok(w)) {
+        lease_wait(w);
+        return;
+    }
     struct batch *b = w->head;
     w->inflight = true;
     struct seg *s = segs_find(w, b->seg);
@@ -350,6 +544,7 @@ static void kick(wal *w)
         /* The batch stays open while its file is created: appends made
          * meanwhile join this first write. */
         uint64_t hint = w->o.no_preallocate ? 0 : w->o.segment_bytes;
+        w->op_start_us = sk_mono_us();
         w->st->ops->create(w->st, b->seg, hint, create_done, w);
         return;
     }
@@ -361,6 +556,105 @@ static void flush_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     kick(arg);
+}
+
+/* ---- lease ---- */
+
+static void owner_encode(uint8_t *p, const struct owner_rec *r)
+{
+    memset(p, 0, OWNER_REC);
+    memcpy(p, OWNER_MAGIC, 8);
+    put32(p + 8, OWNER_VERSION);
+    put32(p + 12, r->node);
+    put64(p + 16, r->epoch);
+    memcpy(p + 24, r->instance, 16);
+    memcpy(p + 40, r->boot, 16);
+    put64(p + 56, (uint64_t)r->renewed_ms);
+    put64(p + 64, (uint64_t)r->lease_ms);
+    put32(p + 72, r->flags);
+    put32(p + 76, r->pid);
+    put64(p + 80, r->renewals);
+    memcpy(p + 88, r->host, 63);
+    put32(p + 156, sk_crc32c(p, 156));
+}
+
+static bool owner_decode(const uint8_t *p, size_t len, struct owner_rec *r)
+{
+    if (len < OWNER_REC || memcmp(p, OWNER_MAGIC, 8) != 0 || get32(p + 8) != OWNER_VERSION ||
+        sk_crc32c(p, 156) != get32(p + 156))
+        return false;
+    r->node = get32(p + 12);
+    r->epoch = get64(p + 16);
+    memcpy(r->instance, p + 24, 16);
+    memcpy(r->boot, p + 40, 16);
+    r->renewed_ms = (int64_t)get64(p + 56);
+    r->lease_ms = (int64_t)get64(p + 64);
+    r->flags = get32(p + 72);
+    r->pid = get32(p + 76);
+    r->renewals = get64(p + 80);
+    memcpy(r->host, p + 88, 63);
+    r->host[63] = 0;
+    return true;
+}
+
+static void renew_done(void *arg, int err)
+{
+    wal *w = arg;
+    w->renewing = false;
+    if (w->destroying || w->failed)
+        return;
+    if (err == SK_ERR_FENCED) {
+        SK_ERROR("wal", "owner epoch %llu is fenced: a newer owner took this WAL over; nothing "
+                 "more is acknowledged",
+                 (unsigned long long)w->me.epoch);
+        w->fenced = true;
+        wal_fail(w, SK_ERR_FENCED);
+        return;
+    }
+    int64_t now = sk_mono_us();
+    if (err) {
+        if (!w->renew_fail_since_us)
+            w->renew_fail_since_us = now;
+        if (now - w->renew_warned_us >= 5000000) {
+            w->renew_warned_us = now;
+            SK_WARN("wal", "lease renewal of owner epoch %llu failed (%s); %lld ms of lease left",
+                    (unsigned long long)w->me.epoch, sk_err_name(err),
+                    (long long)((w->lease_until_us - boot_us()) / 1000));
+        }
+        check_available(w);
+        return;
+    }
+    w->lease_until_us = w->renew_start_us + w->lease_ms * 1000;
+    w->renew_fail_since_us = 0;
+    if (w->lapsed) {
+        w->lapsed = false;
+        SK_WARN("wal", "lease of owner epoch %llu renewed: writes and acknowledgements resume",
+                (unsigned long long)w->me.epoch);
+    }
+    check_available(w);
+    kick(w);
+    trim_next(w);
+}
+
+static void issue_renew(wal *w)
+{
+    if (w->renewing || w->failed || w->destroying)
+        return;
+    w->renewing = true;
+    w->renew_start_us = boot_us();
+    w->me.renewed_ms = sk_now_ms();
+    w->me.renewals++;
+    owner_encode(w->recbuf, &w->me);
+    w->st->ops->renew(w->st, w->me.epoch, w->recbuf, OWNER_REC, renew_done, w);
+}
+
+static void lease_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    wal *w = arg;
+    check_available(w);
+    issue_renew(w);
 }
 
 /* ---- append ---- */
@@ -501,7 +795,7 @@ static void remove_done(void *arg, int err)
  * first, so that a crash leaves no hole in the sequence. */
 static void trim_next(wal *w)
 {
-    if (w->removing || w->trim_stalled || w->destroying || w->nsegs < 2)
+    if (w->removing || w->trim_stalled || w->destroying || w->nsegs < 2 || !lease_ok(w))
         return;
     if (!(w->segs[1].start <= w->trim_upto && w->segs[1].on_disk))
         return;
@@ -556,9 +850,23 @@ bool wal_failed(const wal *w)
     return w->failed;
 }
 
+int wal_fail_error(const wal *w)
+{
+    return w->failed ? w->fail_err : 0;
+}
+
+uint64_t wal_owner_epoch(const wal *w)
+{
+    return w->me.epoch;
+}
+
 void wal_get_stats(const wal *w, wal_stats *st)
 {
     *st = w->stats;
+    st->owner_epoch = w->me.epoch;
+    int64_t since = outage_start(w);
+    st->outage_ms = since ? (sk_mono_us() - since) / 1000 : 0;
+    st->unavailable = since && st->outage_ms >= w->io_timeout_ms;
 }
 
 int wal_segments_snapshot(wal *w, wal_lsn **starts, size_t *n)
@@ -816,6 +1124,69 @@ static int scan_segment(struct recovery *rc_, struct reader *r, uint64_t limit, 
     return 0;
 }
 
+/* The owner epoch in segment seg's header; 1 when it has no valid header
+ * (recovery then judges the segment), or a storage error. */
+static int header_epoch(wal_storage *st, wal_lsn seg, uint64_t *epoch)
+{
+    uint8_t h[WAL_SEGMENT_HEADER];
+    size_t got = 0;
+    int rc = st->ops->pread(st, seg, 0, h, sizeof h, &got);
+    if (rc)
+        return rc;
+    if (got < sizeof h || sk_crc32c(h, 36) != get32(h + 36) || memcmp(h, WAL_MAGIC, 8) != 0)
+        return 1;
+    *epoch = get64(h + 16);
+    return 0;
+}
+
+/* Epochs only grow along the log: each owner starts a new segment where the
+ * previous one's log ends. A segment whose header names an older epoch than
+ * a segment before it was created by a fenced owner after a newer owner had
+ * taken over (a create that reached the volume late); it holds nothing that
+ * owner acknowledged, and is removed. A segment of an epoch newer than this
+ * owner's means the owner files were tampered with. */
+static int drop_fenced_segments(struct recovery *rc_, uint64_t *starts, size_t *n)
+{
+    wal *w = rc_->w;
+    char name[WAL_SEGMENT_NAME_MAX];
+    uint64_t maxep = 0;
+    size_t k = 0;
+    for (size_t i = 0; i < *n; i++) {
+        uint64_t ep = 0;
+        int hr = header_epoch(w->st, starts[i], &ep);
+        if (hr < 0) {
+            snprintf(rc_->why, rc_->whylen, "WAL segment %s: cannot read its header: %s",
+                     seg_name(starts[i], name), sk_err_name(hr));
+            return hr;
+        }
+        if (hr == 0 && ep > w->me.epoch) {
+            snprintf(rc_->why, rc_->whylen,
+                     "WAL segment %s was written by owner epoch %llu, newer than the epoch this "
+                     "node claimed (%llu): the WAL's owner files were removed or replaced",
+                     seg_name(starts[i], name), (unsigned long long)ep,
+                     (unsigned long long)w->me.epoch);
+            return SK_ERR_CORRUPT;
+        }
+        if (hr == 0 && ep < maxep) {
+            SK_WARN("wal", "segment %s was written by owner epoch %llu after epoch %llu had taken "
+                    "the WAL over: removing it",
+                    seg_name(starts[i], name), (unsigned long long)ep, (unsigned long long)maxep);
+            int rc = w->st->ops->discard(w->st, starts[i]);
+            if (rc) {
+                snprintf(rc_->why, rc_->whylen, "WAL segment %s: cannot remove it: %s",
+                         seg_name(starts[i], name), sk_err_name(rc));
+                return rc;
+            }
+            continue;
+        }
+        if (hr == 0)
+            maxep = ep;
+        starts[k++] = starts[i];
+    }
+    *n = k;
+    return 0;
+}
+
 static int recover(struct recovery *rc_)
 {
     wal *w = rc_->w;
@@ -828,6 +1199,7 @@ static int recover(struct recovery *rc_)
         snprintf(rc_->why, rc_->whylen, "cannot list WAL segments: %s", sk_err_name(rc));
         return rc;
     }
+    rc = drop_fenced_segments(rc_, starts, &n);
     struct reader r = {.st = st};
     for (size_t i = 0; i < n && !rc; i++) {
         bool last = i + 1 == n;
@@ -903,7 +1275,271 @@ static int recover(struct recovery *rc_)
     return rc;
 }
 
+/* ---- ownership: claiming the WAL ---- */
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* The kernel's boot id: two owner records with the same one were written by
+ * processes of the same running system. Zeros when unknown. */
+static void read_boot_id(uint8_t out[16])
+{
+    memset(out, 0, 16);
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
+    if (!f)
+        return;
+    char line[80];
+    if (fgets(line, sizeof line, f)) {
+        int k = 0;
+        for (const char *c = line; *c && k < 32; c++) {
+            int v = hexval(*c);
+            if (v < 0)
+                continue;
+            out[k / 2] |= (uint8_t)(k % 2 ? v : v << 4);
+            k++;
+        }
+    }
+    fclose(f);
+}
+
+static bool all_zero(const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i])
+            return false;
+    return true;
+}
+
+struct claim {
+    char *why;
+    size_t whylen;
+    uint8_t prev_local[16]; /* instance named by the local lock file before us */
+    bool have_prev_local;
+};
+
+/* Takes the local lock file and reads which instance held it last. */
+static int local_lock(wal *w, struct claim *c)
+{
+    const char *path = w->o.local_lock_path;
+    if (!path)
+        return 0;
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        snprintf(c->why, c->whylen, "cannot open the lock file %s: %s", path, strerror(errno));
+        return SK_ERR_IO;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        close(fd);
+        if (e == EWOULDBLOCK) {
+            snprintf(c->why, c->whylen,
+                     "another process holds the lock file %s: a skiffd already runs with this "
+                     "data directory",
+                     path);
+            return SK_ERR_FENCED;
+        }
+        snprintf(c->why, c->whylen, "cannot lock %s: %s", path, strerror(e));
+        return SK_ERR_IO;
+    }
+    uint8_t buf[16];
+    if (pread(fd, buf, sizeof buf, 0) == (ssize_t)sizeof buf) {
+        memcpy(c->prev_local, buf, sizeof buf);
+        c->have_prev_local = true;
+    }
+    /* Named before the claim: a crash between the two leaves a file that
+     * names an instance which may own nothing, which proves nothing. */
+    if (pwrite(fd, w->me.instance, 16, 0) != 16 || ftruncate(fd, 16) != 0 || fdatasync(fd) != 0)
+        SK_WARN("wal", "cannot write the lock file %s: %s", path, strerror(errno));
+    w->lock_fd = fd;
+    return 0;
+}
+
+/* Blocking lease renewal during a takeover wait. */
+static void put_record(wal *w)
+{
+    uint8_t rec[OWNER_REC];
+    w->me.renewed_ms = sk_now_ms();
+    w->me.renewals++;
+    owner_encode(rec, &w->me);
+    int rc = w->st->ops->owner_put(w->st, w->me.epoch, rec, sizeof rec);
+    if (rc)
+        SK_WARN("wal", "cannot renew the lease of owner epoch %llu: %s",
+                (unsigned long long)w->me.epoch, sk_err_name(rc));
+}
+
+/* Our epoch must be the newest, and our file must still exist. */
+static int still_newest(wal *w, struct claim *c)
+{
+    uint64_t *eps = NULL;
+    size_t n = 0;
+    int rc = w->st->ops->owner_list(w->st, &eps, &n);
+    if (rc) {
+        snprintf(c->why, c->whylen, "cannot list the WAL's owner files: %s", sk_err_name(rc));
+        return rc;
+    }
+    uint64_t last = n ? eps[n - 1] : 0;
+    bool mine = false;
+    for (size_t i = 0; i < n; i++)
+        mine = mine || eps[i] == w->me.epoch;
+    if (last != w->me.epoch || !mine) {
+        snprintf(c->why, c->whylen,
+                 "another owner (epoch %llu) claimed the WAL while this node (epoch %llu) took "
+                 "it over",
+                 (unsigned long long)last, (unsigned long long)w->me.epoch);
+        free(eps);
+        return SK_ERR_FENCED;
+    }
+    /* Older owner files have done their job: every older owner is fenced by
+     * ours, or by the absence of its own. */
+    for (size_t i = 0; i < n; i++) {
+        if (eps[i] >= w->me.epoch)
+            continue;
+        int e = w->st->ops->owner_remove(w->st, eps[i]);
+        if (e)
+            SK_WARN("wal", "cannot remove the owner file of epoch %llu: %s",
+                    (unsigned long long)eps[i], sk_err_name(e));
+    }
+    free(eps);
+    return 0;
+}
+
+static int claim(wal *w, struct claim *c)
+{
+    wal_storage *st = w->st;
+    struct owner_rec *me = &w->me;
+    me->node = w->o.node_id;
+    me->lease_ms = w->lease_ms;
+    me->pid = (uint32_t)getpid();
+    if (getrandom(me->instance, sizeof me->instance, 0) != (ssize_t)sizeof me->instance) {
+        /* A weaker instance id still differs from any other process's. */
+        uint64_t t = (uint64_t)sk_mono_us() ^ ((uint64_t)getpid() << 32);
+        put64(me->instance, t);
+        put64(me->instance + 8, (uint64_t)sk_now_ms());
+    }
+    read_boot_id(me->boot);
+    if (gethostname(me->host, sizeof me->host) != 0)
+        strcpy(me->host, "?");
+    me->host[sizeof me->host - 1] = 0;
+
+    int rc = local_lock(w, c);
+    if (rc)
+        return rc;
+    bool exclusive = false;
+    rc = st->ops->lock(st, &exclusive);
+    if (rc) {
+        snprintf(c->why, c->whylen,
+                 rc == SK_ERR_FENCED
+                     ? "another process holds the lock of this WAL's directory: a skiffd already "
+                       "uses this WAL"
+                     : "cannot lock the WAL's directory: %s",
+                 sk_err_name(rc));
+        return rc;
+    }
+
+    for (int attempt = 0;; attempt++) {
+        uint64_t *eps = NULL;
+        size_t n = 0;
+        rc = st->ops->owner_list(st, &eps, &n);
+        if (rc) {
+            snprintf(c->why, c->whylen, "cannot list the WAL's owner files: %s",
+                     sk_err_name(rc));
+            return rc;
+        }
+        uint64_t last = n ? eps[n - 1] : 0;
+        free(eps);
+        struct owner_rec prev;
+        memset(&prev, 0, sizeof prev);
+        bool have = false;
+        const char *proof = NULL;
+        int64_t wait_ms = 0, age_ms = 0;
+        if (last) {
+            uint8_t buf[OWNER_REC];
+            size_t got = 0;
+            rc = st->ops->owner_read(st, last, buf, sizeof buf, &got);
+            if (rc == SK_ERR_NOENT && attempt < 5)
+                continue; /* removed by an owner that just took over: look again */
+            if (rc) {
+                snprintf(c->why, c->whylen, "cannot read the owner file of epoch %llu: %s",
+                         (unsigned long long)last, sk_err_name(rc));
+                return rc;
+            }
+            have = owner_decode(buf, got, &prev);
+            age_ms = sk_now_ms() - prev.renewed_ms;
+            if (exclusive)
+                proof = "the lock of the WAL's directory proves it gone";
+            else if (have && (prev.flags & OWNER_RELEASED))
+                proof = "it released the WAL when it stopped";
+            else if (have && c->have_prev_local &&
+                     memcmp(prev.instance, c->prev_local, 16) == 0 && !all_zero(me->boot, 16) &&
+                     memcmp(prev.boot, me->boot, 16) == 0)
+                proof = "it ran on this system with the same lock file, which it no longer holds";
+            else if (have && age_ms < prev.lease_ms) {
+                snprintf(c->why, c->whylen,
+                         "the WAL is owned by node %u (host %s, pid %u, owner epoch %llu), whose "
+                         "lease was renewed %lld ms ago and lasts %lld ms: another skiffd uses "
+                         "this WAL. Stop it first; if it is dead, start again once its lease "
+                         "has expired",
+                         prev.node, prev.host, prev.pid, (unsigned long long)prev.epoch,
+                         (long long)age_ms, (long long)prev.lease_ms);
+                return SK_ERR_FENCED;
+            } else {
+                int64_t lease = have ? prev.lease_ms : w->lease_ms;
+                if (!have && lease < DEFAULT_LEASE_MS)
+                    lease = DEFAULT_LEASE_MS;
+                wait_ms = lease + lease / TAKEOVER_MARGIN_DIV;
+            }
+        }
+        me->epoch = last + 1 > w->o.owner_epoch ? last + 1 : w->o.owner_epoch;
+        me->renewed_ms = sk_now_ms();
+        uint8_t rec[OWNER_REC];
+        owner_encode(rec, me);
+        rc = st->ops->owner_create(st, me->epoch, rec, sizeof rec);
+        if (rc == SK_ERR_EXIST && attempt < 5)
+            continue; /* another process claimed that epoch first: look again */
+        if (rc) {
+            snprintf(c->why, c->whylen, "cannot create the owner file of epoch %llu: %s",
+                     (unsigned long long)me->epoch, sk_err_name(rc));
+            return rc;
+        }
+        if (!last)
+            SK_INFO("wal", "claimed owner epoch %llu of a WAL that had no owner",
+                    (unsigned long long)me->epoch);
+        else if (proof)
+            SK_INFO("wal", "owner epoch %llu takes the WAL over from epoch %llu at once: %s",
+                    (unsigned long long)me->epoch, (unsigned long long)last, proof);
+        else
+            SK_WARN("wal", "owner epoch %llu takes the WAL over from epoch %llu (node %u, host %s, "
+                    "pid %u, last renewal %lld ms ago): waiting %lld ms, after which that owner "
+                    "can acknowledge nothing more",
+                    (unsigned long long)me->epoch, (unsigned long long)last, prev.node,
+                    have ? prev.host : "?", prev.pid, (long long)age_ms, (long long)wait_ms);
+        int64_t until = boot_us() + wait_ms * 1000;
+        for (int64_t now = boot_us(); now < until; now = boot_us()) {
+            int64_t step = until - now < w->renew_ms * 1000 ? until - now : w->renew_ms * 1000;
+            struct timespec ts = {step / 1000000, (step % 1000000) * 1000};
+            nanosleep(&ts, NULL);
+            put_record(w);
+        }
+        int64_t check = boot_us();
+        rc = still_newest(w, c);
+        if (rc)
+            return rc;
+        w->lease_until_us = check + w->lease_ms * 1000;
+        return 0;
+    }
+}
+
 /* ---- open / close ---- */
+
+static void release(wal *w);
 
 static void wal_free(wal *w)
 {
@@ -916,6 +1552,13 @@ static void wal_free(wal *w)
         wal_fail(w, SK_ERR_CLOSED);
     if (w->flush_ev)
         event_free(w->flush_ev);
+    if (w->retry_ev)
+        event_free(w->retry_ev);
+    if (w->lease_ev)
+        event_free(w->lease_ev);
+    /* Last: from here on a restart on this host may take over at once. */
+    if (w->lock_fd >= 0)
+        close(w->lock_fd);
     batch_free(w->spare);
     free(w->segs);
     pthread_mutex_destroy(&w->mu);
@@ -936,29 +1579,59 @@ wal *wal_open(struct event_base *base, wal_storage *st, const wal_opts *o, wal_l
     w->base = base;
     w->st = st;
     w->o = *o;
+    w->lock_fd = -1;
     if (!w->o.segment_bytes)
         w->o.segment_bytes = DEFAULT_SEGMENT_BYTES;
     if (!w->o.max_pending_bytes)
         w->o.max_pending_bytes = DEFAULT_MAX_PENDING;
+    w->lease_ms = o->lease_ms > 0 ? o->lease_ms : DEFAULT_LEASE_MS;
+    w->renew_ms = w->lease_ms / 4 > 0 ? w->lease_ms / 4 : 1;
+    w->io_timeout_ms = o->io_timeout_ms > 0 ? o->io_timeout_ms : DEFAULT_IO_TIMEOUT_MS;
+    w->retry_ms = RETRY_MIN_MS;
     w->flush_ev = event_new(base, -1, 0, flush_cb, w);
-    if (!w->flush_ev) {
+    w->retry_ev = event_new(base, -1, 0, retry_cb, w);
+    w->lease_ev = event_new(base, -1, EV_PERSIST, lease_cb, w);
+    if (!w->flush_ev || !w->retry_ev || !w->lease_ev) {
         *err = SK_ERR_NOMEM;
-        snprintf(why, whylen, "cannot create the WAL flush event");
+        snprintf(why, whylen, "cannot create the WAL's events");
         wal_free(w);
         return NULL;
     }
-    struct recovery rc_ = {.w = w, .replay_from = replay_from, .replay = replay, .arg = arg,
-                           .why = why, .whylen = whylen};
-    int rc = recover(&rc_);
+    struct claim c = {.why = why, .whylen = whylen};
+    int rc = claim(w, &c);
     if (rc) {
         *err = rc;
         wal_free(w);
         return NULL;
     }
-    SK_INFO("wal", "opened on %s: %zu segments, LSN %llu to %llu", st->ops->name, w->nsegs,
+    /* Segment headers name the epoch that wrote them. */
+    w->o.owner_epoch = w->me.epoch;
+    struct recovery rc_ = {.w = w, .replay_from = replay_from, .replay = replay, .arg = arg,
+                           .why = why, .whylen = whylen};
+    rc = recover(&rc_);
+    if (rc) {
+        *err = rc;
+        release(w); /* nothing was written: the next start needs no waiting */
+        wal_free(w);
+        return NULL;
+    }
+    struct timeval tv = {w->renew_ms / 1000, (w->renew_ms % 1000) * 1000};
+    event_add(w->lease_ev, &tv);
+    SK_INFO("wal", "opened on %s as owner epoch %llu (lease %lld ms): %zu segments, LSN %llu to "
+            "%llu",
+            st->ops->name, (unsigned long long)w->me.epoch, (long long)w->lease_ms, w->nsegs,
             (unsigned long long)wal_start_lsn(w), (unsigned long long)w->end);
     *err = 0;
     return w;
+}
+
+/* A stopped owner says so on the volume: the next one needs no waiting. */
+static void release(wal *w)
+{
+    if (w->fenced || w->gave_up || w->inflight || w->renewing || !lease_ok(w))
+        return;
+    w->me.flags |= OWNER_RELEASED;
+    put_record(w);
 }
 
 void wal_close(wal *w)
@@ -970,12 +1643,23 @@ void wal_close(wal *w)
         abort();
     }
     w->closing = true;
+    w->close_start_us = sk_mono_us();
     kick(w);
-    while (w->inflight || w->removing || (w->head && !w->failed)) {
+    while (w->inflight || w->removing || w->renewing || (w->head && !w->failed)) {
+        if (w->head && !w->failed &&
+            sk_mono_us() - w->close_start_us >= w->io_timeout_ms * 1000) {
+            SK_ERROR("wal", "closing with %zu bytes not durable: the volume has not taken them "
+                     "for %lld ms",
+                     w->pending, (long long)w->io_timeout_ms);
+            w->gave_up = true;
+            break;
+        }
         if (event_base_loop(w->base, EVLOOP_ONCE) != 0) {
             SK_ERROR("wal", "wal_close cannot run the event loop; unsynced data is dropped");
+            w->gave_up = true;
             break;
         }
     }
+    release(w);
     wal_free(w);
 }

@@ -20,8 +20,19 @@
  * in the next single write+sync. Completions run in LSN order. One commit
  * never spans two segments, so a torn write can only be in the last segment.
  *
+ * Ownership: a WAL belongs to one owner at a time, identified by an owner
+ * epoch claimed on the volume (an owner file per epoch) and kept by a lease
+ * that the WAL renews from the loop. wal_open claims the next epoch, waits
+ * out the previous owner's lease when it cannot prove that owner dead, and
+ * only then recovers; an owner that sees a newer epoch, or whose lease ran
+ * out without renewal, acknowledges nothing more. docs/wal.md has the rules.
+ *
+ * Transient storage errors (wal_storage.h) never fail records: the WAL keeps
+ * them queued and retries; back-pressure (SK_ERR_AGAIN) bounds the memory.
+ *
  * Contract:
- *  - wal_open (recovery) is blocking and runs before the loop serves.
+ *  - wal_open (claim and recovery) is blocking and runs before the loop
+ *    serves; it may wait up to 1.2 lease periods during a takeover.
  *  - wal_append, wal_roll, wal_trim, wal_close, the getters and stats: the
  *    event-loop thread. wal_close must not be called from inside a callback
  *    of that loop (it runs the loop itself until the data is durable).
@@ -30,9 +41,11 @@
  *  - Owns its staging memory and the storage (destroyed by wal_close, or by
  *    wal_open when it fails).
  * Errors: SK_ERR_AGAIN (staging cap reached: back-pressure), SK_ERR_IO
- * (storage failed: the WAL is then failed, every later append fails too),
- * SK_ERR_CORRUPT (recovery found damage outside the last segment's tail),
- * SK_ERR_INVAL (type 0, payload over WAL_MAX_RECORD), SK_ERR_CLOSED.
+ * (storage failed permanently: the WAL is then failed, every later append
+ * fails too), SK_ERR_FENCED (a newer owner took the WAL over: failed too;
+ * from wal_open: a live owner holds it), SK_ERR_CORRUPT (recovery found
+ * damage outside the last segment's tail), SK_ERR_INVAL (type 0, payload
+ * over WAL_MAX_RECORD), SK_ERR_CLOSED.
  */
 #ifndef WAL_H
 #define WAL_H
@@ -58,8 +71,19 @@ typedef struct wal_opts {
     uint64_t max_pending_bytes; /* staging cap; wal_append then says SK_ERR_AGAIN
                                    (0: 32 MiB) */
     uint32_t node_id;
-    uint64_t owner_epoch;
+    uint64_t owner_epoch;       /* the least epoch to claim; 0: the next one */
     bool no_preallocate;        /* do not reserve segment_bytes when creating a segment */
+    /* Lease of the owner (0: 10 s). Renewed every quarter of it. */
+    int64_t lease_ms;
+    /* How long the volume may fail to complete an operation before the WAL
+     * calls itself unavailable (stats, log), and how long wal_close keeps
+     * retrying before it gives up on records not yet durable (0: 30 s). */
+    int64_t io_timeout_ms;
+    /* A file on a local disk that this process keeps flock'ed (NULL: none),
+     * naming its owner instance. When the previous owner of the WAL was a
+     * process that held this same file and is gone, its lease needs no
+     * waiting out: a node restarted on its data directory takes over at once. */
+    const char *local_lock_path;
     /* Returns a malloc'd preamble payload for a new segment starting at
      * `start` (the WAL frees it); NULL means empty preambles. Called on the
      * loop thread, synchronously inside wal_append, before the triggering
@@ -119,6 +143,8 @@ wal_lsn wal_durable_lsn(const wal *w); /* after the last durable record */
 wal_lsn wal_start_lsn(const wal *w);   /* first retained segment's start */
 size_t wal_pending_bytes(const wal *w); /* appended, not yet durable */
 bool wal_failed(const wal *w);
+int wal_fail_error(const wal *w);       /* why it failed (0 when it did not) */
+uint64_t wal_owner_epoch(const wal *w); /* the epoch this owner claimed */
 
 /* Start LSNs of the retained segments, ascending, in a malloc'd array the
  * caller frees (any thread). */
@@ -141,6 +167,12 @@ typedef struct wal_stats {
     uint64_t appends, commits, bytes_written; /* bytes_written: durable, headers included */
     uint64_t segments, segments_removed;      /* segments: retained now */
     int64_t last_commit_us; /* duration of the last write+sync */
+    uint64_t owner_epoch;
+    uint64_t retries;       /* operations issued again after a transient error */
+    uint64_t lease_lapses;  /* times acknowledgements stopped for want of a lease */
+    bool unavailable;       /* the volume has failed to complete an operation, or
+                               to renew the lease, for io_timeout_ms or more */
+    int64_t outage_ms;      /* how long the current trouble lasts (0: none) */
 } wal_stats;
 void wal_get_stats(const wal *w, wal_stats *st);
 

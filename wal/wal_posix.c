@@ -12,11 +12,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/magic.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -36,6 +39,7 @@ struct posix {
     wal_storage base;
     char *dir;
     int dirfd;
+    int lockfd;         /* the directory's lock file, -1 until lock */
     sk_workq *io;
     pthread_mutex_t mu; /* guards segs */
     struct segfd **segs;
@@ -44,7 +48,7 @@ struct posix {
 
 struct op {
     struct posix *p;
-    uint64_t seg, off, hint;
+    uint64_t seg, off, hint; /* seg: the epoch for a renewal */
     struct iovec *iov;
     int iovcnt;
     bool sync;
@@ -59,7 +63,13 @@ char *wal_segment_name(uint64_t seg, char *buf, size_t len)
     return buf;
 }
 
-bool wal_segment_parse(const char *name, uint64_t *seg)
+char *wal_owner_name(uint64_t epoch, char *buf, size_t len)
+{
+    snprintf(buf, len, "%020llu.owner", (unsigned long long)epoch);
+    return buf;
+}
+
+static bool parse_numbered(const char *name, const char *suffix, uint64_t *out)
 {
     uint64_t v = 0;
     for (int i = 0; i < 20; i++) {
@@ -70,10 +80,20 @@ bool wal_segment_parse(const char *name, uint64_t *seg)
             return false;
         v = v * 10 + d;
     }
-    if (strcmp(name + 20, ".wal") != 0)
+    if (strcmp(name + 20, suffix) != 0)
         return false;
-    *seg = v;
+    *out = v;
     return true;
+}
+
+bool wal_segment_parse(const char *name, uint64_t *seg)
+{
+    return parse_numbered(name, ".wal", seg);
+}
+
+bool wal_owner_parse(const char *name, uint64_t *epoch)
+{
+    return parse_numbered(name, ".owner", epoch);
 }
 
 static int errno_to_sk(int e)
@@ -191,9 +211,20 @@ static int do_fsync(int fd, bool data_only)
 
 /* ---- blocking operations ---- */
 
-static int px_list(wal_storage *s, uint64_t **starts, size_t *n)
+/* On a kernel NFS mount, names and attributes come from the client's
+ * caches (acdirmin..acdirmax, negative lookups included): asking the server
+ * for the directory's attributes makes the client drop what changed. A
+ * local file system does nothing here. */
+static void refresh_dir(struct posix *p)
 {
-    struct posix *p = s->impl;
+    struct statx sx;
+    statx(p->dirfd, "", AT_EMPTY_PATH | AT_STATX_FORCE_SYNC, STATX_BASIC_STATS, &sx);
+}
+
+static int list_numbered(struct posix *p, bool (*parse)(const char *, uint64_t *),
+                         uint64_t **starts, size_t *n)
+{
+    refresh_dir(p);
     *starts = NULL;
     *n = 0;
     int fd = dup(p->dirfd);
@@ -212,7 +243,7 @@ static int px_list(wal_storage *s, uint64_t **starts, size_t *n)
     errno = 0;
     while ((de = readdir(d)) != NULL) {
         uint64_t seg;
-        if (!wal_segment_parse(de->d_name, &seg))
+        if (!parse(de->d_name, &seg))
             continue;
         if (cnt == cap) {
             cap = cap ? cap * 2 : 16;
@@ -247,6 +278,11 @@ static int px_list(wal_storage *s, uint64_t **starts, size_t *n)
     *starts = v;
     *n = cnt;
     return 0;
+}
+
+static int px_list(wal_storage *s, uint64_t **starts, size_t *n)
+{
+    return list_numbered(s->impl, wal_segment_parse, starts, n);
 }
 
 static int px_size(wal_storage *s, uint64_t seg, uint64_t *size)
@@ -496,11 +532,202 @@ static void px_destroy(wal_storage *s)
         free(p->segs[i]);
     }
     free(p->segs);
+    if (p->lockfd >= 0)
+        close(p->lockfd);
     close(p->dirfd);
     pthread_mutex_destroy(&p->mu);
     free(p->dir);
     free(p);
 }
+
+/* ---- segment removal during recovery, owner files and the lock ---- */
+
+static int px_discard(wal_storage *s, uint64_t seg)
+{
+    struct posix *p = s->impl;
+    char name[WAL_SEGMENT_NAME_MAX];
+    wal_segment_name(seg, name, sizeof name);
+    pthread_mutex_lock(&p->mu);
+    bool found;
+    size_t at = seg_index(p, seg, &found);
+    struct segfd *e = NULL;
+    if (found) {
+        e = p->segs[at];
+        memmove(&p->segs[at], &p->segs[at + 1], (p->nsegs - at - 1) * sizeof *p->segs);
+        p->nsegs--;
+        e->removed = true;
+    }
+    int rc = 0;
+    if (unlinkat(p->dirfd, name, 0) != 0 && errno != ENOENT) {
+        SK_ERROR("wal_posix", "unlink %s/%s: %s", p->dir, name, strerror(errno));
+        rc = SK_ERR_IO;
+    }
+    bool drop = e && e->refs == 0;
+    pthread_mutex_unlock(&p->mu);
+    if (drop) {
+        close(e->fd);
+        free(e);
+    }
+    return rc ? rc : sync_dir(p);
+}
+
+static int px_owner_list(wal_storage *s, uint64_t **epochs, size_t *n)
+{
+    return list_numbered(s->impl, wal_owner_parse, epochs, n);
+}
+
+static int px_owner_read(wal_storage *s, uint64_t epoch, void *buf, size_t cap, size_t *got)
+{
+    struct posix *p = s->impl;
+    char name[WAL_SEGMENT_NAME_MAX];
+    *got = 0;
+    int fd = openat(p->dirfd, wal_owner_name(epoch, name, sizeof name), O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return errno_to_sk(errno);
+    int rc = 0;
+    while (*got < cap) {
+        ssize_t r = pread(fd, (char *)buf + *got, cap - *got, (off_t)*got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            rc = SK_ERR_IO;
+            break;
+        }
+        if (r == 0)
+            break;
+        *got += (size_t)r;
+    }
+    close(fd);
+    return rc;
+}
+
+static int write_whole(int fd, const void *buf, size_t len)
+{
+    size_t done = 0;
+    while (done < len) {
+        ssize_t w = pwrite(fd, (const char *)buf + done, len - done, (off_t)done);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return SK_ERR_IO;
+        done += (size_t)w;
+    }
+    return do_fsync(fd, true) == 0 ? 0 : SK_ERR_IO;
+}
+
+static int px_owner_create(wal_storage *s, uint64_t epoch, const void *buf, size_t len)
+{
+    struct posix *p = s->impl;
+    char name[WAL_SEGMENT_NAME_MAX];
+    int fd = openat(p->dirfd, wal_owner_name(epoch, name, sizeof name),
+                    O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return errno_to_sk(errno);
+    int rc = write_whole(fd, buf, len);
+    close(fd);
+    if (rc) {
+        SK_ERROR("wal_posix", "write %s/%s: %s", p->dir, name, strerror(errno));
+        return rc;
+    }
+    return sync_dir(p);
+}
+
+/* By name every time: a removed owner file must show as missing, which an
+ * fd kept open would hide. */
+static int owner_put(struct posix *p, uint64_t epoch, const void *buf, size_t len)
+{
+    char name[WAL_SEGMENT_NAME_MAX];
+    int fd = openat(p->dirfd, wal_owner_name(epoch, name, sizeof name), O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return errno_to_sk(errno);
+    int rc = write_whole(fd, buf, len);
+    if (rc)
+        SK_ERROR("wal_posix", "write %s/%s: %s", p->dir, name, strerror(errno));
+    close(fd);
+    return rc;
+}
+
+static int px_owner_put(wal_storage *s, uint64_t epoch, const void *buf, size_t len)
+{
+    return owner_put(s->impl, epoch, buf, len);
+}
+
+static int px_owner_remove(wal_storage *s, uint64_t epoch)
+{
+    struct posix *p = s->impl;
+    char name[WAL_SEGMENT_NAME_MAX];
+    if (unlinkat(p->dirfd, wal_owner_name(epoch, name, sizeof name), 0) != 0) {
+        if (errno == ENOENT)
+            return 0;
+        return SK_ERR_IO;
+    }
+    return sync_dir(p);
+}
+
+static bool owner_exists(struct posix *p, uint64_t epoch)
+{
+    char name[WAL_SEGMENT_NAME_MAX];
+    struct stat st;
+    return fstatat(p->dirfd, wal_owner_name(epoch, name, sizeof name), &st, 0) == 0;
+}
+
+static void renew_work(void *arg)
+{
+    struct op *o = arg;
+    struct posix *p = o->p;
+    refresh_dir(p);
+    if (owner_exists(p, o->seg + 1) || !owner_exists(p, o->seg)) {
+        o->err = SK_ERR_FENCED;
+        return;
+    }
+    o->err = owner_put(p, o->seg, o->iov[0].iov_base, o->iov[0].iov_len);
+}
+
+/* A local file system is seen by this system alone: if no process here
+ * holds the lock, no process anywhere uses the WAL. On a network file
+ * system the lock may be local to this client, so it proves nothing. */
+static bool local_fs(long type)
+{
+    switch (type) {
+    case EXT4_SUPER_MAGIC: /* ext2, ext3 and ext4 share it */
+    case XFS_SUPER_MAGIC:
+    case BTRFS_SUPER_MAGIC:
+    case TMPFS_MAGIC:
+    case OVERLAYFS_SUPER_MAGIC:
+    case F2FS_SUPER_MAGIC:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static int px_lock(wal_storage *s, bool *exclusive)
+{
+    struct posix *p = s->impl;
+    *exclusive = false;
+    if (p->lockfd < 0) {
+        int fd = openat(p->dirfd, "owner.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (fd < 0) {
+            SK_ERROR("wal_posix", "open %s/owner.lock: %s", p->dir, strerror(errno));
+            return SK_ERR_IO;
+        }
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            int e = errno;
+            close(fd);
+            if (e == EWOULDBLOCK)
+                return SK_ERR_FENCED;
+            SK_WARN("wal_posix", "flock %s/owner.lock: %s", p->dir, strerror(e));
+            return 0;
+        }
+        p->lockfd = fd;
+    }
+    struct statfs sf;
+    *exclusive = fstatfs(p->dirfd, &sf) == 0 && local_fs((long)sf.f_type);
+    return 0;
+}
+
+static void px_renew(wal_storage *s, uint64_t epoch, const void *buf, size_t len, wal_io_cb cb,
+                     void *arg);
 
 static const wal_storage_ops posix_ops = {
     .name = "posix",
@@ -511,8 +738,29 @@ static const wal_storage_ops posix_ops = {
     .create = px_create,
     .write = px_write,
     .remove = px_remove,
+    .discard = px_discard,
+    .owner_list = px_owner_list,
+    .owner_read = px_owner_read,
+    .owner_create = px_owner_create,
+    .owner_put = px_owner_put,
+    .owner_remove = px_owner_remove,
+    .renew = px_renew,
+    .lock = px_lock,
     .destroy = px_destroy,
 };
+
+static void px_renew(wal_storage *s, uint64_t epoch, const void *buf, size_t len, wal_io_cb cb,
+                     void *arg)
+{
+    struct posix *p = s->impl;
+    struct op *o = op_new(p, epoch, cb, arg);
+    if (!o || !(o->iov = malloc(sizeof *o->iov)))
+        abort();
+    o->iov[0].iov_base = (void *)buf;
+    o->iov[0].iov_len = len;
+    o->iovcnt = 1;
+    op_submit(p, o, renew_work);
+}
 
 static void sync_path(const char *path)
 {
@@ -576,6 +824,7 @@ wal_storage *wal_posix_new(struct event_base *base, const char *dir, int *err)
         return NULL;
     }
     p->dirfd = dfd;
+    p->lockfd = -1;
     pthread_mutex_init(&p->mu, NULL);
     p->io = sk_workq_new(base, "wal-io", 1);
     p->base.ops = &posix_ops;

@@ -20,8 +20,10 @@
 #include <stdio.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include "sk_crc32c.h"
 #include "sk_err.h"
 #include "sk_log.h"
 #include "sk_time.h"
@@ -1305,6 +1307,395 @@ static void test_unfinished_last_segment(void **state)
     free(img);
 }
 
+/* ---- transient storage errors: the records stay queued ---- */
+
+/* Record 0 durable, then records 1..3 meet transient failures (a timeout,
+ * a connection drop, a write verifier that changed: the bytes may or may not
+ * be there) and go out again until the volume takes them. */
+static void transient_case(struct fx *f, wal_faulty_ctl *ctl, int retries)
+{
+    wal_storage *st;
+    wal *w = open_ok(f, &(wal_opts){.segment_bytes = 1 << 20, .max_pending_bytes = 1 << 20}, 0,
+                     NULL, ctl, &st);
+    static struct dlog d;
+    memset(&d, 0, sizeof d);
+    assert_int_equal(append_i(w, 0, &d, NULL), 0);
+    wait_done(f->base, &d, 1);
+    for (int i = 1; i < 4; i++)
+        assert_int_equal(append_i(w, i, &d, NULL), 0);
+    wait_done(f->base, &d, 4);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(d.err[i], 0);
+    assert_lsn_order(&d);
+    assert_false(wal_failed(w));
+    wal_stats s;
+    wal_get_stats(w, &s);
+    assert_int_equal(s.retries, (uint64_t)retries);
+    assert_false(s.unavailable);
+    assert_int_equal(s.outage_ms, 0);
+    wal_close(w);
+    expect_records(f, 4, 0);
+}
+
+static void test_transient_write_retried(void **state)
+{
+    wal_faulty_ctl ctl = {.fail_write_at = 2, .fail_write_n = 3, .err = SK_ERR_TIMEOUT,
+                          .delay_ms = 2};
+    transient_case(*state, &ctl, 3);
+}
+
+/* Written, not committed, then the server restarted (new verifier): the
+ * same bytes go to the same place again. */
+static void test_transient_verifier_change(void **state)
+{
+    wal_faulty_ctl ctl = {.fail_sync_at = 2, .err = SK_ERR_TIMEOUT};
+    transient_case(*state, &ctl, 1);
+}
+
+static void test_transient_short_write(void **state)
+{
+    wal_faulty_ctl ctl = {.short_write_at = 2, .short_write_bytes = 15, .err = SK_ERR_AGAIN};
+    transient_case(*state, &ctl, 1);
+}
+
+static void test_transient_create(void **state)
+{
+    struct fx *f = *state;
+    wal_faulty_ctl ctl = {.fail_create_at = 1, .fail_create_n = 2, .err = SK_ERR_TIMEOUT};
+    wal_storage *st;
+    wal *w = open_ok(f, &(wal_opts){0}, 0, NULL, &ctl, &st);
+    append_range(f, w, 0, 3, NULL);
+    assert_int_equal(ctl.creates, 3);
+    assert_false(wal_failed(w));
+    wal_close(w);
+    expect_records(f, 3, 0);
+}
+
+static bool unavailable(void *arg)
+{
+    wal_stats s;
+    wal_get_stats(arg, &s);
+    return s.unavailable;
+}
+
+/* A long outage: nothing fails, memory stays within the staging cap (the
+ * caller sees SK_ERR_AGAIN), the WAL reports itself unavailable after
+ * io_timeout_ms, and everything goes through once the volume is back. */
+static void test_outage_keeps_records(void **state)
+{
+    struct fx *f = *state;
+    wal_faulty_ctl ctl = {.fail_write_at = 2, .fail_write_n = -1, .err = SK_ERR_TIMEOUT};
+    wal_storage *st;
+    wal_opts o = opts_default(NULL);
+    o.max_pending_bytes = 8192;
+    o.io_timeout_ms = 150;
+    wal *w = open_ok(f, &o, 0, NULL, &ctl, &st);
+    static struct dlog d;
+    memset(&d, 0, sizeof d);
+    assert_int_equal(append_i(w, 0, &d, NULL), 0);
+    wait_done(f->base, &d, 1);
+    int n = 1;
+    while (append_i(w, n, &d, NULL) == 0)
+        n++;
+    assert_int_equal(append_i(w, n, &d, NULL), SK_ERR_AGAIN);
+    assert_true(wal_pending_bytes(w) <= 8192);
+    run_until(f->base, unavailable, w);
+    assert_int_equal(d.n, 1);
+    assert_false(wal_failed(w));
+    wal_stats s;
+    wal_get_stats(w, &s);
+    assert_true(s.retries >= 3);
+    assert_true(s.outage_ms >= 150);
+    ctl.fail_write_at = 0; /* the volume is back */
+    wait_done(f->base, &d, n);
+    for (int i = 0; i < n; i++)
+        assert_int_equal(d.err[i], 0);
+    assert_lsn_order(&d);
+    assert_false(unavailable(w));
+    wal_close(w);
+    expect_records(f, n, 0);
+}
+
+/* wal_close gives up on records the volume never takes, after
+ * io_timeout_ms, and fails them instead of waiting forever. */
+static void test_close_gives_up(void **state)
+{
+    struct fx *f = *state;
+    wal_faulty_ctl ctl = {.fail_write_at = 2, .fail_write_n = -1, .err = SK_ERR_TIMEOUT};
+    wal_opts o = opts_default(NULL);
+    o.io_timeout_ms = 100;
+    wal *w = open_ok(f, &o, 0, NULL, &ctl, NULL);
+    static struct dlog d;
+    memset(&d, 0, sizeof d);
+    append_range(f, w, 0, 1, NULL);
+    assert_int_equal(append_i(w, 1, &d, NULL), 0);
+    spin(f->base);
+    int64_t t0 = sk_mono_ms();
+    wal_close(w);
+    assert_true(sk_mono_ms() - t0 >= 100);
+    assert_int_equal(d.n, 1);
+    assert_true(d.err[0] == SK_ERR_TIMEOUT || d.err[0] == SK_ERR_CLOSED);
+    /* Not released: the next owner cannot know that nothing is in flight,
+     * but this process's lock of the directory proves it gone. */
+    expect_records(f, 1, 0);
+}
+
+/* ---- ownership, leases and fencing ---- */
+
+static void test_lease_lapse_holds_acks(void **state)
+{
+    struct fx *f = *state;
+    wal_faulty_ctl ctl = {.no_lock = true};
+    wal_storage *st;
+    wal_opts o = opts_default(NULL);
+    o.lease_ms = 200;
+    wal *w = open_ok(f, &o, 0, NULL, &ctl, &st);
+    append_range(f, w, 0, 1, NULL);
+
+    /* Renewals fail from now on; a write completes after the lease ran
+     * out: landed, not acknowledged. */
+    ctl.fail_renew_at = ctl.renews + 1;
+    ctl.fail_renew_n = -1;
+    ctl.hold = true;
+    static struct dlog d;
+    memset(&d, 0, sizeof d);
+    assert_int_equal(append_i(w, 1, &d, NULL), 0);
+    wait_held(f->base, st, 1);
+    struct timespec ts = {0, 300 * 1000000L};
+    nanosleep(&ts, NULL);
+    wal_faulty_release_all(st);
+    for (int i = 0; i < 20; i++)
+        spin(f->base);
+    assert_int_equal(d.n, 0);
+    /* An append now is not even written while there is no lease. */
+    int writes = ctl.writes;
+    assert_int_equal(append_i(w, 2, &d, NULL), 0);
+    for (int i = 0; i < 20; i++)
+        spin(f->base);
+    assert_int_equal(ctl.writes, writes);
+    wal_stats s;
+    wal_get_stats(w, &s);
+    assert_int_equal(s.lease_lapses, 1);
+    /* Renewals work again: both go through, in order. */
+    ctl.fail_renew_at = 0;
+    ctl.hold = false;
+    wait_done(f->base, &d, 2);
+    assert_int_equal(d.err[0], 0);
+    assert_int_equal(d.err[1], 0);
+    assert_lsn_order(&d);
+    wal_close(w);
+    expect_records(f, 3, 0);
+}
+
+static wal *open_base(struct fx *f, struct event_base *base, const wal_opts *o,
+                      wal_faulty_ctl *ctl, struct rlog *l, int *err, char *why, size_t wl)
+{
+    int e = 0;
+    wal_storage *st = wal_posix_new(base, f->dir, &e);
+    assert_non_null(st);
+    st = wal_faulty_new(base, st, ctl);
+    return wal_open(base, st, o, 0, l ? replay_collect : NULL, l, err, why, wl);
+}
+
+/* Two processes' worth of WALs on one directory, as on a shared volume
+ * without locks: the second is refused while the first's lease is fresh,
+ * takes over once it ran out (bumping the epoch and waiting), and the first
+ * then acknowledges nothing more. */
+static void test_fencing_takeover(void **state)
+{
+    struct fx *f = *state;
+    struct event_base *b1 = f->base, *b2 = event_base_new();
+    wal_faulty_ctl c1 = {.no_lock = true}, c2 = {.no_lock = true};
+    wal_opts o = opts_default(NULL);
+    o.lease_ms = 300;
+    int err = 0;
+    char why[512] = "";
+    wal *w1 = open_base(f, b1, &o, &c1, NULL, &err, why, sizeof why);
+    assert_non_null(w1);
+    uint64_t e1 = wal_owner_epoch(w1);
+    append_range(f, w1, 0, 5, NULL);
+
+    wal *w2 = open_base(f, b2, &o, &c2, NULL, &err, why, sizeof why);
+    assert_null(w2);
+    assert_int_equal(err, SK_ERR_FENCED);
+    assert_non_null(strstr(why, "another skiffd uses this WAL"));
+
+    /* w1's loop stops (a paused or partitioned process): no renewals. */
+    struct timespec ts = {0, 350 * 1000000L};
+    nanosleep(&ts, NULL);
+    int64_t t0 = sk_mono_ms();
+    struct rlog l = {0};
+    w2 = open_base(f, b2, &o, &c2, &l, &err, why, sizeof why);
+    if (!w2)
+        fail_msg("takeover: %s", why);
+    assert_true(sk_mono_ms() - t0 >= 360); /* 1.2 leases */
+    assert_int_equal(wal_owner_epoch(w2), e1 + 1);
+    struct rec *u[16];
+    assert_int_equal(rlog_user(&l, u), 5);
+    rlog_free(&l);
+
+    /* w1 wakes up: its lease ran out, its next renewal finds epoch + 1. */
+    static struct dlog d;
+    memset(&d, 0, sizeof d);
+    assert_int_equal(append_i(w1, 100, &d, NULL), 0);
+    wait_done(b1, &d, 1);
+    assert_int_equal(d.err[0], SK_ERR_FENCED);
+    assert_true(wal_failed(w1));
+    assert_int_equal(wal_fail_error(w1), SK_ERR_FENCED);
+    assert_int_equal(append_i(w1, 101, &d, NULL), SK_ERR_IO);
+    wal_close(w1);
+
+    struct fx f2 = *f;
+    f2.base = b2;
+    append_range(&f2, w2, 5, 8, NULL);
+    wal_close(w2);
+    event_base_free(b2);
+    expect_records(f, 8, 0);
+}
+
+/* A segment whose header names an older epoch than a segment before it was
+ * created late by a fenced owner: recovery removes it. One of a newer epoch
+ * than the claimed one means the owner files were tampered with. */
+static void put_segment(struct fx *f, wal_lsn seg, uint64_t epoch)
+{
+    uint8_t h[WAL_SEGMENT_HEADER + WAL_RECORD_HEADER];
+    memset(h, 0, sizeof h);
+    memcpy(h, "SKIFFWAL", 8);
+    h[8] = 1;
+    h[12] = 7;
+    for (int i = 0; i < 8; i++) {
+        h[16 + i] = (uint8_t)(epoch >> (8 * i));
+        h[24 + i] = (uint8_t)(seg >> (8 * i));
+    }
+    uint32_t c = sk_crc32c(h, 36);
+    for (int i = 0; i < 4; i++)
+        h[36 + i] = (uint8_t)(c >> (8 * i));
+    /* An empty preamble: CRC of lsn || type. */
+    uint8_t pre[9];
+    wal_lsn lsn = seg + WAL_SEGMENT_HEADER;
+    for (int i = 0; i < 8; i++)
+        pre[i] = (uint8_t)(lsn >> (8 * i));
+    pre[8] = WAL_T_PREAMBLE;
+    c = sk_crc32c(pre, 9);
+    for (int i = 0; i < 4; i++)
+        h[WAL_SEGMENT_HEADER + 4 + i] = (uint8_t)(c >> (8 * i));
+    h[WAL_SEGMENT_HEADER + 8] = WAL_T_PREAMBLE;
+    char path[128];
+    seg_path(f, seg, path, sizeof path);
+    write_file(path, h, sizeof h);
+}
+
+static void test_stale_epoch_segment(void **state)
+{
+    struct fx *f = *state;
+    wal_opts o = opts_default(NULL);
+    wal *w = open_ok(f, &o, 0, NULL, NULL, NULL);
+    uint64_t e1 = wal_owner_epoch(w);
+    append_range(f, w, 0, 3, NULL);
+    wal_close(w);
+    w = open_ok(f, &o, 0, NULL, NULL, NULL);
+    assert_int_equal(wal_owner_epoch(w), e1 + 1);
+    append_range(f, w, 3, 6, NULL);
+    wal_lsn end = wal_end_lsn(w);
+    wal_close(w);
+    assert_int_equal(count_segment_files(f), 2);
+
+    put_segment(f, end, e1); /* the old owner's late create */
+    w = open_ok(f, &o, 0, NULL, NULL, NULL);
+    assert_int_equal(wal_end_lsn(w), end);
+    wal_close(w);
+    assert_int_equal(count_segment_files(f), 2);
+    expect_records(f, 6, 0);
+
+    put_segment(f, end, 1000);
+    int err = 0;
+    char why[512] = "";
+    assert_null(open_ex(f, &o, 0, NULL, NULL, NULL, &err, why, sizeof why));
+    assert_int_equal(err, SK_ERR_CORRUPT);
+    assert_non_null(strstr(why, "newer than the epoch"));
+}
+
+/* Locks: the directory's (POSIX on a local disk: proof enough to take over
+ * at once) and the caller's local lock file (a restart on the same data
+ * directory), each refusing a second live user. */
+static void test_locks(void **state)
+{
+    struct fx *f = *state;
+    wal_opts o = opts_default(NULL);
+    o.lease_ms = 60000;
+    wal *w1 = open_ok(f, &o, 0, NULL, NULL, NULL);
+    int err = 0;
+    char why[512] = "";
+    assert_null(open_ex(f, &o, 0, NULL, NULL, NULL, &err, why, sizeof why));
+    assert_int_equal(err, SK_ERR_FENCED);
+    assert_non_null(strstr(why, "lock of this WAL's directory"));
+    wal_close(w1);
+
+    char lock[128];
+    snprintf(lock, sizeof lock, "%s.lock", f->dir);
+    o.local_lock_path = lock;
+    wal_faulty_ctl c1 = {.no_lock = true}, c2 = {.no_lock = true};
+    w1 = open_ok(f, &o, 0, NULL, &c1, NULL);
+    assert_null(open_ex(f, &o, 0, NULL, &c2, NULL, &err, why, sizeof why));
+    assert_int_equal(err, SK_ERR_FENCED);
+    assert_non_null(strstr(why, "holds the lock file"));
+    wal_close(w1);
+    /* Released at close: the next owner starts at once. */
+    int64_t t0 = sk_mono_ms();
+    w1 = open_ok(f, &o, 0, NULL, &c2, NULL);
+    assert_true(sk_mono_ms() - t0 < 30000);
+    wal_close(w1);
+    unlink(lock);
+}
+
+/* A process that holds the local lock file dies without closing (SIGKILL):
+ * a restart with the same lock file takes over at once, a process without
+ * it has to wait for the lease. */
+static void test_restart_after_kill(void **state)
+{
+    struct fx *f = *state;
+    char lock[128];
+    snprintf(lock, sizeof lock, "%s.lock", f->dir);
+    wal_opts o = opts_default(NULL);
+    o.lease_ms = 60000;
+    o.local_lock_path = lock;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        struct event_base *base = event_base_new();
+        wal_faulty_ctl c = {.no_lock = true};
+        int e = 0;
+        char why[256];
+        wal_storage *st = wal_faulty_new(base, wal_posix_new(base, f->dir, &e), &c);
+        wal *w = wal_open(base, st, &o, 0, NULL, NULL, &e, why, sizeof why);
+        struct fx cf = {.base = base};
+        if (w)
+            append_range(&cf, w, 0, 4, NULL);
+        kill(getpid(), SIGKILL);
+        _exit(1);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFSIGNALED(status));
+
+    wal_faulty_ctl c = {.no_lock = true};
+    int err = 0;
+    char why[512] = "";
+    wal_opts other = o;
+    other.local_lock_path = NULL;
+    assert_null(open_ex(f, &other, 0, NULL, &c, NULL, &err, why, sizeof why));
+    assert_int_equal(err, SK_ERR_FENCED);
+    int64_t t0 = sk_mono_ms();
+    struct rlog l = {0};
+    wal *w = open_ok(f, &o, 0, &l, &c, NULL);
+    assert_true(sk_mono_ms() - t0 < 5000);
+    struct rec *u[8];
+    assert_int_equal(rlog_user(&l, u), 4);
+    rlog_free(&l);
+    wal_close(w);
+    unlink(lock);
+}
+
 static void test_storage_url(void **state)
 {
     struct fx *f = *state;
@@ -1489,6 +1880,17 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_appendv_pieces, setup, teardown),
         cmocka_unit_test_setup_teardown(test_preamble_error, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unfinished_last_segment, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_transient_write_retried, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_transient_verifier_change, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_transient_short_write, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_transient_create, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_outage_keeps_records, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_close_gives_up, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lease_lapse_holds_acks, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fencing_takeover, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stale_epoch_segment, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_locks, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_restart_after_kill, setup, teardown),
         cmocka_unit_test_setup_teardown(test_storage_url, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bench, setup, teardown),
     };

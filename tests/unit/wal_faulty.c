@@ -10,8 +10,8 @@
 
 #include "sk_err.h"
 
-enum { OP_CREATE, OP_WRITE, OP_REMOVE };
-static const char *const op_kinds[] = {"create", "write", "remove"};
+enum { OP_CREATE, OP_WRITE, OP_REMOVE, OP_RENEW };
+static const char *const op_kinds[] = {"create", "write", "remove", "renew"};
 
 struct fop {
     struct fop *next;
@@ -48,7 +48,8 @@ static void fop_unlink(struct fop **list, struct fop *op)
 static void fop_fire(struct fop *op)
 {
     struct faulty *f = op->f;
-    f->ctl->completions++;
+    if (op->kind != OP_RENEW)
+        f->ctl->completions++;
     op->cb(op->arg, op->result);
     free(op);
 }
@@ -81,7 +82,7 @@ static void fop_complete(struct fop *op, int result, bool in_call)
     op->result = op->err ? op->err : result;
     if (f->destroying) {
         fop_fire(op);
-    } else if (f->ctl->hold) {
+    } else if (f->ctl->hold && op->kind != OP_RENEW) {
         struct fop **p = &f->held;
         while (*p)
             p = &(*p)->next;
@@ -115,6 +116,14 @@ static int injected(struct faulty *f)
     return f->ctl->err ? f->ctl->err : SK_ERR_IO;
 }
 
+/* Operation number n of a kind falls in the injected run [at, at + count). */
+static bool hit(int n, int at, int count)
+{
+    if (at <= 0 || n < at)
+        return false;
+    return count < 0 || n < at + (count ? count : 1);
+}
+
 static int fy_list(wal_storage *s, uint64_t **starts, size_t *n)
 {
     struct faulty *f = s->impl;
@@ -144,7 +153,7 @@ static void fy_create(wal_storage *s, uint64_t seg, uint64_t hint, wal_io_cb cb,
 {
     struct faulty *f = s->impl;
     struct fop *op = fop_new(f, OP_CREATE, cb, arg);
-    if (++f->ctl->creates == f->ctl->fail_create_at) {
+    if (hit(++f->ctl->creates, f->ctl->fail_create_at, f->ctl->fail_create_n)) {
         op->err = injected(f);
         fop_complete(op, 0, true);
         return;
@@ -166,7 +175,7 @@ static void fy_write(wal_storage *s, uint64_t seg, uint64_t off, const struct io
         c->write_len[n - 1] = len;
         c->write_seg[n - 1] = seg;
     }
-    if (n == c->fail_write_at) {
+    if (hit(n, c->fail_write_at, c->fail_write_n)) {
         op->err = injected(f);
         fop_complete(op, 0, true);
         return;
@@ -205,6 +214,66 @@ static void fy_remove(wal_storage *s, uint64_t seg, wal_io_cb cb, void *arg)
     f->inner->ops->remove(f->inner, seg, inner_done, op);
 }
 
+static int fy_discard(wal_storage *s, uint64_t seg)
+{
+    struct faulty *f = s->impl;
+    return f->inner->ops->discard(f->inner, seg);
+}
+
+static int fy_owner_list(wal_storage *s, uint64_t **epochs, size_t *n)
+{
+    struct faulty *f = s->impl;
+    return f->inner->ops->owner_list(f->inner, epochs, n);
+}
+
+static int fy_owner_read(wal_storage *s, uint64_t epoch, void *buf, size_t cap, size_t *got)
+{
+    struct faulty *f = s->impl;
+    return f->inner->ops->owner_read(f->inner, epoch, buf, cap, got);
+}
+
+static int fy_owner_create(wal_storage *s, uint64_t epoch, const void *buf, size_t len)
+{
+    struct faulty *f = s->impl;
+    return f->inner->ops->owner_create(f->inner, epoch, buf, len);
+}
+
+static int fy_owner_put(wal_storage *s, uint64_t epoch, const void *buf, size_t len)
+{
+    struct faulty *f = s->impl;
+    return f->inner->ops->owner_put(f->inner, epoch, buf, len);
+}
+
+static int fy_owner_remove(wal_storage *s, uint64_t epoch)
+{
+    struct faulty *f = s->impl;
+    return f->inner->ops->owner_remove(f->inner, epoch);
+}
+
+static void fy_renew(wal_storage *s, uint64_t epoch, const void *buf, size_t len, wal_io_cb cb,
+                     void *arg)
+{
+    struct faulty *f = s->impl;
+    wal_faulty_ctl *c = f->ctl;
+    struct fop *op = fop_new(f, OP_RENEW, cb, arg);
+    if (hit(++c->renews, c->fail_renew_at, c->fail_renew_n)) {
+        op->err = c->renew_err ? c->renew_err : SK_ERR_TIMEOUT;
+        fop_complete(op, 0, true);
+        return;
+    }
+    f->inner->ops->renew(f->inner, epoch, buf, len, inner_done, op);
+}
+
+static int fy_lock(wal_storage *s, bool *exclusive)
+{
+    struct faulty *f = s->impl;
+    if (f->ctl->no_lock) {
+        *exclusive = false;
+        return 0;
+    }
+    return f->inner->ops->lock(f->inner, exclusive);
+}
+
 static void fy_destroy(wal_storage *s)
 {
     struct faulty *f = s->impl;
@@ -233,6 +302,14 @@ static const wal_storage_ops faulty_ops = {
     .create = fy_create,
     .write = fy_write,
     .remove = fy_remove,
+    .discard = fy_discard,
+    .owner_list = fy_owner_list,
+    .owner_read = fy_owner_read,
+    .owner_create = fy_owner_create,
+    .owner_put = fy_owner_put,
+    .owner_remove = fy_owner_remove,
+    .renew = fy_renew,
+    .lock = fy_lock,
     .destroy = fy_destroy,
 };
 
