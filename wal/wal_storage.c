@@ -11,7 +11,8 @@ wal_storage *wal_storage_open(struct event_base *base, const char *url, char *wh
 {
     const char *sep = url ? strstr(url, "://") : NULL;
     if (!sep) {
-        snprintf(why, whylen, "WAL URL '%s' has no scheme (expected file:///dir or file://dir)",
+        snprintf(why, whylen,
+                 "WAL URL '%s' has no scheme (expected file:///dir, file://dir or nfs://host/dir)",
                  url ? url : "");
         return NULL;
     }
@@ -29,7 +30,9 @@ wal_storage *wal_storage_open(struct event_base *base, const char *url, char *wh
             snprintf(why, whylen, "WAL directory '%s': %s", dir, sk_err_name(err));
         return st;
     }
-    snprintf(why, whylen, "unsupported WAL URL scheme '%.*s' in '%s' (supported: file)",
+    if (slen == 3 && strncmp(url, "nfs", 3) == 0)
+        return wal_nfs_new(base, url, why, whylen);
+    snprintf(why, whylen, "unsupported WAL URL scheme '%.*s' in '%s' (supported: file, nfs)",
              (int)(slen > 32 ? 32 : slen), url, url);
     return NULL;
 }

@@ -1722,9 +1722,17 @@ static void test_storage_url(void **state)
 
     assert_null(wal_storage_open(f->base, "s3://bucket/wal", why, sizeof why));
     assert_non_null(strstr(why, "unsupported WAL URL scheme"));
-    assert_null(wal_storage_open(f->base, "nfs://127.0.0.1/export/wal?version=3", why,
+    /* nfs:// URLs are checked before anything connects. */
+    assert_null(wal_storage_open(f->base, "nfs://127.0.0.1/export/wal?version=4", why,
                                  sizeof why));
-    assert_non_null(strstr(why, "unsupported WAL URL scheme 'nfs'"));
+    assert_non_null(strstr(why, "use version=3"));
+    assert_null(wal_storage_open(f->base, "nfs://127.0.0.1/export/wal?version=3&nfsprt=1", why,
+                                 sizeof why));
+    assert_non_null(strstr(why, "unknown parameter 'nfsprt'"));
+    assert_null(wal_storage_open(f->base, "nfs://127.0.0.1/export?timeo=x", why, sizeof why));
+    assert_non_null(strstr(why, "timeo"));
+    assert_null(wal_storage_open(f->base, "nfs:///export", why, sizeof why));
+    assert_non_null(strstr(why, "no host"));
     assert_null(wal_storage_open(f->base, "/plain/path", why, sizeof why));
     assert_non_null(strstr(why, "no scheme"));
     assert_null(wal_storage_open(f->base, "file://", why, sizeof why));
