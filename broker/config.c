@@ -74,6 +74,13 @@ static const char *check_wal_url(const char *v)
     return "must be a file:// or nfs:// URL";
 }
 
+static const char *check_objects_url(const char *v)
+{
+    if (!*v || strncmp(v, "file://", 7) == 0 || strncmp(v, "s3://", 5) == 0)
+        return NULL;
+    return "must be an s3:// or file:// URL";
+}
+
 static const char *check_rack(const char *v)
 {
     for (const char *p = v; *p; p++)
@@ -131,6 +138,85 @@ const sk_prop sk_props[] = {
      I64MAX, "Storage",
      "Bytes accepted but not yet durable beyond which the node stops reading new requests "
      "until the WAL catches up (back-pressure on a slow volume).",
+     NULL, false},
+    {"wal.max.retained.bytes", SK_PROP_LONG, OFF(wal_max_retained_bytes), "2147483648",
+     1048576, I64MAX, "Storage",
+     "Most WAL bytes kept on the volume: past it (uploads failing or slow) the node stops "
+     "reading requests until uploads catch up.",
+     NULL, false},
+    {"wal.lease.ms", SK_PROP_LONG, OFF(wal_lease_ms), "10000", 100, 3600000, "Storage",
+     "Lease by which this node owns its WAL, renewed every quarter of it. A node that cannot "
+     "renew it stops acknowledging; another node takes a WAL over only after its owner's lease "
+     "has run out, and waits 1.2 times the lease before reading it (a restart on the same "
+     "data.dir after a crash needs no wait).",
+     NULL, false},
+    {"wal.io.timeout.ms", SK_PROP_LONG, OFF(wal_io_timeout_ms), "30000", 100, I64MAX, "Storage",
+     "How long the WAL's volume may fail to complete writes or lease renewals before the WAL "
+     "reports itself unavailable (log, metrics). Records keep waiting and are retried "
+     "meanwhile; a shutdown gives up on records still not durable after this long.",
+     NULL, false},
+
+    /* Objects */
+    {"objects.url", SK_PROP_STRING, OFF(objects_url), "", 0, 0, "Objects",
+     "Where data lives long-term: s3://bucket/prefix?region=R (with &endpoint=URL and "
+     "&path-style=true for S3-compatible stores) or file:///path. Default: "
+     "file://<data.dir>/objects. S3 credentials come from AWS_ACCESS_KEY_ID / "
+     "AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, else from EC2 instance metadata.",
+     check_objects_url, false},
+    {"s3.wal.upload.interval.ms", SK_PROP_LONG, OFF(s3_upload_interval_ms), "30000", 100, I64MAX,
+     "Objects", "How often the WAL's new data is uploaded to objects.", NULL, false},
+    {"s3.wal.upload.threshold", SK_PROP_LONG, OFF(s3_upload_threshold), "524288000", 4096,
+     I64MAX, "Objects",
+     "Upload as soon as this many bytes of WAL are not in objects yet; also the most one "
+     "upload takes (it is held in memory while uploading).",
+     NULL, false},
+    {"s3.stream.object.split.size", SK_PROP_LONG, OFF(s3_split_size), "8388608", 1, I64MAX,
+     "Objects",
+     "A partition with at least this many bytes in an upload gets an object of its own "
+     "(StreamObject); the others share one (StreamSetObject).",
+     NULL, false},
+    {"s3.object.block.bytes", SK_PROP_INT, OFF(s3_block_bytes), "1048576", 4096, 1 << 30,
+     "Objects", "Size of the data blocks of an object: the unit of ranged reads and caching.",
+     NULL, false},
+    {"s3.block.cache.bytes", SK_PROP_LONG, OFF(s3_block_cache_bytes), "268435456", 0, I64MAX,
+     "Objects", "Memory for blocks read from objects.", NULL, false},
+    {"s3.object.delete.delay.ms", SK_PROP_LONG, OFF(s3_delete_delay_ms), "300000", 0, I64MAX,
+     "Objects",
+     "How long an object replaced by compaction or emptied by retention stays readable before "
+     "it is deleted, so that reads in flight never miss it.",
+     NULL, false},
+    {"s3.compaction.interval.ms", SK_PROP_LONG, OFF(s3_compaction_interval_ms), "300000", 100,
+     I64MAX, "Objects", "How often objects are compacted and retired ones deleted.", NULL,
+     false},
+    {"s3.compaction.small.object.bytes", SK_PROP_LONG, OFF(s3_compaction_small_bytes),
+     "33554432", 1, I64MAX, "Objects",
+     "Objects smaller than this are merged by compaction (StreamSetObjects together, "
+     "StreamObjects of one partition together).",
+     NULL, false},
+    {"s3.compaction.max.bytes", SK_PROP_LONG, OFF(s3_compaction_max_bytes), "268435456", 4096,
+     I64MAX, "Objects",
+     "Most bytes one compaction reads and writes (it holds them in memory).", NULL, false},
+    {"s3.stream.set.object.force.split.ms", SK_PROP_LONG, OFF(s3_force_split_ms), "3600000", 0,
+     I64MAX, "Objects",
+     "StreamSetObjects older than this are split into one StreamObject per partition, so that "
+     "reading a partition's history costs few requests.",
+     NULL, false},
+    {"s3.orphan.gc.interval.ms", SK_PROP_LONG, OFF(s3_orphan_interval_ms), "900000", 100, I64MAX,
+     "Objects", "How often objects unknown to the registry are looked for.", NULL, false},
+    {"s3.orphan.min.age.ms", SK_PROP_LONG, OFF(s3_orphan_min_age_ms), "3600000", 0, I64MAX,
+     "Objects",
+     "An unregistered object is deleted only when older than this, and only when found "
+     "unregistered twice in a row (an upload in flight is never an orphan).",
+     NULL, false},
+    {"s3.max.inflight", SK_PROP_INT, OFF(s3_max_inflight), "16", 1, 1024, "Objects",
+     "Object store requests in flight at once.", NULL, false},
+    {"s3.part.size", SK_PROP_LONG, OFF(s3_part_size), "536870912", 5242880, 5368709120LL,
+     "Objects", "Objects larger than this are uploaded in parts of this size.", NULL, false},
+    {"s3.request.timeout.ms", SK_PROP_INT, OFF(s3_request_timeout_ms), "30000", 100, I32MAX,
+     "Objects", "Timeout of one object store request attempt.", NULL, false},
+    {"s3.max.attempts", SK_PROP_INT, OFF(s3_max_attempts), "5", 1, 100, "Objects",
+     "Attempts per object store request (with exponential backoff and jitter on 5xx, "
+     "throttling and timeouts).",
      NULL, false},
 
     /* Topics */
@@ -520,6 +606,14 @@ int sk_config_finish(sk_config *c, char *why, size_t whylen)
     if (!*c->data_dir) {
         snprintf(why, whylen, "property data.dir: must not be empty");
         return SK_ERR_INVAL;
+    }
+    if (!*c->objects_url) {
+        char *u = malloc(strlen(c->data_dir) + 20);
+        if (!u)
+            return SK_ERR_NOMEM;
+        sprintf(u, "file://%s/objects", c->data_dir);
+        free(c->objects_url);
+        c->objects_url = u;
     }
     if (!*c->wal_url) {
         char *u = malloc(strlen(c->data_dir) + 16);

@@ -41,10 +41,30 @@ typedef struct sk_config {
     char *listener_zones;
 
     /* storage */
+    char *objects_url;
+    int64_t s3_upload_interval_ms;
+    int64_t s3_upload_threshold;
+    int64_t s3_split_size;
+    int32_t s3_block_bytes;
+    int64_t s3_block_cache_bytes;
+    int64_t s3_delete_delay_ms;
+    int64_t s3_compaction_interval_ms;
+    int64_t s3_compaction_small_bytes;
+    int64_t s3_compaction_max_bytes;
+    int64_t s3_force_split_ms;
+    int64_t s3_orphan_interval_ms;
+    int64_t s3_orphan_min_age_ms;
+    int32_t s3_max_inflight;
+    int64_t s3_part_size;
+    int32_t s3_request_timeout_ms;
+    int32_t s3_max_attempts;
+    int64_t wal_max_retained_bytes;
     char *wal_url;
     int64_t wal_segment_bytes;
     int64_t wal_cache_bytes;
     int64_t wal_max_pending_bytes;
+    int64_t wal_lease_ms;
+    int64_t wal_io_timeout_ms;
 
     /* topics */
     int32_t num_partitions;

@@ -25,16 +25,20 @@
 #include "sk_map.h"
 #include "sk_time.h"
 #include "store.h"
+#include "tier.h"
 
 #define MAX_SEGS 512 /* batches per partition in one response */
 
 /* Batches read from storage for one partition. */
 struct disk {
-    bool wanted; /* asked for in the current job */
-    bool have;   /* result below is valid */
+    bool wanted;    /* asked for in the current job */
+    bool have;      /* result below is valid */
+    bool from_objs; /* the job found the batch in an object: read it there */
     int64_t offset, max_bytes;
     kc_uuid id;
     int32_t part;
+    uint64_t stream;
+    sk_obj_loc loc;
     uint8_t *buf; /* concatenated batches */
     int64_t len;
     int64_t first_base, end; /* offsets the result covers: [first batch base, end) */
@@ -49,7 +53,8 @@ struct sk_fwait {
     int nregs;
     int nflat;            /* partitions in the request */
     struct disk *disk;    /* per flat partition */
-    bool job_running;
+    bool job_running; /* a storage read (WAL or objects) is under way */
+    int tier_pending; /* object reads still running */
     bool parked;
     bool finished;
     bool disk_tried;
@@ -150,6 +155,12 @@ static void disk_work(void *arg)
             d->have = true;
             continue;
         }
+        /* Not in the WAL any more (uploaded): in an object. */
+        if ((nl == 0 || locs[0].base > d->offset) &&
+            sk_store_find_object(n->store, d->stream, d->offset, &d->loc) == 1) {
+            d->from_objs = true;
+            continue;
+        }
         int64_t total = 0;
         for (int k = 0; k < nl; k++)
             total += locs[k].len;
@@ -191,9 +202,55 @@ static void disk_work(void *arg)
     }
 }
 
+struct tread {
+    sk_fwait *w;
+    int idx;
+};
+
+static void tier_done(void *arg, int err, uint8_t *buf, size_t len, int64_t first, int64_t end)
+{
+    struct tread *tr = arg;
+    sk_fwait *w = tr->w;
+    struct disk *d = &w->disk[tr->idx];
+    free(tr);
+    d->from_objs = false;
+    d->have = true;
+    d->err = err;
+    free(d->buf);
+    d->buf = buf;
+    d->len = err == 0 ? (int64_t)len : 0;
+    d->first_base = first;
+    d->end = end;
+    if (--w->tier_pending > 0)
+        return;
+    w->job_running = false;
+    if (!w->finished)
+        fetch_eval(w);
+}
+
 static void disk_done(void *arg)
 {
     sk_fwait *w = arg;
+    /* Batches found in objects are read on the loop, through the caches. */
+    for (int i = 0; i < w->nflat; i++) {
+        struct disk *d = &w->disk[i];
+        if (!d->from_objs || w->finished)
+            continue;
+        struct tread *tr = malloc(sizeof *tr);
+        if (!tr) {
+            d->from_objs = false;
+            d->have = true;
+            d->err = SK_ERR_NOMEM;
+            continue;
+        }
+        tr->w = w;
+        tr->idx = i;
+        w->tier_pending++;
+        sk_tier_read(w->n->tier, &d->loc, d->stream, d->offset, (size_t)d->max_bytes, tier_done,
+                     tr);
+    }
+    if (w->tier_pending > 0)
+        return;
     w->job_running = false;
     if (w->finished)
         return;
@@ -293,6 +350,7 @@ static void fetch_eval(sk_fwait *w)
                     d->max_bytes = limit > 0 ? limit : 1;
                     d->id = p->topic->id;
                     d->part = p->index;
+                    d->stream = p->stream;
                     need_disk = true;
                 }
                 continue;

@@ -197,6 +197,11 @@ static bool produce_partition(sk_req *r, int16_t acks, sk_topic *t,
         return false;
     }
     pr->log_start_offset = p->log_start;
+    if (sk_node_wal_full(n)) {
+        set_error(r, pr, SK_KAFKA_NOT_ENOUGH_REPLICAS,
+                  "the WAL is full: uploads to the object store are behind");
+        return false;
+    }
     if (pd->records.len <= 0) {
         set_error(r, pr, SK_KAFKA_INVALID_RECORD, "a produce request must carry one batch");
         return false;

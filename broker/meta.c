@@ -192,6 +192,8 @@ int sk_meta_decode(const uint8_t *p, size_t n, sk_meta *m)
     case SK_META_BROKER_CONFIG:
         conf_block_span(&r, &m->configs, &m->configs_len);
         break;
+    case SK_META_OBJECTS:
+    case SK_META_OBJECT_GONE:
     case SK_META_GROUP:
         m->body = r.p;
         m->body_len = sk_rd_left(&r);
@@ -374,4 +376,114 @@ int sk_snapshot_visit(const uint8_t *p, size_t n, const sk_snapshot_visitor *v)
     if (sk_rd_failed(&r) || sk_rd_left(&r) != 0)
         return SK_ERR_CORRUPT;
     return 0;
+}
+
+/* ---- object registry records ---- */
+
+void sk_meta_objects_begin(sk_buf *b, uint64_t upload_end, uint32_t nnew)
+{
+    head(b, SK_META_OBJECTS);
+    sk_buf_u64(b, upload_end);
+    sk_buf_u32(b, nnew);
+}
+
+void sk_meta_objects_obj(sk_buf *b, const sk_oobj *o)
+{
+    sk_buf_str(b, o->key, o->klen);
+    sk_buf_u8(b, o->kind);
+    sk_buf_u64(b, o->size);
+    sk_buf_u64(b, (uint64_t)o->created_ms);
+    sk_buf_u32(b, o->nranges);
+}
+
+void sk_meta_objects_range(sk_buf *b, const sk_orange *r)
+{
+    sk_buf_u64(b, r->stream);
+    sk_buf_u64(b, r->start);
+    sk_buf_u64(b, r->end);
+    sk_buf_u64(b, r->size);
+    sk_buf_u64(b, (uint64_t)r->max_ts);
+    sk_buf_u64(b, r->records);
+}
+
+void sk_meta_objects_retired(sk_buf *b, uint32_t nretired)
+{
+    sk_buf_u32(b, nretired);
+}
+
+void sk_meta_objects_retire(sk_buf *b, const char *key, size_t klen, int64_t delete_after_ms)
+{
+    sk_buf_str(b, key, klen);
+    sk_buf_u64(b, (uint64_t)delete_after_ms);
+}
+
+void sk_meta_object_gone(sk_buf *b, const char *key, size_t klen)
+{
+    head(b, SK_META_OBJECT_GONE);
+    sk_buf_str(b, key, klen);
+}
+
+int sk_orec_init(sk_orec *o, const uint8_t *body, size_t len)
+{
+    memset(o, 0, sizeof *o);
+    sk_rd_init(&o->rd, body, len);
+    o->upload_end = sk_rd_u64(&o->rd);
+    o->objs_left = sk_rd_u32(&o->rd);
+    return sk_rd_failed(&o->rd) ? SK_ERR_CORRUPT : 0;
+}
+
+int sk_orec_next_obj(sk_orec *o, sk_oobj *obj)
+{
+    /* Ranges the caller did not read are skipped. */
+    sk_orange skip;
+    while (o->ranges_left)
+        if (sk_orec_next_range(o, &skip) < 0)
+            return -1;
+    if (o->phase != 0)
+        return 0;
+    if (o->objs_left == 0) {
+        o->retired_left = sk_rd_u32(&o->rd);
+        o->phase = 1;
+        return sk_rd_failed(&o->rd) ? -1 : 0;
+    }
+    o->objs_left--;
+    obj->key = (const char *)sk_rd_str(&o->rd, &obj->klen);
+    obj->kind = sk_rd_u8(&o->rd);
+    obj->size = sk_rd_u64(&o->rd);
+    obj->created_ms = (int64_t)sk_rd_u64(&o->rd);
+    obj->nranges = sk_rd_u32(&o->rd);
+    o->ranges_left = obj->nranges;
+    return sk_rd_failed(&o->rd) ? -1 : 1;
+}
+
+int sk_orec_next_range(sk_orec *o, sk_orange *r)
+{
+    if (o->ranges_left == 0)
+        return 0;
+    o->ranges_left--;
+    r->stream = sk_rd_u64(&o->rd);
+    r->start = sk_rd_u64(&o->rd);
+    r->end = sk_rd_u64(&o->rd);
+    r->size = sk_rd_u64(&o->rd);
+    r->max_ts = (int64_t)sk_rd_u64(&o->rd);
+    r->records = sk_rd_u64(&o->rd);
+    return sk_rd_failed(&o->rd) ? -1 : 1;
+}
+
+int sk_orec_next_retired(sk_orec *o, const char **key, size_t *klen, int64_t *delete_after_ms)
+{
+    if (o->phase == 0) {
+        sk_oobj tmp;
+        int rc;
+        while ((rc = sk_orec_next_obj(o, &tmp)) == 1)
+            ;
+        if (rc < 0)
+            return -1;
+    }
+    if (o->retired_left == 0)
+        return sk_rd_left(&o->rd) == 0 ? 0 : -1;
+    o->retired_left--;
+    *key = (const char *)sk_rd_str(&o->rd, klen);
+    *delete_after_ms = (int64_t)sk_rd_u64(&o->rd);
+    return sk_rd_failed(&o->rd) ? -1 : 1;
 }

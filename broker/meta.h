@@ -41,6 +41,8 @@ enum sk_meta_kind {
     SK_META_CLUSTER = 7,      /* cluster id */
     SK_META_GROUP = 8,        /* consumer-group record (groups.c owns the body) */
     SK_META_BROKER_CONFIG = 9, /* the complete set of broker properties changed at runtime */
+    SK_META_OBJECTS = 10,     /* objects registered (upload, compaction), others retired */
+    SK_META_OBJECT_GONE = 11, /* a retired object was deleted from the store */
 };
 
 typedef struct sk_meta {
@@ -75,6 +77,51 @@ void sk_meta_pid(sk_buf *b, int64_t next_pid);
 void sk_meta_cluster(sk_buf *b, const char *cluster_id);
 void sk_meta_group(sk_buf *b, const void *body, size_t len);
 void sk_meta_broker_config(sk_buf *b, int n, char *const *names, char *const *values);
+
+/* Object registry records.
+ *   OBJECTS: u64 upload end LSN (0 when not an upload) | u32 nnew | objects |
+ *            u32 nretired | (str key, u64 delete-after ms) each
+ *     object: str key | u8 kind | u64 size | u64 created ms | u32 nranges |
+ *             (u64 stream, u64 start, u64 end, u64 size, u64 max ts,
+ *              u64 records) each
+ *   OBJECT_GONE: str key
+ * An upload's registration carries the WAL position below which every batch
+ * is now in objects. */
+typedef struct sk_orange {
+    uint64_t stream, start, end, size;
+    int64_t max_ts;
+    uint64_t records;
+} sk_orange;
+
+typedef struct sk_oobj {
+    const char *key;
+    size_t klen;
+    uint8_t kind;
+    uint64_t size;
+    int64_t created_ms;
+    uint32_t nranges;
+} sk_oobj;
+
+typedef struct sk_orec {
+    uint64_t upload_end;
+    sk_rd rd;
+    uint32_t objs_left, ranges_left, retired_left;
+    int phase; /* 0 objects, 1 retired */
+} sk_orec;
+
+void sk_meta_objects_begin(sk_buf *b, uint64_t upload_end, uint32_t nnew);
+void sk_meta_objects_obj(sk_buf *b, const sk_oobj *o);
+void sk_meta_objects_range(sk_buf *b, const sk_orange *r);
+void sk_meta_objects_retired(sk_buf *b, uint32_t nretired);
+void sk_meta_objects_retire(sk_buf *b, const char *key, size_t klen, int64_t delete_after_ms);
+void sk_meta_object_gone(sk_buf *b, const char *key, size_t klen);
+
+/* Walks an OBJECTS body: objects (each followed by its ranges), then the
+ * retired keys. Each returns 1, 0 at the end of its list, -1 if corrupt. */
+int sk_orec_init(sk_orec *o, const uint8_t *body, size_t len);
+int sk_orec_next_obj(sk_orec *o, sk_oobj *obj);
+int sk_orec_next_range(sk_orec *o, sk_orange *r);
+int sk_orec_next_retired(sk_orec *o, const char **key, size_t *klen, int64_t *delete_after_ms);
 
 /* Config blocks: u32 count, then name and value strings. */
 void sk_conf_block_put(sk_buf *b, int n, char *const *names, char *const *values);

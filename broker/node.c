@@ -26,6 +26,7 @@
 #include "sk_workq.h"
 #include "store.h"
 #include "tconf.h"
+#include "tier.h"
 #include "zone.h"
 
 /* ---- appends and durability ---- */
@@ -209,6 +210,8 @@ static void store_flush_cb(evutil_socket_t fd, short what, void *arg)
     if (n->paused && wal_pending_bytes(n->wal) <= (size_t)n->cfg->wal_max_pending_bytes / 2 &&
         !n->stopping)
         sk_net_resume(n);
+    if (n->tier)
+        sk_tier_kick(n->tier);
     /* One transaction at a time keeps the view's 'applied' exact and lets
      * the next one gather everything that became durable meanwhile. */
     if (store_inflight || !cur_txn || sk_store_txn_count(cur_txn) == 0)
@@ -219,6 +222,11 @@ static void store_flush_cb(evutil_socket_t fd, short what, void *arg)
     /* Every record in t is durable and the WAL completes in order, so the
      * view reflects the WAL up to the end of t's last record. */
     sk_store_submit(n->store, t, store_done, n);
+}
+
+bool sk_node_wal_full(const sk_node *n)
+{
+    return wal_end_lsn(n->wal) - wal_start_lsn(n->wal) > (uint64_t)n->cfg->wal_max_retained_bytes;
 }
 
 int sk_node_read_job(sk_node *n, void (*fn)(void *), void (*done)(void *), void *arg)
@@ -516,6 +524,13 @@ static int open_wal(sk_node *n, wal_lsn from, struct replay *rp, char *why, size
                           (uint64_t)n->cfg->socket_request_max_bytes + (64u << 20);
     o.node_id = (uint32_t)n->cfg->node_id;
     o.owner_epoch = 0;
+    o.lease_ms = n->cfg->wal_lease_ms;
+    o.io_timeout_ms = n->cfg->wal_io_timeout_ms;
+    /* Names this process as the WAL's owner on this data.dir: a restart
+     * after a crash takes the WAL over without waiting out the lease. */
+    char lock[4200];
+    snprintf(lock, sizeof lock, "%s/wal.lock", n->cfg->data_dir);
+    o.local_lock_path = lock;
     o.preamble = preamble_cb;
     o.preamble_arg = n;
     memset(rp, 0, sizeof *rp);
@@ -612,6 +627,10 @@ sk_node *sk_node_new(sk_config *cfg, char *why, size_t whylen)
     }
     char dbpath[4200];
     snprintf(dbpath, sizeof dbpath, "%s/skiff.db", cfg->data_dir);
+    /* A wiped data.dir: the view comes back from its latest snapshot in the
+     * object store, and the WAL replays from there. */
+    if (sk_tier_restore_view(cfg, dbpath, why, whylen) != 0)
+        goto fail;
     n->store = sk_store_open(dbpath, why, whylen);
     if (!n->store)
         goto fail;
@@ -619,6 +638,29 @@ sk_node *sk_node_new(sk_config *cfg, char *why, size_t whylen)
     wal_lsn from = sk_store_applied(n->store);
     struct replay rp;
     int rc = open_wal(n, from, &rp, why, whylen);
+    if (rc == SK_ERR_AGAIN) {
+        /* The view missed records the WAL no longer holds. Its newest
+         * snapshot in the object store is never older than the WAL's start
+         * (the WAL is trimmed only below it): take that one first. */
+        char stale[4300];
+        snprintf(stale, sizeof stale, "%s.stale", dbpath);
+        sk_store_close(n->store);
+        n->store = NULL;
+        if (rename(dbpath, stale) == 0 && sk_tier_restore_view(cfg, dbpath, why, whylen) == 0) {
+            n->store = sk_store_open(dbpath, why, whylen);
+            if (!n->store)
+                goto fail;
+            from = sk_store_applied(n->store);
+            if (!sk_store_is_empty(n->store)) {
+                SK_WARN("node", "the SQLite view was behind the retained WAL; restored its "
+                        "snapshot at LSN %llu",
+                        (unsigned long long)from);
+                rc = open_wal(n, from, &rp, why, whylen);
+            }
+        }
+        if (!n->store && !(n->store = sk_store_open(dbpath, why, whylen)))
+            goto fail;
+    }
     if (rc == SK_ERR_AGAIN) {
         SK_WARN("node", "the SQLite view (at LSN %llu) is behind the retained WAL; rebuilding "
                 "it from the WAL",
@@ -655,6 +697,9 @@ sk_node *sk_node_new(sk_config *cfg, char *why, size_t whylen)
         snprintf(why, whylen, "cannot start the SQLite thread");
         goto fail;
     }
+    n->tier = sk_tier_new(n, why, whylen);
+    if (!n->tier)
+        goto fail;
     n->readers = sk_workq_new(n->base, "skiff-read", 2);
     n->store_flush_ev = event_new(n->base, -1, 0, store_flush_cb, n);
     if (!n->readers || !n->store_flush_ev) {
@@ -685,6 +730,7 @@ fail:
 struct ret_item {
     kc_uuid id;
     int32_t part;
+    uint64_t stream;
     int64_t cutoff, max_bytes;
     int64_t new_start;
     int rc;
@@ -709,7 +755,7 @@ static void ret_work(void *arg)
     j->lsn_rc = sk_store_min_lsn(j->n->store, &j->min_lsn);
     for (size_t i = 0; i < j->nitems; i++) {
         struct ret_item *it = &j->items[i];
-        it->rc = sk_store_retention_point(j->n->store, &it->id, it->part, it->cutoff,
+        it->rc = sk_store_retention_point(j->n->store, &it->id, it->part, it->stream, it->cutoff,
                                           it->max_bytes, &it->new_start);
     }
 }
@@ -737,7 +783,11 @@ static void ret_done(void *arg)
         }
     }
     if (j->lsn_rc == 0 && !n->stopping) {
+        /* Below every batch still indexed in the WAL, below what the view
+         * reflects, and below what objects and a view snapshot hold. */
         wal_lsn upto = j->min_lsn < n->store_applied ? j->min_lsn : n->store_applied;
+        if (n->tier && sk_tier_trim_bound(n->tier) < upto)
+            upto = sk_tier_trim_bound(n->tier);
         wal_trim(n->wal, upto);
     }
     free(j->items);
@@ -775,6 +825,7 @@ void sk_node_retention(sk_node *n)
             memset(ri, 0, sizeof *ri);
             ri->id = t->id;
             ri->part = i;
+            ri->stream = t->parts[i]->stream;
             ri->cutoff = t->conf.retention_ms < 0 ? -1 : now - t->conf.retention_ms;
             ri->max_bytes = t->conf.retention_bytes;
         }
@@ -826,6 +877,7 @@ static void begin_shutdown(sk_node *n)
     sk_net_pause(n);
     sk_fetch_wake_all(n);
     sk_groups_abort_waiters(n->groups);
+    sk_tier_stop(n->tier);
     shutdown_deadline = sk_mono_ms() + 30000;
     shutdown_ev = event_new(n->base, -1, EV_PERSIST, shutdown_check_cb, n);
     struct timeval tv = {0, 10000};
@@ -853,6 +905,7 @@ int sk_node_run(sk_node *n)
         n->sig_ev[i] = evsignal_new(n->base, sigs[i], signal_cb, n);
         event_add(n->sig_ev[i], NULL);
     }
+    sk_tier_start(n->tier);
     n->retention_ev = event_new(n->base, -1, EV_PERSIST, retention_cb, n);
     int64_t iv = n->cfg->log_retention_check_interval_ms;
     struct timeval tv = {iv / 1000, (iv % 1000) * 1000};
@@ -865,6 +918,7 @@ int sk_node_run(sk_node *n)
      * WAL syncs whatever is still pending, then the view catches up. */
     sk_workq_destroy(n->readers);
     n->readers = NULL;
+    sk_tier_drain(n->tier);
     wal_close(n->wal);
     n->wal = NULL;
     sk_store_drain(n->store);
@@ -882,10 +936,16 @@ void sk_node_destroy(sk_node *n)
 {
     if (!n)
         return;
-    if (n->wal)
-        wal_close(n->wal);
+    /* Readers and tier jobs use the WAL: they stop first. */
     if (n->readers)
         sk_workq_destroy(n->readers);
+    n->readers = NULL;
+    sk_tier_drain(n->tier);
+    if (n->wal)
+        wal_close(n->wal);
+    n->wal = NULL;
+    sk_tier_destroy(n->tier);
+    n->tier = NULL;
     sk_groups_destroy(n->groups);
     n->groups = NULL;
     sk_dynconf_free(n);

@@ -45,6 +45,9 @@ int sk_node_append_data(sk_node *n, sk_part *p, const uint8_t *batch, uint32_t l
 /* Runs fn once the WAL is durable up to `end` (at once if it already is). */
 void sk_node_wait_durable(sk_node *n, wal_lsn end, sk_durable_fn fn, void *arg);
 
+/* True while the WAL holds more than wal.max.retained.bytes (uploads to the
+ * object store are behind): produce is refused with a retriable error. */
+bool sk_node_wal_full(const sk_node *n);
 /* Runs fn on a reader thread, then done on the loop. */
 int sk_node_read_job(sk_node *n, void (*fn)(void *), void (*done)(void *), void *arg);
 

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "groups.h"
 #include "kbatch.h"
@@ -29,7 +30,13 @@ static const char *const schema =
     "CREATE TABLE IF NOT EXISTS producers(topic BLOB, part INTEGER, pid INTEGER, state BLOB,"
     "  PRIMARY KEY(topic, part, pid)) WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS group_offsets(grp TEXT, topic TEXT, part INTEGER, off INTEGER,"
-    "  epoch INTEGER, meta BLOB, ts INTEGER, PRIMARY KEY(grp, topic, part)) WITHOUT ROWID;";
+    "  epoch INTEGER, meta BLOB, ts INTEGER, PRIMARY KEY(grp, topic, part)) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS objects(key TEXT PRIMARY KEY, kind INTEGER, size INTEGER,"
+    "  created INTEGER, delete_after INTEGER) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS object_ranges(stream INTEGER, start INTEGER, end INTEGER,"
+    "  key TEXT, size INTEGER, max_ts INTEGER, records INTEGER, PRIMARY KEY(stream, start))"
+    "  WITHOUT ROWID;"
+    "CREATE INDEX IF NOT EXISTS object_ranges_key ON object_ranges(key);";
 
 enum {
     ST_BEGIN,
@@ -55,6 +62,14 @@ enum {
     ST_DEL_GOFF,
     ST_DEL_GROUP,
     ST_DEL_TOPIC_GOFFS,
+    ST_PUT_OBJ,
+    ST_PUT_RANGE,
+    ST_DEL_BATCHES_UPLOADED,
+    ST_RETIRE_OBJ,
+    ST_DEL_OBJ_RANGES,
+    ST_DEL_OBJ,
+    ST_DEL_TOPIC_RANGES,
+    ST_DEL_RANGES_BELOW,
     ST_COUNT
 };
 
@@ -95,6 +110,19 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_DEL_GROUP] = "DELETE FROM group_offsets WHERE grp = ?1",
     [ST_DEL_TOPIC_GOFFS] =
         "DELETE FROM group_offsets WHERE topic = (SELECT name FROM topics WHERE id = ?1)",
+    [ST_PUT_OBJ] = "INSERT OR REPLACE INTO objects(key, kind, size, created, delete_after)"
+                   " VALUES(?1, ?2, ?3, ?4, NULL)",
+    [ST_PUT_RANGE] = "INSERT OR REPLACE INTO object_ranges(stream, start, end, key, size, max_ts,"
+                     " records) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    [ST_DEL_BATCHES_UPLOADED] = "DELETE FROM batches WHERE lsn < ?1",
+    [ST_RETIRE_OBJ] = "UPDATE objects SET delete_after = ?2 WHERE key = ?1",
+    [ST_DEL_OBJ_RANGES] = "DELETE FROM object_ranges WHERE key = ?1",
+    [ST_DEL_OBJ] = "DELETE FROM objects WHERE key = ?1",
+    [ST_DEL_TOPIC_RANGES] =
+        "DELETE FROM object_ranges WHERE stream IN (SELECT stream FROM partitions WHERE topic = ?1)",
+    [ST_DEL_RANGES_BELOW] =
+        "DELETE FROM object_ranges WHERE stream = (SELECT stream FROM partitions WHERE topic = ?1"
+        " AND part = ?2) AND end < ?3",
 };
 
 struct sk_store {
@@ -294,6 +322,7 @@ int sk_store_reset(sk_store *s)
 {
     int rc = exec(s->db, "BEGIN IMMEDIATE; DELETE FROM topics; DELETE FROM partitions;"
                          "DELETE FROM batches; DELETE FROM producers; DELETE FROM group_offsets;"
+                         "DELETE FROM objects; DELETE FROM object_ranges;"
                          "DELETE FROM kv WHERE k <> 'schema';"
                          "COMMIT");
     if (rc == 0) {
@@ -510,6 +539,73 @@ static int apply_group(sk_store *s, const uint8_t *body, size_t len)
     return rc < 0 ? SK_ERR_CORRUPT : 0;
 }
 
+static int apply_objects(sk_store *s, const uint8_t *body, size_t len)
+{
+    sk_orec o;
+    if (sk_orec_init(&o, body, len) != 0)
+        return SK_ERR_CORRUPT;
+    sk_oobj obj;
+    int rc;
+    while ((rc = sk_orec_next_obj(&o, &obj)) == 1) {
+        sqlite3_stmt *st = S(s, ST_PUT_OBJ);
+        sqlite3_bind_text(st, 1, obj.key, (int)obj.klen, SQLITE_STATIC);
+        sqlite3_bind_int(st, 2, obj.kind);
+        sqlite3_bind_int64(st, 3, (int64_t)obj.size);
+        sqlite3_bind_int64(st, 4, obj.created_ms);
+        if (step_done(s, st))
+            return SK_ERR_IO;
+        sk_orange r;
+        int rr;
+        while ((rr = sk_orec_next_range(&o, &r)) == 1) {
+            st = S(s, ST_PUT_RANGE);
+            sqlite3_bind_int64(st, 1, (int64_t)r.stream);
+            sqlite3_bind_int64(st, 2, (int64_t)r.start);
+            sqlite3_bind_int64(st, 3, (int64_t)r.end);
+            sqlite3_bind_text(st, 4, obj.key, (int)obj.klen, SQLITE_STATIC);
+            sqlite3_bind_int64(st, 5, (int64_t)r.size);
+            sqlite3_bind_int64(st, 6, r.max_ts);
+            sqlite3_bind_int64(st, 7, (int64_t)r.records);
+            if (step_done(s, st))
+                return SK_ERR_IO;
+        }
+        if (rr < 0)
+            return SK_ERR_CORRUPT;
+    }
+    if (rc < 0)
+        return SK_ERR_CORRUPT;
+    const char *key;
+    size_t kl;
+    int64_t after;
+    while ((rc = sk_orec_next_retired(&o, &key, &kl, &after)) == 1) {
+        sqlite3_stmt *st = S(s, ST_DEL_OBJ_RANGES);
+        sqlite3_bind_text(st, 1, key, (int)kl, SQLITE_STATIC);
+        if (step_done(s, st))
+            return SK_ERR_IO;
+        st = S(s, ST_RETIRE_OBJ);
+        sqlite3_bind_text(st, 1, key, (int)kl, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 2, after);
+        if (step_done(s, st))
+            return SK_ERR_IO;
+    }
+    if (rc < 0)
+        return SK_ERR_CORRUPT;
+    if (o.upload_end > 0) {
+        /* Everything below the upload's end is in objects now: the WAL
+         * positions of those batches are no longer needed. */
+        sqlite3_stmt *st = S(s, ST_DEL_BATCHES_UPLOADED);
+        sqlite3_bind_int64(st, 1, (int64_t)o.upload_end);
+        if (step_done(s, st))
+            return SK_ERR_IO;
+        int64_t cur;
+        bool found;
+        if (kv_get_i64(s->db, "uploaded", &cur, &found))
+            return SK_ERR_IO;
+        if (!found || (int64_t)o.upload_end > cur)
+            return set_kv_i64(s, "uploaded", (int64_t)o.upload_end);
+    }
+    return 0;
+}
+
 static int apply_meta(sk_store *s, const sk_store_rec *r)
 {
     sk_meta m;
@@ -523,8 +619,9 @@ static int apply_meta(sk_store *s, const sk_store_rec *r)
             return SK_ERR_IO;
         return insert_new_parts(s, &m.id, 0, m.nparts, m.first_stream);
     case SK_META_TOPIC_DELETE:
-        /* Committed offsets go with the topic, as in Kafka. */
-        if (by_topic(s, ST_DEL_TOPIC_GOFFS, &m.id) || by_topic(s, ST_DEL_TOPIC, &m.id) || by_topic(s, ST_DEL_TOPIC_PARTS, &m.id) ||
+        /* Committed offsets go with the topic, as in Kafka; its object
+         * ranges go before its partitions, which map it to streams. */
+        if (by_topic(s, ST_DEL_TOPIC_GOFFS, &m.id) || by_topic(s, ST_DEL_TOPIC_RANGES, &m.id) || by_topic(s, ST_DEL_TOPIC, &m.id) || by_topic(s, ST_DEL_TOPIC_PARTS, &m.id) ||
             by_topic(s, ST_DEL_TOPIC_BATCHES, &m.id) || by_topic(s, ST_DEL_TOPIC_PRODS, &m.id))
             return SK_ERR_IO;
         return 0;
@@ -560,6 +657,12 @@ static int apply_meta(sk_store *s, const sk_store_rec *r)
         sqlite3_bind_int64(st, 3, m.value);
         if (step_done(s, st))
             return SK_ERR_IO;
+        st = S(s, ST_DEL_RANGES_BELOW);
+        sqlite3_bind_blob(st, 1, m.id.b, 16, SQLITE_STATIC);
+        sqlite3_bind_int(st, 2, m.part);
+        sqlite3_bind_int64(st, 3, m.value);
+        if (step_done(s, st))
+            return SK_ERR_IO;
         st = S(s, ST_UPD_PART_BYTES);
         sqlite3_bind_blob(st, 1, m.id.b, 16, SQLITE_STATIC);
         sqlite3_bind_int(st, 2, m.part);
@@ -580,6 +683,23 @@ static int apply_meta(sk_store *s, const sk_store_rec *r)
         return set_kv_blob(s, "broker_config", m.configs, m.configs_len);
     case SK_META_GROUP:
         return apply_group(s, m.body, m.body_len);
+    case SK_META_OBJECTS:
+        return apply_objects(s, m.body, m.body_len);
+    case SK_META_OBJECT_GONE: {
+        sk_rd rd;
+        sk_rd_init(&rd, m.body, m.body_len);
+        size_t kl;
+        const char *key = (const char *)sk_rd_str(&rd, &kl);
+        if (sk_rd_failed(&rd))
+            return SK_ERR_CORRUPT;
+        sqlite3_stmt *st = S(s, ST_DEL_OBJ_RANGES);
+        sqlite3_bind_text(st, 1, key, (int)kl, SQLITE_STATIC);
+        if (step_done(s, st))
+            return SK_ERR_IO;
+        st = S(s, ST_DEL_OBJ);
+        sqlite3_bind_text(st, 1, key, (int)kl, SQLITE_STATIC);
+        return step_done(s, st);
+    }
     }
     return SK_ERR_CORRUPT;
 }
@@ -1086,8 +1206,8 @@ int sk_store_min_lsn(sk_store *s, wal_lsn *out)
     return 0;
 }
 
-int sk_store_retention_point(sk_store *s, const kc_uuid *id, int32_t part, int64_t cutoff_ts,
-                             int64_t max_bytes, int64_t *new_start)
+int sk_store_retention_point(sk_store *s, const kc_uuid *id, int32_t part, uint64_t stream,
+                             int64_t cutoff_ts, int64_t max_bytes, int64_t *new_start)
 {
     sqlite3 *db = reader_get(s);
     if (!db)
@@ -1095,7 +1215,9 @@ int sk_store_retention_point(sk_store *s, const kc_uuid *id, int32_t part, int64
     sqlite3_stmt *st;
     int64_t total = 0;
     if (sqlite3_prepare_v2(db,
-                           "SELECT coalesce(sum(len), 0) FROM batches WHERE topic = ?1 AND part = ?2",
+                           "SELECT (SELECT coalesce(sum(len), 0) FROM batches WHERE topic = ?1"
+                           " AND part = ?2) + (SELECT coalesce(sum(size), 0) FROM object_ranges"
+                           " WHERE stream = ?3)",
                            -1, &st, NULL) != SQLITE_OK) {
         db_err(db, "retention");
         reader_put(s, db);
@@ -1103,16 +1225,20 @@ int sk_store_retention_point(sk_store *s, const kc_uuid *id, int32_t part, int64
     }
     sqlite3_bind_blob(st, 1, id->b, 16, SQLITE_STATIC);
     sqlite3_bind_int(st, 2, part);
+    sqlite3_bind_int64(st, 3, (int64_t)stream);
     if (sqlite3_step(st) == SQLITE_ROW)
         total = sqlite3_column_int64(st, 0);
     sqlite3_finalize(st);
-    /* Delete from the oldest batch on, while it is past the time cutoff (like
-     * Kafka's segments: stop at the first one that is not) or while the
-     * partition is over max_bytes (never deleting the newest batch for
-     * size). *new_start = -1 means every batch goes. */
+    /* Object ranges first (older), then batches still in the WAL: delete
+     * from the oldest while past the time cutoff (stopping at the first
+     * that is not, like Kafka's segments) or while over max_bytes (never
+     * the newest piece for size). The unit deleted is a whole range or a
+     * whole batch. */
     if (sqlite3_prepare_v2(db,
-                           "SELECT base, len, max_ts FROM batches WHERE topic = ?1 AND part = ?2"
-                           " ORDER BY base",
+                           "SELECT start, end, size, max_ts FROM object_ranges WHERE stream = ?3"
+                           " UNION ALL SELECT base, last, len, max_ts FROM batches WHERE topic = ?1"
+                           " AND part = ?2 AND base > coalesce((SELECT max(end) FROM object_ranges"
+                           " WHERE stream = ?3), -1) ORDER BY 1",
                            -1, &st, NULL) != SQLITE_OK) {
         db_err(db, "retention");
         reader_put(s, db);
@@ -1120,16 +1246,15 @@ int sk_store_retention_point(sk_store *s, const kc_uuid *id, int32_t part, int64
     }
     sqlite3_bind_blob(st, 1, id->b, 16, SQLITE_STATIC);
     sqlite3_bind_int(st, 2, part);
+    sqlite3_bind_int64(st, 3, (int64_t)stream);
     int64_t start = -1, remaining = total;
     bool any = false;
     while (sqlite3_step(st) == SQLITE_ROW) {
         int64_t base = sqlite3_column_int64(st, 0);
-        int64_t len = sqlite3_column_int64(st, 1);
-        int64_t max_ts = sqlite3_column_int64(st, 2);
+        int64_t len = sqlite3_column_int64(st, 2);
+        int64_t max_ts = sqlite3_column_int64(st, 3);
         bool expired = cutoff_ts >= 0 && max_ts < cutoff_ts;
         bool over = max_bytes >= 0 && remaining > max_bytes && remaining > len;
-        if (!any)
-            start = base; /* nothing to delete unless the first batch goes */
         any = true;
         if (!expired && !over) {
             start = base;
@@ -1152,8 +1277,12 @@ int sk_store_partition_bytes(sk_store *s,
     if (!db)
         return SK_ERR_IO;
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(db, "SELECT topic, part, bytes FROM partitions", -1, &st, NULL) !=
-        SQLITE_OK) {
+    if (sqlite3_prepare_v2(db,
+                           "SELECT p.topic, p.part, (SELECT coalesce(sum(len), 0) FROM batches b"
+                           " WHERE b.topic = p.topic AND b.part = p.part) + (SELECT"
+                           " coalesce(sum(size), 0) FROM object_ranges r WHERE r.stream = p.stream)"
+                           " FROM partitions p",
+                           -1, &st, NULL) != SQLITE_OK) {
         db_err(db, "partition bytes");
         reader_put(s, db);
         return SK_ERR_IO;
@@ -1168,4 +1297,186 @@ int sk_store_partition_bytes(sk_store *s,
     sqlite3_finalize(st);
     reader_put(s, db);
     return 0;
+}
+
+/* ---- the object registry ---- */
+
+static int find_range(sk_store *s, const char *sql, uint64_t stream, int64_t arg, sk_obj_loc *out)
+{
+    sqlite3 *db = reader_get(s);
+    if (!db)
+        return SK_ERR_IO;
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
+        db_err(db, "object range");
+        reader_put(s, db);
+        return SK_ERR_IO;
+    }
+    sqlite3_bind_int64(st, 1, (int64_t)stream);
+    sqlite3_bind_int64(st, 2, arg);
+    int found = 0;
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        out->start = sqlite3_column_int64(st, 0);
+        out->end = sqlite3_column_int64(st, 1);
+        snprintf(out->key, sizeof out->key, "%s", (const char *)sqlite3_column_text(st, 2));
+        out->obj_size = (uint64_t)sqlite3_column_int64(st, 3);
+        out->max_ts = sqlite3_column_int64(st, 4);
+        out->size = (uint64_t)sqlite3_column_int64(st, 5);
+        found = 1;
+    }
+    sqlite3_finalize(st);
+    reader_put(s, db);
+    return found;
+}
+
+int sk_store_find_object(sk_store *s, uint64_t stream, int64_t offset, sk_obj_loc *out)
+{
+    return find_range(s,
+                      "SELECT r.start, r.end, r.key, o.size, r.max_ts, r.size FROM object_ranges r"
+                      " JOIN objects o ON o.key = r.key WHERE r.stream = ?1 AND r.end >= ?2"
+                      " ORDER BY r.start LIMIT 1",
+                      stream, offset, out);
+}
+
+int sk_store_find_object_ts(sk_store *s, uint64_t stream, int64_t ts, sk_obj_loc *out)
+{
+    return find_range(s,
+                      "SELECT r.start, r.end, r.key, o.size, r.max_ts, r.size FROM object_ranges r"
+                      " JOIN objects o ON o.key = r.key WHERE r.stream = ?1 AND r.max_ts >= ?2"
+                      " ORDER BY r.start LIMIT 1",
+                      stream, ts, out);
+}
+
+wal_lsn sk_store_uploaded(sk_store *s)
+{
+    int64_t v = 0;
+    bool found;
+    if (kv_get_i64(s->db, "uploaded", &v, &found) != 0 || !found)
+        return 0;
+    return (wal_lsn)v;
+}
+
+int sk_store_list_objects(sk_store *s, void (*fn)(void *arg, const sk_obj_info *o), void *arg)
+{
+    sqlite3 *db = reader_get(s);
+    if (!db)
+        return SK_ERR_IO;
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT o.key, o.kind, o.size, o.created, coalesce(o.delete_after, -1),"
+                           " (SELECT count(*) FROM object_ranges r WHERE r.key = o.key)"
+                           " FROM objects o ORDER BY o.key",
+                           -1, &st, NULL) != SQLITE_OK) {
+        db_err(db, "list objects");
+        reader_put(s, db);
+        return SK_ERR_IO;
+    }
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        sk_obj_info o;
+        snprintf(o.key, sizeof o.key, "%s", (const char *)sqlite3_column_text(st, 0));
+        o.kind = sqlite3_column_int(st, 1);
+        o.size = (uint64_t)sqlite3_column_int64(st, 2);
+        o.created_ms = sqlite3_column_int64(st, 3);
+        o.delete_after_ms = sqlite3_column_int64(st, 4);
+        o.nranges = (uint32_t)sqlite3_column_int(st, 5);
+        fn(arg, &o);
+    }
+    sqlite3_finalize(st);
+    reader_put(s, db);
+    return 0;
+}
+
+int sk_store_object_ranges(sk_store *s, const char *key, sk_orange **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    sqlite3 *db = reader_get(s);
+    if (!db)
+        return SK_ERR_IO;
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT stream, start, end, size, max_ts, records FROM object_ranges"
+                           " WHERE key = ?1 ORDER BY stream, start",
+                           -1, &st, NULL) != SQLITE_OK) {
+        db_err(db, "object ranges");
+        reader_put(s, db);
+        return SK_ERR_IO;
+    }
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+    size_t cap = 0;
+    int rc = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        if (*n == cap) {
+            size_t ncap = cap ? cap * 2 : 16;
+            sk_orange *nr = realloc(*out, ncap * sizeof *nr);
+            if (!nr) {
+                rc = SK_ERR_NOMEM;
+                break;
+            }
+            *out = nr;
+            cap = ncap;
+        }
+        sk_orange *r = &(*out)[(*n)++];
+        r->stream = (uint64_t)sqlite3_column_int64(st, 0);
+        r->start = (uint64_t)sqlite3_column_int64(st, 1);
+        r->end = (uint64_t)sqlite3_column_int64(st, 2);
+        r->size = (uint64_t)sqlite3_column_int64(st, 3);
+        r->max_ts = sqlite3_column_int64(st, 4);
+        r->records = (uint64_t)sqlite3_column_int64(st, 5);
+    }
+    sqlite3_finalize(st);
+    reader_put(s, db);
+    return rc;
+}
+
+int sk_store_object_known(sk_store *s, const char *key)
+{
+    sqlite3 *db = reader_get(s);
+    if (!db)
+        return SK_ERR_IO;
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db, "SELECT 1 FROM objects WHERE key = ?1", -1, &st, NULL) !=
+        SQLITE_OK) {
+        db_err(db, "object known");
+        reader_put(s, db);
+        return SK_ERR_IO;
+    }
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+    int known = sqlite3_step(st) == SQLITE_ROW;
+    sqlite3_finalize(st);
+    reader_put(s, db);
+    return known;
+}
+
+int sk_store_backup(sk_store *s, const char *dest, wal_lsn *applied)
+{
+    sqlite3 *src = reader_get(s);
+    if (!src)
+        return SK_ERR_IO;
+    sqlite3 *dst;
+    unlink(dest);
+    if (open_conn(dest, false, &dst) != 0) {
+        reader_put(s, src);
+        return SK_ERR_IO;
+    }
+    int rc = 0;
+    /* One read transaction for the whole copy: a consistent view, whatever
+     * the writer thread does meanwhile. */
+    sqlite3_backup *b = sqlite3_backup_init(dst, "main", src, "main");
+    if (!b || sqlite3_backup_step(b, -1) != SQLITE_DONE)
+        rc = SK_ERR_IO;
+    if (b)
+        sqlite3_backup_finish(b);
+    if (rc == 0) {
+        int64_t v = 0;
+        bool found;
+        if (kv_get_i64(dst, "applied", &v, &found) != 0 || !found)
+            rc = SK_ERR_IO;
+        *applied = (wal_lsn)v;
+    } else {
+        db_err(dst, "backup");
+    }
+    sqlite3_close(dst);
+    reader_put(s, src);
+    return rc;
 }

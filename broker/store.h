@@ -110,11 +110,51 @@ int sk_store_find_offset(sk_store *s, const kc_uuid *id, int32_t part, int64_t o
 int sk_store_min_lsn(sk_store *s, wal_lsn *out);
 /* Where retention moves the log start: batches are deleted from the oldest
  * while their max timestamp is below cutoff_ts (-1: no time limit) or the
- * partition holds more than max_bytes (-1: no limit). *new_start is the
- * base of the first batch kept, -1 when every batch goes, -2 when the
- * partition has no batch. */
-int sk_store_retention_point(sk_store *s, const kc_uuid *id, int32_t part, int64_t cutoff_ts,
-                             int64_t max_bytes, int64_t *new_start);
+ * partition holds more than max_bytes (-1: no limit), looking at the
+ * stream's object ranges first (whole ranges go), then at its batches still
+ * in the WAL. *new_start is the first offset kept, -1 when everything goes,
+ * -2 when the partition holds nothing. */
+int sk_store_retention_point(sk_store *s, const kc_uuid *id, int32_t part, uint64_t stream,
+                             int64_t cutoff_ts, int64_t max_bytes, int64_t *new_start);
+
+/* ---- the object registry (reads, from worker threads) ---- */
+
+#define SK_OBJ_KEY_MAX 320
+
+typedef struct sk_obj_loc {
+    char key[SK_OBJ_KEY_MAX];
+    uint64_t obj_size;
+    int64_t start, end; /* offsets of the stream's range in the object */
+    int64_t max_ts;
+    uint64_t size;
+} sk_obj_loc;
+
+/* The range of `stream` holding offsets >= offset that starts lowest:
+ * 1 found, 0 none, or an error. */
+int sk_store_find_object(sk_store *s, uint64_t stream, int64_t offset, sk_obj_loc *out);
+/* The first range of `stream` whose max timestamp reaches ts. */
+int sk_store_find_object_ts(sk_store *s, uint64_t stream, int64_t ts, sk_obj_loc *out);
+/* WAL position below which every batch is in objects (0: none yet). */
+wal_lsn sk_store_uploaded(sk_store *s);
+
+typedef struct sk_obj_info {
+    char key[SK_OBJ_KEY_MAX];
+    int kind;
+    uint64_t size;
+    int64_t created_ms;
+    int64_t delete_after_ms; /* -1 while live */
+    uint32_t nranges;
+} sk_obj_info;
+/* Every registered object (live and retired), in key order. */
+int sk_store_list_objects(sk_store *s, void (*fn)(void *arg, const sk_obj_info *o), void *arg);
+/* The live ranges of an object (malloc'd; the caller frees). */
+int sk_store_object_ranges(sk_store *s, const char *key, sk_orange **out, size_t *n);
+/* 1 when the registry knows the key (live or retired), 0 when not. */
+int sk_store_object_known(sk_store *s, const char *key);
+
+/* Copies the view into a new SQLite file at dest (online, from a worker
+ * thread) and gives the WAL position the copy reflects. */
+int sk_store_backup(sk_store *s, const char *dest, wal_lsn *applied);
 
 /* Calls fn for every partition with the bytes of its retained batches. */
 int sk_store_partition_bytes(sk_store *s,

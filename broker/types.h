@@ -175,6 +175,7 @@ struct sk_node {
     sk_workq *readers; /* reads of storage and the SQLite view */
     sk_groups *groups;
     struct zone_map *zones;
+    struct sk_tier *tier;
 
     char cluster_id[32];
     int64_t next_pid;

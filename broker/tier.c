@@ -1,0 +1,1356 @@
+#include "tier.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "blockcache.h"
+#include "config.h"
+#include "kbatch.h"
+#include "meta.h"
+#include "node.h"
+#include "objfmt.h"
+#include "objindex.h"
+#include "objstore.h"
+#include "plog.h"
+#include "sk_err.h"
+#include "sk_log.h"
+#include "sk_map.h"
+#include "sk_time.h"
+#include "sk_workq.h"
+
+#define SNAP_KEEP 2
+#define READAHEAD_BLOCKS 4
+
+struct sk_tier {
+    sk_node *n;
+    objstore *os;
+    objindex *ix;
+    blockcache *bc;
+    sk_workq *q; /* the tier thread: uploads, snapshots, compaction, GC */
+    struct event *upload_ev, *bg_ev, *orphan_ev;
+    bool busy;     /* a job runs on the tier thread */
+    bool stopping;
+    bool snapshot_due;
+    wal_lsn uploaded;     /* every batch below is in registered objects */
+    wal_lsn snapshot_lsn; /* the newest view snapshot in the store reflects this */
+    int64_t last_upload_ms;
+    /* orphan GC: candidates of the previous pass */
+    char **orphans;
+    size_t norphans;
+    sk_tier_stats st;
+};
+
+static void start_next_job(sk_tier *t);
+
+static void opts_from_config(const sk_config *cfg, objstore_opts *o)
+{
+    objstore_opts_default(o);
+    o->max_inflight = cfg->s3_max_inflight;
+    o->part_size = (size_t)cfg->s3_part_size;
+    o->request_timeout_ms = cfg->s3_request_timeout_ms;
+    o->max_attempts = cfg->s3_max_attempts;
+}
+
+static void snapshot_prefix(const sk_config *cfg, char *buf, size_t len)
+{
+    snprintf(buf, len, "snapshots/node-%d/", cfg->node_id);
+}
+
+/* ---- start-up: restoring a wiped data.dir ---- */
+
+int sk_tier_restore_view(const sk_config *cfg, const char *dbpath, char *why, size_t whylen)
+{
+    struct stat stt;
+    if (stat(dbpath, &stt) == 0)
+        return 0;
+    struct event_base *base = event_base_new();
+    objstore_opts o;
+    opts_from_config(cfg, &o);
+    char inner[256] = "";
+    objstore *os = base ? objstore_open(base, cfg->objects_url, &o, inner, sizeof inner) : NULL;
+    if (!os) {
+        snprintf(why, whylen, "property objects.url: %s", inner);
+        if (base)
+            event_base_free(base);
+        return SK_ERR_INVAL;
+    }
+    char prefix[64];
+    snapshot_prefix(cfg, prefix, sizeof prefix);
+    char best[SK_OBJ_KEY_MAX] = "";
+    char *token = NULL;
+    int rc = 0;
+    do {
+        objstore_list_page page;
+        rc = objstore_list_sync(os, prefix, token, 1000, &page);
+        free(token);
+        token = NULL;
+        if (rc != 0)
+            break;
+        /* Keys carry the LSN in 20 digits: the greatest key is the newest. */
+        for (size_t i = 0; i < page.n; i++)
+            if (strcmp(page.entries[i].key, best) > 0)
+                snprintf(best, sizeof best, "%s", page.entries[i].key);
+        token = page.next_token ? strdup(page.next_token) : NULL;
+        objstore_list_page_free(&page);
+    } while (token);
+    if (rc == 0 && best[0]) {
+        uint8_t *data = NULL;
+        size_t got = 0;
+        uint64_t size = 0;
+        rc = objstore_get_sync(os, best, 0, OBJSTORE_TO_END, NULL, &data, &got, &size);
+        if (rc == 0) {
+            char tmp[4200];
+            snprintf(tmp, sizeof tmp, "%s.restore", dbpath);
+            int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+            size_t off = 0;
+            while (fd >= 0 && off < got) {
+                ssize_t w = write(fd, data + off, got - off);
+                if (w <= 0)
+                    break;
+                off += (size_t)w;
+            }
+            if (fd < 0 || off != got || fsync(fd) != 0 || rename(tmp, dbpath) != 0)
+                rc = SK_ERR_IO;
+            if (fd >= 0)
+                close(fd);
+            if (rc == 0)
+                SK_INFO("tier", "restored the SQLite view from %s (%zu bytes)", best, got);
+        }
+        free(data);
+    }
+    if (rc != 0)
+        snprintf(why, whylen, "cannot restore the SQLite view from %s: %s", cfg->objects_url,
+                 sk_err_name(rc));
+    objstore_destroy(os);
+    event_base_free(base);
+    return rc;
+}
+
+/* ---- the tier thread's jobs ---- */
+
+enum job_kind { JOB_UPLOAD, JOB_SNAPSHOT, JOB_COMPACT, JOB_LIST, JOB_ORPHANS };
+
+/* One partition's stream, known when the job started. */
+struct smap {
+    kc_uuid id;
+    int32_t part;
+    uint64_t stream;
+};
+
+struct ent {
+    uint64_t stream;
+    int64_t base, last, max_ts;
+    uint32_t records, size;
+    size_t off; /* in the job's blob */
+};
+
+struct newobj {
+    char key[SK_OBJ_KEY_MAX];
+    int kind;
+    uint64_t size;
+    int64_t created;
+    sk_orange *ranges;
+    uint32_t nranges;
+};
+
+struct job {
+    sk_tier *t;
+    enum job_kind kind;
+    int err;
+    /* upload */
+    wal_lsn from, to, end;
+    wal_lsn *segs;
+    size_t nsegs;
+    struct smap *map;
+    size_t nmap;
+    uint64_t limit;
+    /* built objects (upload, compaction) */
+    struct newobj *objs;
+    size_t nobjs;
+    /* compaction: sources retired */
+    char **retired;
+    size_t nretired;
+    uint64_t bytes_in;
+    /* snapshot */
+    wal_lsn snap_lsn;
+    /* listing (GC) */
+    sk_obj_info *infos;
+    size_t ninfos, capinfos;
+    /* orphan GC */
+    char **cands;
+    size_t ncands;
+    size_t deleted;
+};
+
+static void job_free(struct job *j)
+{
+    free(j->segs);
+    free(j->map);
+    for (size_t i = 0; i < j->nobjs; i++)
+        free(j->objs[i].ranges);
+    free(j->objs);
+    for (size_t i = 0; i < j->nretired; i++)
+        free(j->retired[i]);
+    free(j->retired);
+    free(j->infos);
+    for (size_t i = 0; i < j->ncands; i++)
+        free(j->cands[i]);
+    free(j->cands);
+    free(j);
+}
+
+static int smap_cmp(const void *a, const void *b)
+{
+    const struct smap *x = a, *y = b;
+    int c = memcmp(x->id.b, y->id.b, 16);
+    if (c)
+        return c;
+    return (x->part > y->part) - (x->part < y->part);
+}
+
+static int ent_cmp(const void *a, const void *b)
+{
+    const struct ent *x = a, *y = b;
+    if (x->stream != y->stream)
+        return x->stream < y->stream ? -1 : 1;
+    return (x->base > y->base) - (x->base < y->base);
+}
+
+/* Writes one object of the given entries and PUTs it. */
+static int put_object(struct job *j, objfmt_kind kind, const struct ent *es, size_t n,
+                      const uint8_t *blob)
+{
+    sk_tier *t = j->t;
+    const sk_config *cfg = t->n->cfg;
+    int64_t now = sk_now_ms();
+    objfmt_writer *w = objfmt_writer_new(kind, (uint32_t)cfg->s3_block_bytes, now);
+    if (!w)
+        return SK_ERR_NOMEM;
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        objfmt_batch b = {(uint64_t)es[i].base, (uint64_t)es[i].last, es[i].records, es[i].size};
+        rc = objfmt_writer_add(w, es[i].stream, &b, blob + es[i].off);
+    }
+    const struct iovec *iov;
+    int iovcnt;
+    uint64_t size;
+    if (rc == 0)
+        rc = objfmt_writer_finish(w, &iov, &iovcnt, &size);
+    struct newobj no = {0};
+    if (rc == 0)
+        rc = objfmt_make_key(no.key, sizeof no.key, "", kind, (uint32_t)cfg->node_id, now);
+    if (rc == 0)
+        rc = objstore_put_sync(t->os, no.key, iov, iovcnt);
+    if (rc == 0) {
+        size_t ns;
+        const objfmt_stream *ss = objfmt_writer_streams(w, &ns);
+        no.kind = kind;
+        no.size = size;
+        no.created = now;
+        no.ranges = calloc(ns ? ns : 1, sizeof *no.ranges);
+        if (!no.ranges)
+            rc = SK_ERR_NOMEM;
+        for (size_t k = 0; rc == 0 && k < ns; k++) {
+            sk_orange *r = &no.ranges[k];
+            r->stream = ss[k].stream_id;
+            r->start = ss[k].start_offset;
+            r->end = ss[k].end_offset;
+            r->size = ss[k].size;
+            r->records = ss[k].record_count;
+            r->max_ts = -1;
+            for (size_t i = 0; i < n; i++)
+                if (es[i].stream == r->stream && es[i].max_ts > r->max_ts)
+                    r->max_ts = es[i].max_ts;
+        }
+        no.nranges = (uint32_t)ns;
+        struct newobj *nobjs = rc == 0 ? realloc(j->objs, (j->nobjs + 1) * sizeof *nobjs) : NULL;
+        if (!nobjs) {
+            free(no.ranges);
+            rc = rc ? rc : SK_ERR_NOMEM;
+        } else {
+            j->objs = nobjs;
+            j->objs[j->nobjs++] = no;
+            t->st.objects_put++;
+            if (kind == OBJFMT_SO)
+                t->st.so_put++;
+            else
+                t->st.sso_put++;
+        }
+    }
+    objfmt_writer_destroy(w);
+    return rc;
+}
+
+/* Writes SOs for streams of at least split bytes, one SSO for the rest. */
+static int put_objects(struct job *j, struct ent *es, size_t n, const uint8_t *blob)
+{
+    uint64_t split = (uint64_t)j->t->n->cfg->s3_split_size;
+    qsort(es, n, sizeof *es, ent_cmp);
+    struct ent *small = malloc((n ? n : 1) * sizeof *small);
+    if (!small)
+        return SK_ERR_NOMEM;
+    size_t nsmall = 0;
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0;) {
+        size_t k = i;
+        uint64_t bytes = 0;
+        while (k < n && es[k].stream == es[i].stream)
+            bytes += es[k++].size;
+        if (bytes >= split) {
+            rc = put_object(j, OBJFMT_SO, es + i, k - i, blob);
+        } else {
+            memcpy(small + nsmall, es + i, (k - i) * sizeof *es);
+            nsmall += k - i;
+        }
+        i = k;
+    }
+    if (rc == 0 && nsmall)
+        rc = put_object(j, OBJFMT_SSO, small, nsmall, blob);
+    free(small);
+    return rc;
+}
+
+static bool is_segment_start(const struct job *j, wal_lsn lsn)
+{
+    for (size_t i = 0; i < j->nsegs; i++)
+        if (j->segs[i] == lsn)
+            return true;
+    return false;
+}
+
+static void upload_work(void *arg)
+{
+    struct job *j = arg;
+    sk_tier *t = j->t;
+    wal *w = t->n->wal;
+    uint32_t cap = 1 << 20;
+    uint8_t *rec = malloc(cap);
+    uint8_t *blob = NULL;
+    size_t blen = 0, bcap = 0;
+    struct ent *es = NULL;
+    size_t n = 0, ecap = 0;
+    int rc = rec ? 0 : SK_ERR_NOMEM;
+    wal_lsn lsn = j->from;
+    while (rc == 0 && lsn < j->to && blen < j->limit) {
+        if (is_segment_start(j, lsn)) {
+            lsn += WAL_SEGMENT_HEADER;
+            continue;
+        }
+        uint8_t type;
+        uint32_t len;
+        rc = wal_read_record(w, lsn, &type, rec, cap, &len);
+        if (rc == SK_ERR_NOMEM && len > cap) {
+            uint8_t *nr = realloc(rec, len);
+            if (!nr)
+                break;
+            rec = nr;
+            cap = len;
+            rc = wal_read_record(w, lsn, &type, rec, cap, &len);
+        }
+        if (rc != 0)
+            break;
+        wal_lsn next = lsn + WAL_RECORD_HEADER + len;
+        kc_uuid id;
+        int32_t part;
+        const uint8_t *batch;
+        size_t blen1;
+        kb_header h;
+        if (type == SK_WAL_DATA && sk_data_decode(rec, len, &id, &part, &batch, &blen1) == 0 &&
+            kb_parse_header(batch, blen1, &h) == 0) {
+            struct smap key = {id, part, 0};
+            struct smap *m = bsearch(&key, j->map, j->nmap, sizeof key, smap_cmp);
+            if (m) { /* a deleted topic's batches are not uploaded */
+                if (blen + blen1 > bcap) {
+                    size_t nc = bcap ? bcap * 2 : (4u << 20);
+                    while (nc < blen + blen1)
+                        nc *= 2;
+                    uint8_t *nb = realloc(blob, nc);
+                    if (!nb) {
+                        rc = SK_ERR_NOMEM;
+                        break;
+                    }
+                    blob = nb;
+                    bcap = nc;
+                }
+                if (n == ecap) {
+                    size_t nc = ecap ? ecap * 2 : 1024;
+                    struct ent *ne = realloc(es, nc * sizeof *ne);
+                    if (!ne) {
+                        rc = SK_ERR_NOMEM;
+                        break;
+                    }
+                    es = ne;
+                    ecap = nc;
+                }
+                memcpy(blob + blen, batch, blen1);
+                es[n++] = (struct ent){m->stream,
+                                       h.base_offset,
+                                       h.base_offset + h.last_offset_delta,
+                                       h.max_timestamp,
+                                       (uint32_t)h.records_count,
+                                       (uint32_t)blen1,
+                                       blen};
+                blen += blen1;
+            }
+        }
+        lsn = next;
+    }
+    j->end = lsn < j->to ? lsn : j->to;
+    if (rc == 0 && n > 0)
+        rc = put_objects(j, es, n, blob);
+    j->bytes_in = blen;
+    j->err = rc;
+    free(rec);
+    free(blob);
+    free(es);
+}
+
+static void snapshot_work(void *arg)
+{
+    struct job *j = arg;
+    sk_tier *t = j->t;
+    const sk_config *cfg = t->n->cfg;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/skiff.db.snapshot", cfg->data_dir);
+    wal_lsn applied = 0;
+    int rc = sk_store_backup(t->n->store, path, &applied);
+    uint8_t *data = NULL;
+    size_t len = 0;
+    if (rc == 0) {
+        FILE *f = fopen(path, "rb");
+        if (!f) {
+            rc = SK_ERR_IO;
+        } else {
+            fseek(f, 0, SEEK_END);
+            long sz = ftell(f);
+            fseek(f, 0, SEEK_SET);
+            data = sz > 0 ? malloc((size_t)sz) : NULL;
+            if (data && fread(data, 1, (size_t)sz, f) == (size_t)sz)
+                len = (size_t)sz;
+            else
+                rc = SK_ERR_IO;
+            fclose(f);
+        }
+    }
+    unlink(path);
+    char prefix[64], key[128];
+    snapshot_prefix(cfg, prefix, sizeof prefix);
+    snprintf(key, sizeof key, "%s%020" PRIu64 ".db", prefix, (uint64_t)applied);
+    if (rc == 0) {
+        struct iovec iov = {data, len};
+        rc = objstore_put_sync(t->os, key, &iov, 1);
+    }
+    free(data);
+    if (rc == 0) {
+        /* Keep the newest few; older ones are never needed again. */
+        objstore_list_page page;
+        if (objstore_list_sync(t->os, prefix, NULL, 1000, &page) == 0) {
+            for (size_t i = 0; i + SNAP_KEEP < page.n; i++)
+                objstore_delete_sync(t->os, page.entries[i].key);
+            objstore_list_page_free(&page);
+        }
+        j->snap_lsn = applied;
+    }
+    j->err = rc;
+}
+
+static void list_cb(void *arg, const sk_obj_info *o)
+{
+    struct job *j = arg;
+    if (j->ninfos == j->capinfos) {
+        size_t nc = j->capinfos ? j->capinfos * 2 : 64;
+        sk_obj_info *ni = realloc(j->infos, nc * sizeof *ni);
+        if (!ni)
+            return;
+        j->infos = ni;
+        j->capinfos = nc;
+    }
+    j->infos[j->ninfos++] = *o;
+}
+
+static void list_work(void *arg)
+{
+    struct job *j = arg;
+    j->err = sk_store_list_objects(j->t->n->store, list_cb, j);
+}
+
+/* ---- compaction (tier thread) ---- */
+
+/* Reads a source object and adds its live batches to es/blob. */
+static int load_source(struct job *j, const char *key, struct ent **es, size_t *n, size_t *ecap,
+                       uint8_t **blob, size_t *blen, size_t *bcap)
+{
+    sk_tier *t = j->t;
+    sk_orange *live;
+    size_t nlive;
+    int rc = sk_store_object_ranges(t->n->store, key, &live, &nlive);
+    if (rc != 0)
+        return rc;
+    uint8_t *data = NULL;
+    size_t got = 0;
+    uint64_t size = 0;
+    rc = objstore_get_sync(t->os, key, 0, OBJSTORE_TO_END, NULL, &data, &got, &size);
+    objfmt_reader *r = NULL;
+    uint64_t need_off;
+    size_t need_len;
+    if (rc == 0)
+        rc = objfmt_reader_from_tail(data, got, got, &r, &need_off, &need_len);
+    size_t nb = 0;
+    const objfmt_entry *bl = rc == 0 ? objfmt_reader_blocks(r, &nb) : NULL;
+    for (size_t b = 0; rc == 0 && b < nb; b++) {
+        objfmt_iter it;
+        rc = objfmt_iter_init(&it, &bl[b], data + bl[b].position, bl[b].size);
+        objfmt_batch ob;
+        const uint8_t *payload;
+        while (rc == 0 && objfmt_iter_next(&it, &ob, &payload) == 1) {
+            /* Only what the registry still holds: retention may have
+             * dropped a partition's old ranges, deletion a whole topic. */
+            bool keep = false;
+            for (size_t k = 0; k < nlive && !keep; k++)
+                keep = live[k].stream == bl[b].stream_id && ob.base_offset >= live[k].start &&
+                       ob.last_offset <= live[k].end;
+            if (!keep)
+                continue;
+            if (*blen + ob.size > *bcap) {
+                size_t nc = *bcap ? *bcap * 2 : (4u << 20);
+                while (nc < *blen + ob.size)
+                    nc *= 2;
+                uint8_t *nbuf = realloc(*blob, nc);
+                if (!nbuf) {
+                    rc = SK_ERR_NOMEM;
+                    break;
+                }
+                *blob = nbuf;
+                *bcap = nc;
+            }
+            if (*n == *ecap) {
+                size_t nc = *ecap ? *ecap * 2 : 1024;
+                struct ent *ne = realloc(*es, nc * sizeof *ne);
+                if (!ne) {
+                    rc = SK_ERR_NOMEM;
+                    break;
+                }
+                *es = ne;
+                *ecap = nc;
+            }
+            memcpy(*blob + *blen, payload, ob.size);
+            kb_header h;
+            int64_t max_ts = kb_parse_header(payload, ob.size, &h) == 0 ? h.max_timestamp : -1;
+            (*es)[(*n)++] = (struct ent){bl[b].stream_id, (int64_t)ob.base_offset,
+                                         (int64_t)ob.last_offset, max_ts, ob.record_count,
+                                         ob.size, *blen};
+            *blen += ob.size;
+        }
+    }
+    objfmt_reader_destroy(r);
+    free(data);
+    free(live);
+    return rc;
+}
+
+/* The compaction plan is made on the tier thread from the registry listing
+ * the loop took just before (j->infos). */
+static void compact_work(void *arg)
+{
+    struct job *j = arg;
+    sk_tier *t = j->t;
+    const sk_config *cfg = t->n->cfg;
+    int64_t now = sk_now_ms();
+    uint64_t small = (uint64_t)cfg->s3_compaction_small_bytes;
+    uint64_t budget = (uint64_t)cfg->s3_compaction_max_bytes;
+    char **pick = calloc(j->ninfos + 1, sizeof *pick);
+    size_t npick = 0;
+    uint64_t total = 0;
+    bool split_all = false;
+    if (!pick) {
+        j->err = SK_ERR_NOMEM;
+        return;
+    }
+    /* 1. StreamSetObjects: the old ones are split, small ones merged. */
+    for (size_t i = 0; i < j->ninfos; i++) {
+        const sk_obj_info *o = &j->infos[i];
+        if (o->delete_after_ms >= 0 || o->kind != OBJFMT_SSO || o->nranges == 0)
+            continue;
+        bool old = now - o->created_ms >= cfg->s3_force_split_ms;
+        if ((old || o->size < small) && total + o->size <= budget) {
+            pick[npick++] = strdup(o->key);
+            total += o->size;
+            split_all |= old;
+        }
+    }
+    /* One small SSO alone is not worth rewriting unless it is old. */
+    if (npick == 1 && !split_all) {
+        free(pick[0]);
+        npick = 0;
+        total = 0;
+    }
+    /* 2. Else: small StreamObjects of one stream, merged. Objects are listed
+     * by key (random), so group by stream through their ranges. */
+    if (npick == 0) {
+        for (size_t i = 0; i < j->ninfos && npick == 0; i++) {
+            const sk_obj_info *o = &j->infos[i];
+            if (o->delete_after_ms >= 0 || o->kind != OBJFMT_SO || o->size >= small ||
+                o->nranges == 0)
+                continue;
+            sk_orange *ri;
+            size_t nri;
+            if (sk_store_object_ranges(t->n->store, o->key, &ri, &nri) != 0 || nri == 0) {
+                free(ri);
+                continue;
+            }
+            uint64_t stream = ri[0].stream;
+            free(ri);
+            for (size_t k = 0; k < j->ninfos; k++) {
+                const sk_obj_info *p = &j->infos[k];
+                if (p->delete_after_ms >= 0 || p->kind != OBJFMT_SO || p->size >= small ||
+                    p->nranges == 0 || total + p->size > budget)
+                    continue;
+                sk_orange *rp;
+                size_t nrp;
+                if (sk_store_object_ranges(t->n->store, p->key, &rp, &nrp) == 0 && nrp &&
+                    rp[0].stream == stream) {
+                    pick[npick++] = strdup(p->key);
+                    total += p->size;
+                }
+                free(rp);
+            }
+            if (npick < 2) {
+                for (size_t k = 0; k < npick; k++)
+                    free(pick[k]);
+                npick = 0;
+                total = 0;
+            }
+        }
+    }
+    if (npick == 0) {
+        free(pick);
+        return;
+    }
+    struct ent *es = NULL;
+    size_t n = 0, ecap = 0, blen = 0, bcap = 0;
+    uint8_t *blob = NULL;
+    int rc = 0;
+    for (size_t i = 0; i < npick && rc == 0; i++)
+        rc = load_source(j, pick[i], &es, &n, &ecap, &blob, &blen, &bcap);
+    if (rc == 0 && n > 0) {
+        if (split_all) {
+            /* Every stream of old data gets its own object. */
+            qsort(es, n, sizeof *es, ent_cmp);
+            for (size_t i = 0; i < n && rc == 0;) {
+                size_t k = i;
+                while (k < n && es[k].stream == es[i].stream)
+                    k++;
+                rc = put_object(j, OBJFMT_SO, es + i, k - i, blob);
+                i = k;
+            }
+        } else {
+            rc = put_objects(j, es, n, blob);
+        }
+    }
+    j->err = rc;
+    j->retired = pick;
+    j->nretired = npick;
+    j->bytes_in = total;
+    free(es);
+    free(blob);
+}
+
+static void orphans_work(void *arg)
+{
+    struct job *j = arg;
+    sk_tier *t = j->t;
+    const sk_config *cfg = t->n->cfg;
+    int64_t now = sk_now_ms();
+    char *token = NULL;
+    size_t cap = 0;
+    int rc = 0;
+    do {
+        objstore_list_page page;
+        rc = objstore_list_sync(t->os, "data/", token, 1000, &page);
+        free(token);
+        token = NULL;
+        if (rc != 0)
+            break;
+        for (size_t i = 0; i < page.n; i++) {
+            const objstore_entry *e = &page.entries[i];
+            objfmt_kind kind;
+            uint32_t node;
+            int64_t created;
+            /* Only this node's objects, and only old ones: an upload or a
+             * compaction in flight has not registered its objects yet. */
+            if (objfmt_parse_key(e->key, &kind, &node, &created) != 0 ||
+                node != (uint32_t)cfg->node_id || now - e->mtime_ms < cfg->s3_orphan_min_age_ms)
+                continue;
+            if (sk_store_object_known(t->n->store, e->key) != 0)
+                continue;
+            if (j->ncands == cap) {
+                size_t nc = cap ? cap * 2 : 16;
+                char **nn = realloc(j->cands, nc * sizeof *nn);
+                if (!nn)
+                    break;
+                j->cands = nn;
+                cap = nc;
+            }
+            j->cands[j->ncands++] = strdup(e->key);
+        }
+        token = page.next_token ? strdup(page.next_token) : NULL;
+        objstore_list_page_free(&page);
+    } while (token);
+    free(token);
+    /* Delete those that were candidates in the previous pass too (and are
+     * still unknown: the check above ran again). */
+    for (size_t i = 0; i < j->ncands; i++) {
+        bool before = false;
+        for (size_t k = 0; k < t->norphans && !before; k++)
+            before = t->orphans[k] && strcmp(t->orphans[k], j->cands[i]) == 0;
+        if (before && objstore_delete_sync(t->os, j->cands[i]) == 0) {
+            SK_INFO("tier", "deleted orphan object %s", j->cands[i]);
+            j->deleted++;
+        }
+    }
+    j->err = rc;
+}
+
+/* ---- completions on the loop ---- */
+
+static void registered(void *arg, int err)
+{
+    struct job *j = arg;
+    sk_tier *t = j->t;
+    if (err == 0) {
+        if (j->kind == JOB_UPLOAD && j->end > t->uploaded)
+            t->uploaded = j->end;
+        t->snapshot_due = true;
+    } else {
+        SK_WARN("tier", "registration of %zu objects failed (%s); they will be collected as "
+                "orphans",
+                j->nobjs, sk_err_name(err));
+    }
+    job_free(j);
+    t->busy = false;
+    start_next_job(t);
+}
+
+/* Appends the OBJECTS record for a finished upload or compaction. Ranges of
+ * streams gone meanwhile, or below their partition's log start now, are
+ * left out. */
+static void register_objects(struct job *j)
+{
+    sk_tier *t = j->t;
+    sk_node *n = t->n;
+    /* stream -> partition, for the check */
+    sk_map *live = sk_map_new();
+    size_t it = 0;
+    void *v;
+    while (live && sk_map_next(n->topics_by_id, &it, NULL, NULL, &v)) {
+        sk_topic *tp = v;
+        for (int32_t i = 0; i < tp->nparts; i++)
+            sk_map_put(live, &tp->parts[i]->stream, sizeof(uint64_t), tp->parts[i]);
+    }
+    sk_buf b;
+    sk_buf_init(&b, 0);
+    sk_meta_objects_begin(&b, j->kind == JOB_UPLOAD ? j->end : 0, (uint32_t)j->nobjs);
+    for (size_t i = 0; i < j->nobjs; i++) {
+        struct newobj *o = &j->objs[i];
+        uint32_t nr = 0;
+        for (uint32_t k = 0; k < o->nranges; k++) {
+            sk_part *p = live ? sk_map_get(live, &o->ranges[k].stream, sizeof(uint64_t)) : NULL;
+            if (p && (int64_t)o->ranges[k].end >= p->log_start)
+                o->ranges[nr++] = o->ranges[k];
+        }
+        o->nranges = nr;
+        sk_oobj oo = {o->key, strlen(o->key), (uint8_t)o->kind, o->size, o->created, nr};
+        sk_meta_objects_obj(&b, &oo);
+        for (uint32_t k = 0; k < nr; k++)
+            sk_meta_objects_range(&b, &o->ranges[k]);
+    }
+    sk_meta_objects_retired(&b, (uint32_t)j->nretired);
+    int64_t after = sk_now_ms() + n->cfg->s3_delete_delay_ms;
+    for (size_t i = 0; i < j->nretired; i++)
+        sk_meta_objects_retire(&b, j->retired[i], strlen(j->retired[i]), after);
+    sk_map_destroy(live);
+    int rc = SK_ERR_NOMEM;
+    if (!sk_buf_failed(&b)) {
+        struct iovec iov = {b.data, b.len};
+        rc = sk_node_append(n, SK_WAL_META, &iov, 1, registered, j, NULL);
+    }
+    sk_buf_free(&b);
+    if (rc != 0)
+        registered(j, rc);
+}
+
+struct delctx {
+    sk_tier *t;
+    char key[SK_OBJ_KEY_MAX];
+};
+
+static void deleted_cb(void *arg, int err)
+{
+    struct delctx *d = arg;
+    sk_tier *t = d->t;
+    if (err == 0) {
+        sk_buf b;
+        sk_buf_init(&b, 0);
+        sk_meta_object_gone(&b, d->key, strlen(d->key));
+        struct iovec iov = {b.data, b.len};
+        if (!sk_buf_failed(&b))
+            sk_node_append(t->n, SK_WAL_META, &iov, 1, NULL, NULL, NULL);
+        sk_buf_free(&b);
+        objindex_forget(t->ix, d->key);
+        blockcache_forget(t->bc, d->key);
+        t->st.objects_deleted++;
+    }
+    free(d);
+}
+
+/* After a registry listing: delete retired objects whose time has come,
+ * retire live ones left without any range, then compact. */
+static void listed(struct job *j)
+{
+    sk_tier *t = j->t;
+    sk_node *n = t->n;
+    int64_t now = sk_now_ms();
+    struct job *retire = calloc(1, sizeof *retire);
+    for (size_t i = 0; i < j->ninfos; i++) {
+        const sk_obj_info *o = &j->infos[i];
+        if (o->delete_after_ms >= 0 && o->delete_after_ms <= now && !t->stopping) {
+            struct delctx *d = calloc(1, sizeof *d);
+            if (!d)
+                continue;
+            d->t = t;
+            snprintf(d->key, sizeof d->key, "%s", o->key);
+            objstore_delete(t->os, o->key, deleted_cb, d);
+        } else if (o->delete_after_ms < 0 && o->nranges == 0 && retire) {
+            char **nr = realloc(retire->retired, (retire->nretired + 1) * sizeof *nr);
+            if (nr) {
+                retire->retired = nr;
+                retire->retired[retire->nretired++] = strdup(o->key);
+            }
+        }
+    }
+    if (retire && retire->nretired > 0) {
+        retire->t = t;
+        retire->kind = JOB_LIST;
+        sk_buf b;
+        sk_buf_init(&b, 0);
+        sk_meta_objects_begin(&b, 0, 0);
+        sk_meta_objects_retired(&b, (uint32_t)retire->nretired);
+        for (size_t i = 0; i < retire->nretired; i++)
+            sk_meta_objects_retire(&b, retire->retired[i], strlen(retire->retired[i]),
+                                   now + n->cfg->s3_delete_delay_ms);
+        struct iovec iov = {b.data, b.len};
+        if (!sk_buf_failed(&b))
+            sk_node_append(n, SK_WAL_META, &iov, 1, NULL, NULL, NULL);
+        sk_buf_free(&b);
+    }
+    if (retire)
+        job_free(retire);
+}
+
+static void job_done(void *arg)
+{
+    struct job *j = arg;
+    sk_tier *t = j->t;
+    if (t->stopping) {
+        /* Objects put meanwhile stay unregistered: the data is still in the
+         * WAL, the next start uploads it again and the GC takes these. */
+        job_free(j);
+        t->busy = false;
+        return;
+    }
+    switch (j->kind) {
+    case JOB_UPLOAD:
+        t->last_upload_ms = sk_mono_ms();
+        if (j->err != 0) {
+            SK_WARN("tier", "upload of WAL %" PRIu64 "..%" PRIu64 " failed: %s; retrying later",
+                    (uint64_t)j->from, (uint64_t)j->to, sk_err_name(j->err));
+            break;
+        }
+        if (j->nobjs == 0) {
+            /* Nothing but metadata: no object to register (registering would
+             * itself append a record, and the next upload find it). The
+             * range needs no upload, so the WAL may be trimmed past it. */
+            if (j->end > t->uploaded)
+                t->uploaded = j->end;
+            break;
+        }
+        t->st.uploads++;
+        t->st.upload_bytes += j->bytes_in;
+        SK_INFO("tier", "uploaded WAL %" PRIu64 "..%" PRIu64 ": %zu objects, %" PRIu64 " bytes",
+                (uint64_t)j->from, (uint64_t)j->end, j->nobjs, j->bytes_in);
+        register_objects(j);
+        return;
+    case JOB_SNAPSHOT:
+        if (j->err == 0 && j->snap_lsn > t->snapshot_lsn) {
+            t->snapshot_lsn = j->snap_lsn;
+            t->st.snapshots++;
+            /* The WAL may shrink now. */
+            sk_node_retention(t->n);
+        } else if (j->err != 0) {
+            SK_WARN("tier", "view snapshot failed: %s", sk_err_name(j->err));
+            t->snapshot_due = true;
+        }
+        break;
+    case JOB_LIST:
+        if (j->err == 0 && !t->stopping) {
+            listed(j);
+            /* Compaction works on the same listing. */
+            j->kind = JOB_COMPACT;
+            if (sk_workq_submit(t->q, compact_work, job_done, j) == 0)
+                return;
+        }
+        break;
+    case JOB_COMPACT:
+        if (j->err != 0) {
+            SK_WARN("tier", "compaction failed: %s", sk_err_name(j->err));
+            break;
+        }
+        if (j->nretired == 0)
+            break;
+        t->st.compactions++;
+        t->st.compacted_in += j->nretired;
+        t->st.compacted_out += j->nobjs;
+        SK_INFO("tier", "compacted %zu objects (%" PRIu64 " bytes) into %zu", j->nretired,
+                j->bytes_in, j->nobjs);
+        register_objects(j);
+        return;
+    case JOB_ORPHANS:
+        t->st.orphans_deleted += j->deleted;
+        for (size_t i = 0; i < t->norphans; i++)
+            free(t->orphans[i]);
+        free(t->orphans);
+        t->orphans = j->cands;
+        t->norphans = j->ncands;
+        j->cands = NULL;
+        j->ncands = 0;
+        break;
+    }
+    job_free(j);
+    t->busy = false;
+    start_next_job(t);
+}
+
+/* ---- scheduling ---- */
+
+static bool upload_wanted(sk_tier *t, bool by_time)
+{
+    wal_lsn durable = wal_durable_lsn(t->n->wal);
+    if (durable <= t->uploaded)
+        return false;
+    if (durable - t->uploaded >= (uint64_t)t->n->cfg->s3_upload_threshold)
+        return true;
+    return by_time &&
+           sk_mono_ms() - t->last_upload_ms >= t->n->cfg->s3_upload_interval_ms;
+}
+
+static struct job *upload_job(sk_tier *t)
+{
+    sk_node *n = t->n;
+    struct job *j = calloc(1, sizeof *j);
+    if (!j)
+        return NULL;
+    j->t = t;
+    j->kind = JOB_UPLOAD;
+    j->from = t->uploaded;
+    j->to = wal_durable_lsn(n->wal);
+    j->limit = (uint64_t)n->cfg->s3_upload_threshold;
+    if (wal_segments_snapshot(n->wal, &j->segs, &j->nsegs) != 0) {
+        free(j);
+        return NULL;
+    }
+    /* The first retained segment may start above what was uploaded when
+     * there was nothing to upload in between. */
+    if (j->nsegs && j->from < j->segs[0])
+        j->from = j->segs[0];
+    size_t cap = 0;
+    size_t it = 0;
+    void *v;
+    while (sk_map_next(n->topics_by_id, &it, NULL, NULL, &v)) {
+        sk_topic *tp = v;
+        for (int32_t i = 0; i < tp->nparts; i++) {
+            if (j->nmap == cap) {
+                cap = cap ? cap * 2 : 64;
+                struct smap *nm = realloc(j->map, cap * sizeof *nm);
+                if (!nm) {
+                    job_free(j);
+                    return NULL;
+                }
+                j->map = nm;
+            }
+            j->map[j->nmap++] = (struct smap){tp->id, i, tp->parts[i]->stream};
+        }
+    }
+    qsort(j->map, j->nmap, sizeof *j->map, smap_cmp);
+    return j;
+}
+
+static void start_next_job(sk_tier *t)
+{
+    if (t->busy || t->stopping || !t->n->wal)
+        return;
+    struct job *j = NULL;
+    void (*work)(void *) = NULL;
+    if (upload_wanted(t, true)) {
+        j = upload_job(t);
+        work = upload_work;
+    } else if (t->snapshot_due && t->n->store_applied >= t->uploaded) {
+        t->snapshot_due = false;
+        j = calloc(1, sizeof *j);
+        if (j) {
+            j->t = t;
+            j->kind = JOB_SNAPSHOT;
+        }
+        work = snapshot_work;
+    }
+    if (!j)
+        return;
+    t->busy = true;
+    if (sk_workq_submit(t->q, work, job_done, j) != 0) {
+        t->busy = false;
+        job_free(j);
+    }
+}
+
+void sk_tier_kick(sk_tier *t)
+{
+    if (t && !t->busy && (upload_wanted(t, false) ||
+                          (t->snapshot_due && t->n->store_applied >= t->uploaded)))
+        start_next_job(t);
+}
+
+void sk_tier_upload_now(sk_tier *t)
+{
+    t->last_upload_ms = 0;
+    start_next_job(t);
+}
+
+static void upload_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    start_next_job(arg);
+}
+
+static void bg_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    sk_tier *t = arg;
+    if (t->busy || t->stopping)
+        return;
+    struct job *j = calloc(1, sizeof *j);
+    if (!j)
+        return;
+    j->t = t;
+    j->kind = JOB_LIST;
+    t->busy = true;
+    if (sk_workq_submit(t->q, list_work, job_done, j) != 0) {
+        t->busy = false;
+        job_free(j);
+    }
+}
+
+static void orphan_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    sk_tier *t = arg;
+    if (t->busy || t->stopping)
+        return;
+    struct job *j = calloc(1, sizeof *j);
+    if (!j)
+        return;
+    j->t = t;
+    j->kind = JOB_ORPHANS;
+    t->busy = true;
+    if (sk_workq_submit(t->q, orphans_work, job_done, j) != 0) {
+        t->busy = false;
+        job_free(j);
+    }
+}
+
+/* ---- reads ---- */
+
+struct rd {
+    sk_tier *t;
+    char key[SK_OBJ_KEY_MAX];
+    uint64_t obj_size;
+    uint64_t stream;
+    int64_t offset;
+    size_t max_bytes;
+    sk_tier_read_cb cb;
+    void *arg;
+    objindex_ref *ref;
+    blockcache_block **blocks;
+    size_t nblocks;
+};
+
+static void rd_finish(struct rd *r, int err, uint8_t *buf, size_t len, int64_t first,
+                      int64_t end)
+{
+    sk_tier *t = r->t;
+    for (size_t i = 0; i < r->nblocks; i++)
+        if (r->blocks[i])
+            blockcache_release(t->bc, r->blocks[i]);
+    free(r->blocks);
+    if (r->ref)
+        objindex_release(t->ix, r->ref);
+    if (err == 0) {
+        t->st.read_bytes += len;
+    }
+    r->cb(r->arg, err, buf, len, first, end);
+    free(r);
+}
+
+static void rd_blocks(void *arg, int err)
+{
+    struct rd *r = arg;
+    if (err != 0) {
+        free(r->blocks);
+        r->blocks = NULL;
+        r->nblocks = 0;
+        rd_finish(r, err, NULL, 0, -1, -1);
+        return;
+    }
+    /* Concatenate whole batches from the one holding `offset` on. */
+    size_t total = 0;
+    for (size_t i = 0; i < r->nblocks; i++) {
+        size_t l;
+        blockcache_data(r->blocks[i], &l);
+        total += l;
+    }
+    uint8_t *buf = malloc(total ? total : 1);
+    if (!buf) {
+        rd_finish(r, SK_ERR_NOMEM, NULL, 0, -1, -1);
+        return;
+    }
+    size_t len = 0;
+    int64_t first = -1, end = -1;
+    for (size_t i = 0; i < r->nblocks; i++) {
+        size_t l;
+        const uint8_t *d = blockcache_data(r->blocks[i], &l);
+        objfmt_iter it;
+        objfmt_iter_init_verified(&it, d, l);
+        objfmt_batch b;
+        const uint8_t *payload;
+        while (objfmt_iter_next(&it, &b, &payload) == 1) {
+            if ((int64_t)b.last_offset < r->offset)
+                continue;
+            if (len > 0 && len + b.size > r->max_bytes)
+                break;
+            memcpy(buf + len, payload, b.size);
+            len += b.size;
+            if (first < 0)
+                first = (int64_t)b.base_offset;
+            end = (int64_t)b.last_offset + 1;
+            r->t->st.read_batches++;
+        }
+    }
+    rd_finish(r, 0, buf, len, first, end);
+}
+
+static void rd_index(void *arg, int err, objindex_ref *ref)
+{
+    struct rd *r = arg;
+    sk_tier *t = r->t;
+    if (err != 0) {
+        rd_finish(r, err, NULL, 0, -1, -1);
+        return;
+    }
+    r->ref = ref;
+    const objfmt_reader *rdr = objindex_reader(ref);
+    size_t block;
+    if (objfmt_reader_find(rdr, r->stream, (uint64_t)r->offset, &block) != 0) {
+        rd_finish(r, SK_ERR_NOENT, NULL, 0, -1, -1);
+        return;
+    }
+    size_t nb;
+    const objfmt_entry *bl = objfmt_reader_blocks(rdr, &nb);
+    size_t want = 0;
+    uint64_t bytes = 0;
+    for (size_t i = block; i < nb && bl[i].stream_id == r->stream; i++) {
+        want++;
+        bytes += bl[i].size;
+        if (bytes >= r->max_bytes)
+            break;
+    }
+    r->blocks = calloc(want ? want : 1, sizeof *r->blocks);
+    r->nblocks = want;
+    if (!r->blocks) {
+        r->nblocks = 0;
+        rd_finish(r, SK_ERR_NOMEM, NULL, 0, -1, -1);
+        return;
+    }
+    int rc = blockcache_read(t->bc, r->key, bl, nb, block, want, READAHEAD_BLOCKS, r->blocks,
+                             rd_blocks, r);
+    if (rc == BLOCKCACHE_HIT)
+        rd_blocks(r, 0);
+    else if (rc < 0)
+        rd_blocks(r, rc);
+}
+
+void sk_tier_read(sk_tier *t, const sk_obj_loc *loc, uint64_t stream, int64_t offset,
+                  size_t max_bytes, sk_tier_read_cb cb, void *arg)
+{
+    struct rd *r = calloc(1, sizeof *r);
+    if (!r) {
+        cb(arg, SK_ERR_NOMEM, NULL, 0, -1, -1);
+        return;
+    }
+    r->t = t;
+    snprintf(r->key, sizeof r->key, "%s", loc->key);
+    r->obj_size = loc->obj_size;
+    r->stream = stream;
+    r->offset = offset;
+    r->max_bytes = max_bytes ? max_bytes : 1;
+    r->cb = cb;
+    r->arg = arg;
+    objindex_ref *ref;
+    int rc = objindex_get(t->ix, r->key, r->obj_size, &ref, rd_index, r);
+    if (rc == OBJINDEX_HIT)
+        rd_index(r, 0, ref);
+    else if (rc < 0)
+        rd_index(r, rc, NULL);
+}
+
+/* ---- life ---- */
+
+sk_tier *sk_tier_new(sk_node *n, char *why, size_t whylen)
+{
+    sk_tier *t = calloc(1, sizeof *t);
+    if (!t) {
+        snprintf(why, whylen, "out of memory");
+        return NULL;
+    }
+    t->n = n;
+    objstore_opts o;
+    opts_from_config(n->cfg, &o);
+    char inner[256] = "";
+    t->os = objstore_open(n->base, n->cfg->objects_url, &o, inner, sizeof inner);
+    if (!t->os) {
+        snprintf(why, whylen, "property objects.url: %s", inner);
+        free(t);
+        return NULL;
+    }
+    objindex_opts io = {0};
+    t->ix = objindex_new(t->os, &io);
+    blockcache_opts bo = {0};
+    bo.capacity = (size_t)n->cfg->s3_block_cache_bytes;
+    t->bc = blockcache_new(t->os, &bo);
+    t->q = sk_workq_new(n->base, "skiff-tier", 1);
+    t->upload_ev = event_new(n->base, -1, EV_PERSIST, upload_cb, t);
+    t->bg_ev = event_new(n->base, -1, EV_PERSIST, bg_cb, t);
+    t->orphan_ev = event_new(n->base, -1, EV_PERSIST, orphan_cb, t);
+    if (!t->ix || !t->bc || !t->q || !t->upload_ev || !t->bg_ev || !t->orphan_ev) {
+        snprintf(why, whylen, "out of memory");
+        sk_tier_destroy(t);
+        return NULL;
+    }
+    t->uploaded = sk_store_uploaded(n->store);
+    /* The newest snapshot in the store, to know how far the WAL may be
+     * trimmed; without one, take one as soon as there is something in
+     * objects. */
+    char prefix[64];
+    snapshot_prefix(n->cfg, prefix, sizeof prefix);
+    objstore_list_page page;
+    if (objstore_list_sync(t->os, prefix, NULL, 1000, &page) == 0) {
+        for (size_t i = 0; i < page.n; i++) {
+            const char *base = strrchr(page.entries[i].key, '/');
+            uint64_t lsn = base ? strtoull(base + 1, NULL, 10) : 0;
+            if (lsn > t->snapshot_lsn)
+                t->snapshot_lsn = lsn;
+        }
+        objstore_list_page_free(&page);
+    }
+    t->snapshot_due = t->uploaded > t->snapshot_lsn;
+    t->last_upload_ms = sk_mono_ms();
+    return t;
+}
+
+static struct timeval ms_tv(int64_t ms)
+{
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    return tv;
+}
+
+void sk_tier_start(sk_tier *t)
+{
+    const sk_config *cfg = t->n->cfg;
+    /* The upload timer ticks faster than the interval so that a threshold
+     * crossed between appends is noticed soon. */
+    int64_t up = cfg->s3_upload_interval_ms < 1000 ? cfg->s3_upload_interval_ms : 1000;
+    struct timeval tv = ms_tv(up);
+    event_add(t->upload_ev, &tv);
+    tv = ms_tv(cfg->s3_compaction_interval_ms);
+    event_add(t->bg_ev, &tv);
+    tv = ms_tv(cfg->s3_orphan_interval_ms);
+    event_add(t->orphan_ev, &tv);
+}
+
+void sk_tier_stop(sk_tier *t)
+{
+    if (!t)
+        return;
+    t->stopping = true;
+    event_del(t->upload_ev);
+    event_del(t->bg_ev);
+    event_del(t->orphan_ev);
+}
+
+void sk_tier_drain(sk_tier *t)
+{
+    if (!t)
+        return;
+    t->stopping = true;
+    /* Jobs read the WAL and the view: they finish before those close. */
+    if (t->q)
+        sk_workq_destroy(t->q);
+    t->q = NULL;
+}
+
+void sk_tier_destroy(sk_tier *t)
+{
+    if (!t)
+        return;
+    sk_tier_drain(t);
+    if (t->upload_ev)
+        event_free(t->upload_ev);
+    if (t->bg_ev)
+        event_free(t->bg_ev);
+    if (t->orphan_ev)
+        event_free(t->orphan_ev);
+    if (t->bc)
+        blockcache_destroy(t->bc);
+    if (t->ix)
+        objindex_destroy(t->ix);
+    if (t->os)
+        objstore_destroy(t->os);
+    for (size_t i = 0; i < t->norphans; i++)
+        free(t->orphans[i]);
+    free(t->orphans);
+    free(t);
+}
+
+wal_lsn sk_tier_trim_bound(const sk_tier *t)
+{
+    return t->uploaded < t->snapshot_lsn ? t->uploaded : t->snapshot_lsn;
+}
+
+void sk_tier_stats_get(const sk_tier *t, sk_tier_stats *out)
+{
+    *out = t->st;
+    out->uploaded = t->uploaded;
+    out->snapshot_lsn = t->snapshot_lsn;
+}
+
+void sk_tier_objstore_stats(const sk_tier *t, objstore_stats *out)
+{
+    objstore_stats_get(t->os, out);
+}

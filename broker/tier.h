@@ -1,0 +1,87 @@
+/*
+ * tier: the node's data in the object store.
+ *
+ * Upload: every s3.wal.upload.interval.ms, or once s3.wal.upload.threshold
+ * bytes are durable and not uploaded, a job on the tier thread reads the
+ * WAL from the last upload's end, sorts the batches by (stream, offset),
+ * writes every stream with at least s3.stream.object.split.size bytes as a
+ * StreamObject and the rest as one StreamSetObject, and PUTs them. The loop
+ * then registers the objects with one WAL record (OBJECTS, carrying the
+ * upload's end LSN); the SQLite view drops the WAL positions of those
+ * batches. A crash before the registration leaves unregistered objects,
+ * which the orphan GC deletes; the WAL still has the data.
+ *
+ * View snapshots: after each registration the SQLite view is copied into the
+ * object store (snapshots/node-<id>/<lsn>.db). The WAL is trimmed only below
+ * the newest snapshot's position and the upload's end, so a node whose
+ * data.dir is wiped restores the snapshot and replays the WAL from there.
+ *
+ * Reads: batches below the WAL come from objects through the object index
+ * cache and the block cache (adjacent blocks in one ranged GET, read-ahead
+ * for sequential catch-up), byte-identical to what the WAL held.
+ *
+ * Background: retired objects (compacted away, or with no live range left)
+ * are deleted after s3.object.delete.delay.ms; compaction merges small
+ * StreamSetObjects, splits old ones into StreamObjects and merges small
+ * StreamObjects of a stream; the orphan GC deletes objects the registry does
+ * not know, in two passes.
+ *
+ * Threads: the loop, except sk_tier_restore_view (start-up, before the
+ * loop runs). Jobs run on the tier's own thread.
+ */
+#ifndef TIER_H
+#define TIER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store.h"
+#include "types.h"
+
+typedef struct sk_tier sk_tier;
+
+/* Opens the object store of objects.url. NULL with a reason on failure. */
+sk_tier *sk_tier_new(sk_node *n, char *why, size_t whylen);
+/* Starts the timers (the loop is about to run). */
+void sk_tier_start(sk_tier *t);
+/* Shutdown, in three steps: stop starts no new job; drain waits for the
+ * running one (before the WAL closes: jobs read it); destroy frees the rest
+ * (after the WAL closed: registrations still completing need the tier). */
+void sk_tier_stop(sk_tier *t);
+void sk_tier_drain(sk_tier *t);
+void sk_tier_destroy(sk_tier *t);
+
+/* Where the WAL may be trimmed: below both the last upload's end and the
+ * newest view snapshot's position. */
+wal_lsn sk_tier_trim_bound(const sk_tier *t);
+/* More of the WAL became durable: upload early past the threshold. */
+void sk_tier_kick(sk_tier *t);
+
+/* Start-up: when `dbpath` does not exist, fetches the newest snapshot of
+ * this node's view from the object store into it. Returns 0 (restored or
+ * nothing to restore) or an error with a reason. */
+int sk_tier_restore_view(const sk_config *cfg, const char *dbpath, char *why, size_t whylen);
+
+/* Reads batches of `stream` from `offset` on, out of the object range loc,
+ * at most max_bytes (at least one batch). cb owns buf (malloc'd); first is
+ * the base offset of the first batch, end the offset after the last. */
+typedef void (*sk_tier_read_cb)(void *arg, int err, uint8_t *buf, size_t len, int64_t first,
+                                int64_t end);
+void sk_tier_read(sk_tier *t, const sk_obj_loc *loc, uint64_t stream, int64_t offset,
+                  size_t max_bytes, sk_tier_read_cb cb, void *arg);
+
+/* Runs the upload, GC and compaction steps now (tests, shutdown). */
+void sk_tier_upload_now(sk_tier *t);
+
+typedef struct sk_tier_stats {
+    uint64_t uploads, upload_bytes, objects_put, so_put, sso_put;
+    uint64_t compactions, compacted_in, compacted_out, objects_deleted, orphans_deleted;
+    uint64_t snapshots, read_batches, read_bytes;
+    wal_lsn uploaded, snapshot_lsn;
+} sk_tier_stats;
+void sk_tier_stats_get(const sk_tier *t, sk_tier_stats *out);
+/* The object store's own counters (requests, retries, errors). */
+struct objstore_stats;
+void sk_tier_objstore_stats(const sk_tier *t, struct objstore_stats *out);
+
+#endif
