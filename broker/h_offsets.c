@@ -22,6 +22,7 @@
 #include "sk_err.h"
 #include "sk_log.h"
 #include "store.h"
+#include "tier.h"
 
 #define LATEST -1
 #define EARLIEST -2
@@ -63,16 +64,20 @@ struct lo_item {
     int64_t below;      /* look in the view only below this base offset */
     int64_t batch_base; /* MAX_TIMESTAMP: the batch that holds it */
     bool by_offset;
+    uint64_t stream;
     /* result */
     bool found;
     int64_t offset, ts;
     bool check_cache; /* nothing in storage: look in the cache */
+    bool in_object;   /* the batch is in an object: read it on the loop */
+    sk_obj_loc loc;
 };
 
 struct lo_job {
     sk_req *r;
     struct lo_item *items;
     int n;
+    int pending; /* object reads */
 };
 
 static bool read_and_scan(sk_node *n, const sk_batch_loc *loc, int64_t target, int64_t *off,
@@ -98,6 +103,15 @@ static void lo_work(void *arg)
     for (int i = 0; i < j->n; i++) {
         struct lo_item *it = &j->items[i];
         sk_batch_loc loc;
+        /* Objects hold the oldest data, the WAL the rest, the cache the
+         * newest: look in that order. */
+        int orc = it->by_offset
+                      ? sk_store_find_object(n->store, it->stream, it->batch_base, &it->loc)
+                      : sk_store_find_object_ts(n->store, it->stream, it->target, &it->loc);
+        if (orc == 1 && (!it->by_offset || it->loc.start <= it->batch_base)) {
+            it->in_object = true;
+            continue;
+        }
         int rc = it->by_offset
                      ? sk_store_find_offset(n->store, &it->id, it->part, it->batch_base, &loc)
                      : sk_store_find_ts(n->store, &it->id, it->part, it->target, it->below, &loc);
@@ -150,9 +164,57 @@ static void lo_finish(struct lo_job *j)
     sk_req_respond(r);
 }
 
+struct lo_read {
+    struct lo_job *j;
+    struct lo_item *it;
+};
+
+static void lo_read_done(void *arg, int err, uint8_t *buf, size_t len, int64_t first, int64_t end)
+{
+    struct lo_read *lr = arg;
+    struct lo_job *j = lr->j;
+    struct lo_item *it = lr->it;
+    free(lr);
+    (void)first;
+    (void)end;
+    /* Scan the batches read for the first record at or past the target. */
+    size_t pos = 0;
+    while (err == 0 && !it->found && pos + KB_LOG_OVERHEAD <= len) {
+        int64_t sz = kb_total_size(buf + pos, len - pos);
+        if (sz <= 0 || (size_t)sz > len - pos)
+            break;
+        it->found = scan_batch(buf + pos, (size_t)sz, it->target, &it->offset, &it->ts);
+        pos += (size_t)sz;
+    }
+    if (!it->found && !it->by_offset)
+        it->check_cache = true; /* a later range, the WAL or the cache may hold it */
+    free(buf);
+    if (--j->pending == 0)
+        lo_finish(j);
+}
+
 static void lo_done(void *arg)
 {
-    lo_finish(arg);
+    struct lo_job *j = arg;
+    sk_node *n = j->r->node;
+    j->pending = 1;
+    for (int i = 0; i < j->n; i++) {
+        struct lo_item *it = &j->items[i];
+        if (!it->in_object)
+            continue;
+        struct lo_read *lr = malloc(sizeof *lr);
+        if (!lr)
+            continue;
+        lr->j = j;
+        lr->it = it;
+        j->pending++;
+        /* The whole range for a time look-up, one batch for max timestamp. */
+        int64_t from = it->by_offset ? it->batch_base : it->loc.start;
+        size_t max = it->by_offset ? 1 : (size_t)(it->loc.size < (64u << 20) ? it->loc.size : (64u << 20));
+        sk_tier_read(n->tier, &it->loc, it->stream, from, max, lo_read_done, lr);
+    }
+    if (--j->pending == 0)
+        lo_finish(j);
 }
 
 void h_list_offsets(sk_req *r)
@@ -228,6 +290,7 @@ void h_list_offsets(sk_req *r)
             it->out = out;
             it->id = p->topic->id;
             it->part = p->index;
+            it->stream = p->stream;
             if (lp->timestamp == MAX_TIMESTAMP) {
                 if (p->max_ts_base < 0 || p->max_ts_base < p->log_start) {
                     j->n--;
