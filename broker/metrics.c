@@ -12,7 +12,9 @@
 #include "net.h"
 #include "sk_log.h"
 #include "sk_map.h"
+#include "objstore.h"
 #include "sk_time.h"
+#include "tier.h"
 
 #define SKIFF_VERSION "0.1.0"
 
@@ -111,6 +113,39 @@ static void render(sk_node *n, struct evbuffer *b)
                            : 0));
         gauge(b, "skiff_wal_failed", "1 when the WAL failed and the node refuses writes.",
               wal_failed(n->wal) ? 1 : 0);
+    }
+    if (n->tier) {
+        sk_tier_stats ts;
+        sk_tier_stats_get(n->tier, &ts);
+        counter(b, "skiff_s3_uploads_total", "Uploads of WAL data into objects.", ts.uploads);
+        counter(b, "skiff_s3_upload_bytes_total", "Batch bytes uploaded.", ts.upload_bytes);
+        counter(b, "skiff_s3_objects_put_total", "Objects written (uploads and compaction).",
+                ts.objects_put);
+        counter(b, "skiff_s3_stream_objects_put_total", "StreamObjects written.", ts.so_put);
+        counter(b, "skiff_s3_stream_set_objects_put_total", "StreamSetObjects written.",
+                ts.sso_put);
+        counter(b, "skiff_s3_compactions_total", "Compactions registered.", ts.compactions);
+        counter(b, "skiff_s3_objects_deleted_total", "Retired objects deleted.",
+                ts.objects_deleted);
+        counter(b, "skiff_s3_orphans_deleted_total", "Unregistered objects deleted.",
+                ts.orphans_deleted);
+        counter(b, "skiff_s3_view_snapshots_total", "Snapshots of the SQLite view stored.",
+                ts.snapshots);
+        counter(b, "skiff_s3_read_bytes_total", "Batch bytes read from objects.", ts.read_bytes);
+        if (n->wal)
+            gauge(b, "skiff_s3_upload_lag_bytes", "Durable WAL bytes not uploaded yet.",
+                  (double)(wal_durable_lsn(n->wal) > ts.uploaded ? wal_durable_lsn(n->wal) - ts.uploaded
+                                                                 : 0));
+        objstore_stats os;
+        sk_tier_objstore_stats(n->tier, &os);
+        counter(b, "skiff_s3_requests_total", "Object store requests sent (attempts).",
+                os.requests);
+        counter(b, "skiff_s3_retries_total", "Object store requests retried.", os.retries);
+        counter(b, "skiff_s3_errors_total", "Object store operations failed after retries.",
+                os.ops_failed);
+        counter(b, "skiff_s3_bytes_up_total", "Bytes sent to the object store.", os.bytes_up);
+        counter(b, "skiff_s3_bytes_down_total", "Bytes read from the object store.",
+                os.bytes_down);
     }
     gauge(b, "skiff_cache_bytes", "Bytes of recent batches held in memory.", (double)n->cache_bytes);
     gauge(b, "skiff_back_pressure", "1 while the node has stopped reading requests.",
