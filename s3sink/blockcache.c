@@ -386,10 +386,10 @@ int blockcache_read(blockcache *c, const char *key, const objfmt_entry *entries,
         return SK_ERR_INVAL;
     if (readahead > nentries)
         readahead = nentries;
-    blockcache_block **todo = malloc((nwant + readahead) * sizeof *todo);
+    blockcache_block **wanted_blocks = malloc((nwant + readahead) * sizeof *wanted_blocks);
     struct bc_read *rd = calloc(1, sizeof *rd);
-    if (!todo || !rd) {
-        free(todo);
+    if (!wanted_blocks || !rd) {
+        free(wanted_blocks);
         free(rd);
         return SK_ERR_NOMEM;
     }
@@ -398,7 +398,7 @@ int blockcache_read(blockcache *c, const char *key, const objfmt_entry *entries,
     rd->n = nwant;
     rd->cb = cb;
     rd->arg = arg;
-    size_t ntodo = 0;
+    size_t nwanted_blocks = 0;
     uint64_t hits = 0, misses = 0;
     for (size_t i = 0; i < nwant; i++) {
         const objfmt_entry *e = &entries[first + i];
@@ -416,7 +416,7 @@ int blockcache_read(blockcache *c, const char *key, const objfmt_entry *entries,
                 block_free(b);
             }
             read_undo(c, rd, out, i);
-            free(todo);
+            free(wanted_blocks);
             free(rd);
             return SK_ERR_NOMEM;
         }
@@ -431,7 +431,7 @@ int blockcache_read(blockcache *c, const char *key, const objfmt_entry *entries,
             rd->missing++;
             misses++;
             if (fresh)
-                todo[ntodo++] = b;
+                wanted_blocks[nwanted_blocks++] = b;
         } else {
             hits++;
         }
@@ -453,13 +453,13 @@ int blockcache_read(blockcache *c, const char *key, const objfmt_entry *entries,
         if (!b)
             break;
         c->st.readahead++;
-        todo[ntodo++] = b;
+        wanted_blocks[nwanted_blocks++] = b;
     }
     /* The guard keeps a fetch that fails at once (no memory) from running
      * the callback inside this call: such a read fails by return value. */
     rd->missing++;
-    fetch_blocks(c, key, todo, ntodo);
-    free(todo);
+    fetch_blocks(c, key, wanted_blocks, nwanted_blocks);
+    free(wanted_blocks);
     if (--rd->missing == 0) {
         int err = rd->err;
         if (err != 0) {
