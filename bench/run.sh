@@ -294,7 +294,8 @@ p("")
 def errors(r):
     e = r.get("errors") or {}
     s = ", ".join("%s %d" % kv for kv in e.items())
-    return "%d failed%s" % (r["failed"], " (" + s + ")" if s else "")
+    return "%d failed%s%s" % (r["failed"], " (" + s + ")" if s else "",
+                              ", STOPPED EARLY with %d unsent" % r["unsent"] if r.get("stopped_early") else "")
 
 p("(a) latency: acks=all, %s B records, %s rec/s fixed rate (latency from the scheduled send "
   "time), %s partitions, %s producer(s), linger.ms=0, %s s after %s s warm-up" % (size, rate, parts, producers, duration, warmup))

@@ -354,7 +354,8 @@ struct producer {
 
     /* sender thread */
     hdr_t *lag; /* actual send time - due time */
-    int64_t unsent;
+    int64_t unsent; /* records the run owed but did not send (stopped early) */
+    int early;      /* stopped by a signal or a stalled broker */
     struct err_kinds send_errs;
 
     /* poller thread */
@@ -505,8 +506,10 @@ static void *sender_main(void *arg)
     for (i = 0;; i++) {
         if (p->quota >= 0 && i >= p->quota)
             break;
-        if (atomic_load(&stop_flag))
+        if (atomic_load(&stop_flag)) {
+            p->early = 1;
             break;
+        }
         int64_t due;
         if (interval > 0) {
             /* Instance k sends the global records k, k+P, k+2P, ... */
@@ -524,6 +527,7 @@ static void *sender_main(void *arg)
             !wait_inflight_below(p, p->max_inflight, now_ns() + stall)) {
             fprintf(stderr, "skload: producer %d: no acknowledgement for %.0f s; giving up\n",
                     p->id, cfg.drain_timeout);
+            p->early = 1;
             break;
         }
         struct msgctx *ctx = malloc(sizeof(*ctx));
@@ -567,8 +571,19 @@ static void *sender_main(void *arg)
         if (due >= p->measure_from)
             hdr_record(p->lag, (sent_ns - due) / 1000);
     }
-    if (p->quota >= 0 && i < p->quota)
-        p->unsent = p->quota - i;
+    if (p->early) {
+        /* What the run still owed: the rest of the schedule, or of the count. */
+        if (interval > 0 && p->send_until != INT64_MAX) {
+            for (int64_t j = i; p->quota < 0 || j < p->quota; j++) {
+                if (p->t0 + (int64_t)((double)(j * cfg.producers + p->id) * interval) >=
+                    p->send_until)
+                    break;
+                p->unsent++;
+            }
+        } else if (p->quota >= 0) {
+            p->unsent = p->quota - i;
+        }
+    }
 
     /* Drain: every sent record gets its delivery report, or is purged. */
     int64_t drain_until = now_ns() + (int64_t)(cfg.drain_timeout * 1e9);
@@ -832,6 +847,7 @@ static int run_produce(void)
     hdr_t *lat = hdr_new(), *svc = hdr_new(), *lag = hdr_new();
     struct err_kinds errs = {0};
     long long sent = 0, acked = 0, failed = 0, unsent = 0;
+    int early = 0;
     int64_t measured_ok = 0, measured_bytes = 0, last_dr = 0;
     for (int i = 0; i < cfg.producers; i++) {
         struct producer *p = &ps[i];
@@ -846,6 +862,7 @@ static int run_produce(void)
         acked += atomic_load(&p->acked);
         failed += atomic_load(&p->failed);
         unsent += p->unsent;
+        early |= p->early;
         measured_ok += p->measured_ok;
         measured_bytes += p->measured_bytes;
         if (p->last_dr_ns > last_dr)
@@ -874,8 +891,9 @@ static int run_produce(void)
                cfg.acks, cfg.idempotence ? "true" : "false", cfg.compression,
                cfg.linger_ms ? cfg.linger_ms : "null", cfg.batch_size ? cfg.batch_size : "null",
                cfg.producers, cfg.rate, cfg.max_inflight, cfg.warmup, cfg.duration);
-        printf("\"sent\":%lld,\"acked\":%lld,\"failed\":%lld,\"unsent\":%lld,\"errors\":", sent,
-               acked, failed, unsent);
+        printf("\"sent\":%lld,\"acked\":%lld,\"failed\":%lld,\"unsent\":%lld,"
+               "\"stopped_early\":%s,\"errors\":",
+               sent, acked, failed, unsent, early ? "true" : "false");
         print_errs_json(&errs);
         printf(",\"measured\":%lld,\"seconds\":%.3f,\"records_s\":%.1f,\"mb_s\":%.3f,"
                "\"client_cpu_cores\":%.2f,",
@@ -902,7 +920,8 @@ static int run_produce(void)
                cfg.rate > 0 ? "fixed rate" : "max throughput");
         if (cfg.rate > 0)
             printf("  target rate      %.0f rec/s\n", cfg.rate);
-        printf("  sent %lld, acked %lld, failed %lld, unsent %lld\n", sent, acked, failed, unsent);
+        printf("  sent %lld, acked %lld, failed %lld, unsent %lld%s\n", sent, acked, failed, unsent,
+               early ? " (STOPPED EARLY)" : "");
         print_errs_text(&errs);
         printf("  throughput       %.0f rec/s, %.2f MB/s over %.2f s (%lld measured records)\n",
                rps, mbs, secs, (long long)measured_ok);
