@@ -397,8 +397,6 @@ static void complete_join(sk_gc *gc, sk_gc_group *g, int64_t now)
     g->protocol_name = NULL;
     if (g->nmembers == 0) {
         g->state = SK_GC_EMPTY;
-        free(g->protocol_type);
-        g->protocol_type = NULL;
         return;
     }
     const char *sel = select_protocol(g);
@@ -516,8 +514,12 @@ static member *new_member(const sk_gc_join_args *a, const char *id, int64_t now)
 static void join_as_member(sk_gc *gc, sk_gc_group *g, member *m, const sk_gc_join_args *a,
                            int64_t now, sk_gc_join_cb cb, void *arg)
 {
-    if (!g->protocol_type)
+    /* The first member of an empty group sets its protocol type (an Empty
+     * group keeps its last one, as Kafka shows it). */
+    if (!g->protocol_type || g->nmembers == 1) {
+        free(g->protocol_type);
         g->protocol_type = dupstr(a->protocol_type);
+    }
     m->join_cb = cb;
     m->join_arg = arg;
     if (g->state != SK_GC_PREPARING) {

@@ -308,6 +308,25 @@ static void expire_cb(evutil_socket_t fd, short what, void *arg)
     int64_t retention = (int64_t)n->cfg->offsets_retention_minutes * 60000;
     size_t it = 0;
     void *v;
+    /* Empty groups without committed offsets are forgotten, as Kafka's
+     * cleanup does: nothing else would ever free them. */
+    size_t git = 0;
+    sk_gc_group *eg, **gone = NULL;
+    size_t ngone = 0;
+    while ((eg = sk_gc_next(gs->gc, &git))) {
+        const char *id = sk_gc_group_id(eg);
+        if (sk_gc_group_state(eg) != SK_GC_EMPTY || sk_gc_group_nmembers(eg) > 0 ||
+            sk_map_get(gs->states, id, strlen(id)))
+            continue;
+        sk_gc_group **ng = realloc(gone, (ngone + 1) * sizeof *ng);
+        if (!ng)
+            break;
+        gone = ng;
+        gone[ngone++] = eg;
+    }
+    for (size_t i = 0; i < ngone; i++)
+        sk_gc_remove(gs->gc, gone[i]);
+    free(gone);
     /* Collect the victims first: appending applies changes to the map. */
     char **drop = NULL;
     size_t ndrop = 0;
@@ -630,8 +649,6 @@ void h_list_groups(sk_req *r)
     while ((g = sk_gc_next(gs->gc, &it)) && (size_t)k < cap) {
         const char *id = sk_gc_group_id(g);
         const char *st = sk_gc_state_name(sk_gc_group_state(g));
-        if (sk_gc_group_state(g) == SK_GC_EMPTY && !sk_map_get(gs->states, id, strlen(id)))
-            continue; /* nothing left of it */
         if (!type_ok || (r->version >= 4 && !filter_match(req->states_filter.v, req->states_filter.n, st)))
             continue;
         const char *pt = sk_gc_group_protocol_type(g);

@@ -120,7 +120,7 @@ def test_two_step_join_sync_heartbeat_fencing(gbroker, topic_name):
     assert r["ErrorCode"] == 0, r
     assert [(x["MemberId"], x["ErrorCode"]) for x in r["Members"]] == [(m, 0), ("nobody", UNKNOWN_MEMBER_ID)], r
     d = kg.describe_groups(c, [g])["Groups"][0]
-    assert (d["GroupState"], d["Members"]) == ("Empty", []), d
+    assert (d["GroupState"], d["Members"], d["ProtocolType"]) == ("Empty", [], "consumer"), d
     assert kg.heartbeat(c, g, gen + 1, m)["ErrorCode"] == UNKNOWN_MEMBER_ID
     # An unknown group: the member gets UNKNOWN_MEMBER_ID (v3+ per member, v0-2 at the top).
     r = kg.leave(c, gid(), members=[(m, None)])
@@ -134,6 +134,9 @@ def test_two_step_join_sync_heartbeat_fencing(gbroker, topic_name):
     r2 = kg.leave(c, g2, members=[(r["MemberId"], None)])
     assert [x["ErrorCode"] for x in r2["Members"]] == [0], r2
     assert kg.join(c, g2, 5, member_id=r["MemberId"], **subs)["ErrorCode"] == UNKNOWN_MEMBER_ID
+    # Both groups are listed, Empty, though neither has committed offsets.
+    listed = {x["GroupId"]: (x["GroupState"], x["ProtocolType"]) for x in kg.list_groups(c)["Groups"]}
+    assert (listed.get(g), listed.get(g2)) == (("Empty", "consumer"), ("Empty", "")), listed
 
 
 def test_old_join_versions_admit_directly(gbroker, topic_name):

@@ -267,7 +267,10 @@ def test_offsets_of_empty_groups_expire(broker_factory, topic_name):
     b = broker_factory(dict(FAST, **{"offsets.retention.minutes": "1",
                                      "offsets.retention.check.interval.ms": "500"}))
     c = setup_topic(b.bootstrap, topic_name)
-    active, empty, late = gid(), gid(), gid()
+    active, empty, late, gone = gid(), gid(), gid(), gid()
+    # A group without offsets is forgotten once Empty (at the next check).
+    gm, _ = stable_member(c, gone, topic_name)
+    assert kg.leave(c, gone, members=[(gm, None)])["Members"][0]["ErrorCode"] == 0
     m, gen = stable_member(c, active, topic_name)
     tp = (topic_name, 0)
     assert kg.commit(c, active, {tp: 1}, gen, m) == {tp: 0}
@@ -299,6 +302,9 @@ def test_offsets_of_empty_groups_expire(broker_factory, topic_name):
             "offsets younger than the retention expired"
         listed = {x["GroupId"] for x in kg.list_groups(c)["Groups"]}
         assert empty not in listed and active in listed and late in listed, listed
+        assert gone not in listed, "an Empty group without offsets was never forgotten"
+        d = kg.describe_groups(c, [gone], 6)["Groups"][0]
+        assert d["ErrorCode"] == GROUP_ID_NOT_FOUND, d
     finally:
         stop.set()
         t.join(5)
