@@ -387,10 +387,28 @@ static const char *select_protocol(const sk_gc_group *g)
 static void complete_join(sk_gc *gc, sk_gc_group *g, int64_t now)
 {
     (void)gc;
-    /* Members that did not rejoin in time leave the group. */
+    /* Dynamic members that did not rejoin in time leave the group; static
+     * ones stay until their session times out (Kafka's rule: a restarting
+     * static member keeps its place). */
     for (int i = g->nmembers - 1; i >= 0; i--)
-        if (!g->members[i]->join_cb)
+        if (!g->members[i]->join_cb && !g->members[i]->instance)
             drop_member(g, g->members[i], SK_KAFKA_UNKNOWN_MEMBER_ID);
+    /* The leader must be a member that rejoined. */
+    member *lead = g->leader ? find_member(g, g->leader, strlen(g->leader)) : NULL;
+    if (!lead || !lead->join_cb) {
+        member *j = NULL;
+        for (int i = 0; i < g->nmembers && !j; i++)
+            if (g->members[i]->join_cb)
+                j = g->members[i];
+        if (!j && g->nmembers > 0) {
+            /* Only static members that have not rejoined: wait again. */
+            g->initial = false;
+            g->deadline = now + max_rebalance_ms(g);
+            return;
+        }
+        free(g->leader);
+        g->leader = j ? strdup(j->id) : NULL;
+    }
     g->generation++;
     g->initial = false;
     free(g->protocol_name);

@@ -756,6 +756,62 @@ static void test_static_member_rejoin(void **st)
     sk_gc_destroy(gc, 0);
 }
 
+static void test_static_member_kept_through_rebalance(void **st)
+{
+    (void)st;
+    sk_gc *gc = gc_new(0);
+    jslot s, d;
+    join_o(gc, &s, (jopts){.instance = "i1"}, 0); /* the leader */
+    join(gc, &d, "", 0);
+    sk_gc_tick(gc, 0);
+    assert_string_equal(s.leader, s.member);
+    sslot x;
+    const char *ids[] = {s.member, d.member}, *as[] = {"S", "D"};
+    sync_p(gc, &x, s.member, 1, 2, ids, as, NOSTR, NOSTR, "i1", 1);
+    /* A newcomer; d rejoins, the static leader does not (it is restarting). */
+    jslot n, d2;
+    join(gc, &n, "", 100);
+    join(gc, &d2, d.member, 100);
+    assert_int_equal(d2.calls, 0); /* the static member is awaited */
+    sk_gc_tick(gc, 100 + REBALANCE);
+    assert_int_equal(d2.calls, 1);
+    assert_int_equal(n.calls, 1);
+    /* It stays a member; a member that rejoined leads. */
+    assert_int_equal(sk_gc_group_nmembers(sk_gc_find(gc, GROUP, 1)), 3);
+    assert_string_equal(d2.leader, d.member);
+    assert_int_equal(d2.nmembers, 3);
+    assert_int_equal(hb_i(gc, s.member, "i1", 1, 101 + REBALANCE), SK_KAFKA_ILLEGAL_GENERATION);
+    /* Back, with its member id: the current generation, as a follower. */
+    jslot s2;
+    join_o(gc, &s2, (jopts){.member = s.member, .instance = "i1"}, 102 + REBALANCE);
+    assert_int_equal(s2.calls, 1);
+    assert_int_equal(s2.error, 0);
+    assert_int_equal(s2.generation, 2);
+    assert_string_equal(s2.leader, d.member);
+    sk_gc_destroy(gc, 0);
+
+    /* Only static members that did not rejoin: the rebalance waits again;
+     * they leave by their session timeout. */
+    gc = gc_new(0);
+    jslot a, b;
+    join_o(gc, &a, (jopts){.instance = "i1"}, 0);
+    sk_gc_tick(gc, 0);
+    const char *ids2[] = {a.member}, *as2[] = {"A"};
+    sync_p(gc, &x, a.member, 1, 1, ids2, as2, NOSTR, NOSTR, "i1", 0);
+    assert_int_equal(sk_gc_leave(gc, S(GROUP), S(a.member), S("i1"), 1), 0);
+    join_o(gc, &a, (jopts){.instance = "i1"}, 2);
+    sk_gc_tick(gc, 2);
+    sync_p(gc, &x, a.member, 3, 1, ids2, as2, NOSTR, NOSTR, "i1", 2);
+    join_o(gc, &b, (jopts){.instance = "i2"}, 3);
+    assert_int_equal(state(gc), SK_GC_PREPARING);
+    sk_gc_leave(gc, S(GROUP), S(""), S("i2"), 4); /* b gives up; a never rejoins */
+    sk_gc_tick(gc, 3 + REBALANCE);
+    assert_int_equal(state(gc), SK_GC_PREPARING);
+    sk_gc_tick(gc, 2 + SESSION);
+    assert_int_equal(state(gc), SK_GC_EMPTY);
+    sk_gc_destroy(gc, 0);
+}
+
 static void test_commit_checks(void **st)
 {
     (void)st;
@@ -913,6 +969,7 @@ int main(void)
         cmocka_unit_test(test_heartbeat_in_every_state),
         cmocka_unit_test(test_leave),
         cmocka_unit_test(test_static_member_rejoin),
+        cmocka_unit_test(test_static_member_kept_through_rebalance),
         cmocka_unit_test(test_commit_checks),
         cmocka_unit_test(test_join_errors),
         cmocka_unit_test(test_listing_and_remove),
