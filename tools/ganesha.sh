@@ -21,7 +21,7 @@ set -eu
 die() { echo "ganesha.sh: $*" >&2; exit 1; }
 
 need_tools() {
-  for t in ganesha.nfsd rpcbind unshare ss; do
+  for t in ganesha.nfsd rpcbind unshare ss flock; do
     if ! command -v "$t" >/dev/null 2>&1 && [ ! -x "/usr/sbin/$t" ] && [ ! -x "/sbin/$t" ]; then
       echo "ganesha.sh: $t is missing (tools/install-deps.sh test installs nfs-ganesha," \
            "nfs-ganesha-vfs, rpcbind)" >&2
@@ -43,6 +43,11 @@ wait_exit() {
     i=$((i + 1))
   done
   return 0
+}
+
+# kill -0 also succeeds on a zombie: the launcher of a daemon that failed.
+alive() {
+  [ -r "/proc/$1/stat" ] && ! awk '{ exit $3 == "Z" ? 0 : 1 }' "/proc/$1/stat" 2>/dev/null
 }
 
 rpcbind_alive() {
@@ -104,10 +109,15 @@ EXPORT {
 LOG { Default_Log_Level = EVENT; }
 CONF
   echo "$port $mnt" > "$dir/ganesha.ports"
+  # Starts are serialized machine-wide: rpcbind's socket is one for all, and a
+  # start must not remove another one's rpcbind while its Ganesha registers.
+  # Children close the lock's descriptor, so it is released when this exits.
+  exec 9>"${TMPDIR:-/tmp}/skiff-ganesha-start.lock"
+  flock 9
   if ! rpcbind_alive; then
     # A stale socket left by a killed rpcbind would make the new one fail.
     rm -f /run/rpcbind.sock
-    unshare -n sh -c 'ip link set lo up 2>/dev/null; exec rpcbind -f' > "$dir/rpcbind.log" 2>&1 &
+    unshare -n sh -c 'ip link set lo up 2>/dev/null; exec rpcbind -f' > "$dir/rpcbind.log" 2>&1 9>&- &
     echo $! > "$dir/rpcbind.pid"
     i=0
     until rpcbind_alive; do
@@ -119,7 +129,7 @@ CONF
   : > "$dir/ganesha.log"
   rm -f "$dir/ganesha.pidfile"
   ganesha.nfsd -F -f "$dir/ganesha.conf" -L "$dir/ganesha.log" -p "$dir/ganesha.pidfile" \
-    > "$dir/ganesha.stdout" 2>&1 &
+    > "$dir/ganesha.stdout" 2>&1 9>&- &
   # The daemon detaches from the process started here even with -F: its own PID
   # file names the process to stop later.
   pid=$!
@@ -127,15 +137,15 @@ CONF
   i=0
   while :; do
     p=$(cat "$dir/ganesha.pidfile" 2>/dev/null || true)
-    if [ -n "$p" ] && [ "$p" != "$pid" ] && kill -0 "$p" 2>/dev/null; then
+    if [ -n "$p" ] && [ "$p" != "$pid" ] && alive "$p"; then
       pid=$p
       echo "$pid" > "$dir/ganesha.pid"
     fi
-    if grep -q 'NFS SERVER INITIALIZED' "$dir/ganesha.log" 2>/dev/null &&
+    if [ "$pid" = "$p" ] && grep -q 'NFS SERVER INITIALIZED' "$dir/ganesha.log" 2>/dev/null &&
        ss -ltn "sport = :$port" | grep -q LISTEN; then
       break
     fi
-    if ! kill -0 "$pid" 2>/dev/null && [ -z "$p" ]; then
+    if ! alive "$pid" && { [ -z "$p" ] || ! alive "$p"; }; then
       stop_rpcbind "$dir"
       rm -f "$dir/ganesha.pid"
       grep -E 'CRIT|MAJ|FATAL' "$dir/ganesha.log" | grep -vi dbus >&2 || true
