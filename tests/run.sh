@@ -21,6 +21,12 @@
 #   SKIFF_TEST_AGAINST=kafka  start Apache Kafka 4.3.1 (tools/kafka-ref.sh) in
 #                        tests/.work/kafka-ref on a free port for the integration phase,
 #                        point the tests at it, and stop it (by its PID) at the end
+#
+# The integration phase also starts one NFS-Ganesha (tools/ganesha.sh, NFSv3 on
+# 127.0.0.1, free ports, export in tests/.work/ganesha-PID/export) for the tests with
+# the WAL on NFS (test_3*), hands them its URL in SKIFF_TEST_NFS_URL, and stops it
+# (by its PID) when the phase ends, whatever happened. Without Ganesha, rpcbind or
+# root, those tests start none and skip.
 # Exit status: 0 only if every selected phase passed.
 set -u
 
@@ -36,6 +42,7 @@ SUMMARY=""
 FAILED=0
 PASSED=0
 KREF_DIR=""
+NFS_DIR=""
 
 now() { date +%s.%N 2>/dev/null || date +%s; }
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
@@ -56,8 +63,36 @@ stop_reference() {
     KREF_DIR=""
   fi
 }
-trap 'stop_reference' EXIT
-trap 'stop_reference; exit 130' INT TERM
+stop_nfs() {
+  if [ -n "$NFS_DIR" ]; then
+    tools/ganesha.sh stop "$NFS_DIR" || true
+    rm -rf "$NFS_DIR"
+    NFS_DIR=""
+  fi
+  unset SKIFF_TEST_NFS_URL
+}
+
+start_nfs() {
+  # One per run: several checkouts' runs may share the machine, even this tree.
+  NFS_DIR=$ROOT/tests/.work/ganesha-$$
+  rm -rf "$NFS_DIR"
+  mkdir -p "$NFS_DIR"
+  nport=$($PYTHON -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  mport=$($PYTHON -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  tools/ganesha.sh start "$NFS_DIR" "$nport" "$mport"
+  rc=$?
+  if [ $rc -ne 0 ]; then
+    [ $rc -eq 77 ] || echo "warning: NFS-Ganesha did not start (exit $rc): the NFS tests will try on their own" >&2
+    NFS_DIR=""
+    return 0
+  fi
+  SKIFF_TEST_NFS_URL=$(tools/ganesha.sh url "$NFS_DIR")
+  export SKIFF_TEST_NFS_URL
+  echo "NFS server for the WAL tests: $SKIFF_TEST_NFS_URL"
+}
+
+trap 'stop_reference; stop_nfs' EXIT
+trap 'stop_reference; stop_nfs; exit 130' INT TERM
 
 phase_unit() {
   if [ ! -f "$BUILD/CTestTestfile.cmake" ]; then
@@ -107,10 +142,12 @@ phase_integration() {
   else
     echo "warning: pytest-timeout is missing (tools/install-deps.sh test): no per-test timeout" >&2
   fi
+  [ -z "${SKIFF_TEST_EXTERNAL:-}" ] && start_nfs
   # shellcheck disable=SC2086
   SKIFF_BUILD=$BUILD $PYTHON -m pytest -v -rs -p no:cacheprovider --durations=15 $timeout_opt \
     tests/integration ${SKIFF_PYTEST_ARGS:-}
   rc=$?
+  stop_nfs
   stop_reference
   if [ $rc -eq 5 ]; then
     echo "pytest selected no test"
