@@ -9,7 +9,9 @@
 #      (b) acks=all 1 KiB records as fast as possible: throughput;
 #      skiffd's RSS is sampled during both, and its VmHWM read at the end;
 #   5. prints a report: absolute figures, and the target ratios with
-#      PASS/MISS labels (labels, not assertions).
+#      PASS/MISS labels (labels, not assertions);
+#   6. runs bench/nfs.sh: the same workloads with the WAL on NFS (NFS-Ganesha on
+#      loopback, libnfs) beside that server's floor (BENCH_NFS=0 skips it).
 #
 # Exit status: 0 when the figures were measured, whatever they are; 1 when
 # the harness failed (build, disk floor, skiffd start-up, skiffd died during
@@ -355,3 +357,28 @@ sys.exit(0 if (a and a["measured"] and b and b["measured"]) else 3)
 EOF
 [ $rc -eq 0 ] || fail "a workload measured nothing (logs: $OUT/a.log, $OUT/b.log)"
 say "report: $OUT/report.txt"
+
+# ------------------------------------------------------ 6. the WAL on NFS
+# bench/nfs.sh: the same workloads with the WAL on NFS-Ganesha through libnfs,
+# beside that server's own floor. BENCH_NFS=0 skips it.
+if [ -z "$EXTERNAL" ] && [ "${BENCH_NFS:-1}" != 0 ]; then
+  # The local-disk broker stops first: the NFS run has the machine to itself.
+  if [ -n "$BROKER_PID" ]; then
+    kill -TERM "$BROKER_PID" 2>/dev/null || true
+    i=0
+    while kill -0 "$BROKER_PID" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+    kill -KILL "$BROKER_PID" 2>/dev/null || true
+    wait "$BROKER_PID" 2>/dev/null || true
+    BROKER_PID=""
+  fi
+  echo
+  set +e
+  "$ROOT/bench/nfs.sh"
+  nrc=$?
+  set -e
+  case $nrc in
+    0) ;;
+    77) say "NFS section skipped: no NFS server can run here" ;;
+    *) fail "NFS section (bench/nfs.sh exit $nrc)" ;;
+  esac
+fi
