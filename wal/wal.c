@@ -1060,6 +1060,37 @@ struct recovery {
     size_t whylen;
 };
 
+static void put_record(wal *w);
+
+/* A long recovery keeps the lease, as the loop would: otherwise another
+ * node could take over a WAL that is merely being read. The check for a
+ * newer epoch comes first, as in every renewal. */
+static int renew_during_recovery(struct recovery *rc_)
+{
+    wal *w = rc_->w;
+    int64_t now = boot_us();
+    if (now - w->renew_start_us < w->renew_ms * 1000)
+        return 0;
+    w->renew_start_us = now;
+    uint8_t buf[OWNER_REC];
+    size_t got;
+    int rc = w->st->ops->owner_read(w->st, w->me.epoch + 1, buf, sizeof buf, &got);
+    if (rc == 0) {
+        snprintf(rc_->why, rc_->whylen,
+                 "another owner (epoch %llu) took the WAL over during recovery",
+                 (unsigned long long)w->me.epoch + 1);
+        return SK_ERR_FENCED;
+    }
+    if (rc != SK_ERR_NOENT) {
+        snprintf(rc_->why, rc_->whylen, "cannot renew the lease during recovery: %s",
+                 sk_err_name(rc));
+        return rc;
+    }
+    put_record(w);
+    w->lease_until_us = now + w->lease_ms * 1000;
+    return 0;
+}
+
 /* Scans segment seg. For an earlier segment the records must fill it
  * exactly up to `limit` (the next segment's offset); the last one
  * (limit == 0) ends at its first record that is not valid. *end receives
@@ -1110,6 +1141,9 @@ static int scan_segment(struct recovery *rc_, struct reader *r, uint64_t limit, 
             return SK_ERR_CORRUPT;
         }
         wal_lsn lsn = r->seg + off;
+        int lr = renew_during_recovery(rc_);
+        if (lr)
+            return lr;
         if (lsn >= rc_->replay_from && rc_->replay) {
             int e = rc_->replay(rc_->arg, lsn, type, payload, len);
             if (e) {
@@ -1533,6 +1567,7 @@ static int claim(wal *w, struct claim *c)
         if (rc)
             return rc;
         w->lease_until_us = check + w->lease_ms * 1000;
+        w->renew_start_us = check;
         return 0;
     }
 }

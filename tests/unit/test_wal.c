@@ -1696,6 +1696,41 @@ static void test_restart_after_kill(void **state)
     unlink(lock);
 }
 
+static int replay_slowly(void *arg, wal_lsn lsn, uint8_t type, const uint8_t *p, uint32_t len)
+{
+    (void)arg;
+    (void)lsn;
+    (void)type;
+    (void)p;
+    (void)len;
+    struct timespec ts = {0, 30 * 1000000L};
+    nanosleep(&ts, NULL);
+    return 0;
+}
+
+/* A recovery longer than the lease renews it as it goes: the WAL is not up
+ * for takeover while it is being read, and serves at once afterwards. */
+static void test_long_recovery_keeps_lease(void **state)
+{
+    struct fx *f = *state;
+    wal_faulty_ctl ctl = {.no_lock = true};
+    wal_opts o = opts_default(NULL);
+    o.lease_ms = 120;
+    wal *w = open_ok(f, &o, 0, NULL, &ctl, NULL);
+    append_range(f, w, 0, 12, NULL);
+    wal_close(w);
+    int e = 0;
+    wal_storage *st = wal_faulty_new(f->base, wal_posix_new(f->base, f->dir, &e), &ctl);
+    char why[256] = "";
+    w = wal_open(f->base, st, &o, 0, replay_slowly, NULL, &e, why, sizeof why);
+    assert_non_null(w);
+    append_range(f, w, 12, 13, NULL);
+    wal_stats s;
+    wal_get_stats(w, &s);
+    assert_int_equal(s.lease_lapses, 0);
+    wal_close(w);
+}
+
 static void test_storage_url(void **state)
 {
     struct fx *f = *state;
@@ -1899,6 +1934,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stale_epoch_segment, setup, teardown),
         cmocka_unit_test_setup_teardown(test_locks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restart_after_kill, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_long_recovery_keeps_lease, setup, teardown),
         cmocka_unit_test_setup_teardown(test_storage_url, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bench, setup, teardown),
     };
