@@ -31,19 +31,17 @@ static void conn_event_cb(struct bufferevent *bev, short what, void *arg);
 static void conn_kick_cb(evutil_socket_t fd, short what, void *arg);
 static void process_input(sk_conn *c);
 
-/* Connections whose last reference is gone wait here for the reaper, which
- * runs from its own event: never inside a callback of the connection. */
-static sk_conn *reap_list;
-static struct event *reap_ev;
-
+/* Connections whose last reference is gone wait on node->reap_list for the
+ * reaper, which runs from its own event: never inside a callback of the
+ * connection. */
 static void reap_cb(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
-    (void)arg;
-    while (reap_list) {
-        sk_conn *c = reap_list;
-        reap_list = c->next;
+    sk_node *n = arg;
+    while (n->reap_list) {
+        sk_conn *c = n->reap_list;
+        n->reap_list = c->next;
         event_free(c->kick_ev);
         free(c);
     }
@@ -61,9 +59,9 @@ static void conn_unref(sk_conn *c)
     if (c->next)
         c->next->prev = c->prev;
     n->nconns--;
-    c->next = reap_list;
-    reap_list = c;
-    event_active(reap_ev, EV_TIMEOUT, 0);
+    c->next = n->reap_list;
+    n->reap_list = c;
+    event_active(n->reap_ev, EV_TIMEOUT, 0);
 }
 
 static void conn_close(sk_conn *c)
@@ -348,8 +346,8 @@ static void accept_cb(struct evconnlistener *lev, evutil_socket_t fd, struct soc
 
 int sk_net_listen(sk_node *n, char *why, size_t whylen)
 {
-    if (!reap_ev)
-        reap_ev = event_new(n->base, -1, 0, reap_cb, NULL);
+    if (!n->reap_ev)
+        n->reap_ev = event_new(n->base, -1, 0, reap_cb, n);
     for (int i = 0; i < n->cfg->nlisteners; i++) {
         const sk_listener *l = &n->cfg->listeners[i];
         struct addrinfo hints = {0}, *res = NULL;
@@ -417,6 +415,16 @@ const sk_listener *sk_conn_advertised(const sk_conn *c)
         if (strcmp(cfg->advertised[i].name, name) == 0)
             return &cfg->advertised[i];
     return &cfg->advertised[0];
+}
+
+void sk_net_destroy(sk_node *n)
+{
+    sk_net_stop_accepting(n);
+    if (n->reap_ev) {
+        reap_cb(-1, 0, n);
+        event_free(n->reap_ev);
+        n->reap_ev = NULL;
+    }
 }
 
 void sk_net_stop_accepting(sk_node *n)

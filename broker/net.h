@@ -52,6 +52,8 @@ void sk_conn_learn_zone(sk_conn *c, const kc_str *client_id);
 /* The address clients of this connection's listener should use. */
 const struct sk_listener *sk_conn_advertised(const sk_conn *c);
 void sk_net_stop_accepting(sk_node *n);
+/* Frees what the network layer holds once every connection is gone. */
+void sk_net_destroy(sk_node *n);
 /* Closes every connection (shutdown). */
 void sk_net_close_all(sk_node *n);
 /* True when no connection has a request in flight or unsent output. */

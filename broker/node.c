@@ -46,9 +46,6 @@ struct sk_dwait {
     void *arg;
 };
 
-/* Records that became durable since the last flush, for the view. */
-static sk_store_txn *cur_txn;
-static bool store_inflight;
 
 static void store_flush_cb(evutil_socket_t fd, short what, void *arg);
 
@@ -58,9 +55,9 @@ static void append_done(void *arg, int err, wal_lsn lsn)
     struct pend *pe = arg;
     sk_node *n = pe->n;
     if (err == 0) {
-        if (!cur_txn)
-            cur_txn = sk_store_txn_new();
-        if (!cur_txn || sk_store_txn_add(cur_txn, &pe->rec) != 0) {
+        if (!n->store_txn)
+            n->store_txn = sk_store_txn_new();
+        if (!n->store_txn || sk_store_txn_add(n->store_txn, &pe->rec) != 0) {
             /* The view falls behind; it is rebuilt from the WAL at the next
              * start. Keep the cache from evicting what it cannot find. */
             SK_ERROR("node", "out of memory queueing a record for the SQLite view");
@@ -187,7 +184,7 @@ static void run_dwaiters(sk_node *n, int err)
 static void store_done(void *arg, int err, wal_lsn applied)
 {
     sk_node *n = arg;
-    store_inflight = false;
+    n->store_inflight = false;
     if (err) {
         /* The view is derived: a failed transaction is redone from the WAL
          * at the next start. Stop evicting so fetches still find batches. */
@@ -197,7 +194,7 @@ static void store_done(void *arg, int err, wal_lsn applied)
     }
     n->store_applied = applied;
     sk_cache_evict(n);
-    if (cur_txn && sk_store_txn_count(cur_txn))
+    if (n->store_txn && sk_store_txn_count(n->store_txn))
         event_active(n->store_flush_ev, EV_TIMEOUT, 0);
 }
 
@@ -214,11 +211,11 @@ static void store_flush_cb(evutil_socket_t fd, short what, void *arg)
         sk_tier_kick(n->tier);
     /* One transaction at a time keeps the view's 'applied' exact and lets
      * the next one gather everything that became durable meanwhile. */
-    if (store_inflight || !cur_txn || sk_store_txn_count(cur_txn) == 0)
+    if (n->store_inflight || !n->store_txn || sk_store_txn_count(n->store_txn) == 0)
         return;
-    sk_store_txn *t = cur_txn;
-    cur_txn = NULL;
-    store_inflight = true;
+    sk_store_txn *t = n->store_txn;
+    n->store_txn = NULL;
+    n->store_inflight = true;
     /* Every record in t is durable and the WAL completes in order, so the
      * view reflects the WAL up to the end of t's last record. */
     sk_store_submit(n->store, t, store_done, n);
@@ -744,7 +741,6 @@ struct ret_job {
     int lsn_rc;
 };
 
-static bool retention_running;
 
 static void ret_work(void *arg)
 {
@@ -764,7 +760,7 @@ static void ret_done(void *arg)
 {
     struct ret_job *j = arg;
     sk_node *n = j->n;
-    retention_running = false;
+    n->retention_running = false;
     for (size_t i = 0; i < j->nitems && !n->stopping; i++) {
         struct ret_item *it = &j->items[i];
         sk_part *p = sk_part_get(sk_topic_get_id(n, &it->id), it->part);
@@ -796,7 +792,7 @@ static void ret_done(void *arg)
 
 void sk_node_retention(sk_node *n)
 {
-    if (retention_running || n->stopping)
+    if (n->retention_running || n->stopping)
         return;
     struct ret_job *j = calloc(1, sizeof *j);
     if (!j)
@@ -830,9 +826,9 @@ void sk_node_retention(sk_node *n)
             ri->max_bytes = t->conf.retention_bytes;
         }
     }
-    retention_running = true;
+    n->retention_running = true;
     if (sk_node_read_job(n, ret_work, ret_done, j) != 0) {
-        retention_running = false;
+        n->retention_running = false;
         free(j->items);
         free(j);
     }
@@ -849,19 +845,17 @@ static void retention_cb(evutil_socket_t fd, short what, void *arg)
 
 /* ---- run and shutdown ---- */
 
-static struct event *shutdown_ev;
-static int64_t shutdown_deadline;
 
 static void shutdown_check_cb(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
     sk_node *n = arg;
-    if (!sk_net_idle(n) && sk_mono_ms() < shutdown_deadline)
+    if (!sk_net_idle(n) && sk_mono_ms() < n->shutdown_deadline)
         return;
     if (!sk_net_idle(n))
         SK_WARN("node", "shutdown: requests still in flight after the grace period");
-    event_del(shutdown_ev);
+    event_del(n->shutdown_ev);
     sk_net_close_all(n);
     event_base_loopexit(n->base, NULL);
 }
@@ -878,10 +872,10 @@ static void begin_shutdown(sk_node *n)
     sk_fetch_wake_all(n);
     sk_groups_abort_waiters(n->groups);
     sk_tier_stop(n->tier);
-    shutdown_deadline = sk_mono_ms() + 30000;
-    shutdown_ev = event_new(n->base, -1, EV_PERSIST, shutdown_check_cb, n);
+    n->shutdown_deadline = sk_mono_ms() + 30000;
+    n->shutdown_ev = event_new(n->base, -1, EV_PERSIST, shutdown_check_cb, n);
     struct timeval tv = {0, 10000};
-    event_add(shutdown_ev, &tv);
+    event_add(n->shutdown_ev, &tv);
 }
 
 static void signal_cb(evutil_socket_t fd, short what, void *arg)
@@ -922,12 +916,12 @@ int sk_node_run(sk_node *n)
     wal_close(n->wal);
     n->wal = NULL;
     sk_store_drain(n->store);
-    if (cur_txn && sk_store_txn_count(cur_txn) &&
-        sk_store_txn_apply_sync(n->store, cur_txn) != 0)
+    if (n->store_txn && sk_store_txn_count(n->store_txn) &&
+        sk_store_txn_apply_sync(n->store, n->store_txn) != 0)
         SK_WARN("node", "the SQLite view could not take the last records; the next start "
                 "replays them from the WAL");
-    sk_store_txn_free(cur_txn);
-    cur_txn = NULL;
+    sk_store_txn_free(n->store_txn);
+    n->store_txn = NULL;
     SK_INFO("node", "stopped");
     return 0;
 }
@@ -970,9 +964,10 @@ void sk_node_destroy(sk_node *n)
         event_free(n->retention_ev);
     if (n->store_flush_ev)
         event_free(n->store_flush_ev);
-    if (shutdown_ev)
-        event_free(shutdown_ev);
-    shutdown_ev = NULL;
+    sk_net_destroy(n);
+    if (n->shutdown_ev)
+        event_free(n->shutdown_ev);
+    n->shutdown_ev = NULL;
     if (n->base)
         event_base_free(n->base);
     free(n);

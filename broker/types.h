@@ -195,6 +195,13 @@ struct sk_node {
     wal_lsn store_applied; /* the SQLite view covers the WAL below this */
 
     sk_dwait *dwaiters; /* waiting for durability, unordered */
+    struct sk_store_txn *store_txn; /* records durable since the last view update */
+    bool store_inflight;            /* a view transaction runs */
+    bool retention_running;
+    struct event *shutdown_ev;
+    int64_t shutdown_deadline;
+    sk_conn *reap_list; /* connections to free, from their own event */
+    struct event *reap_ev;
 
     struct evconnlistener *listeners[8];
     int nlisteners;
