@@ -371,6 +371,10 @@ static void upload_work(void *arg)
                     size_t nc = bcap ? bcap * 2 : (4u << 20);
                     while (nc < blen + blen1)
                         nc *= 2;
+                    /* The loop stops once limit bytes are in: never hold more
+                     * than that and the one batch that crossed it. */
+                    if (nc > j->limit + blen1)
+                        nc = (size_t)j->limit + blen1;
                     uint8_t *nb = realloc(blob, nc);
                     if (!nb) {
                         rc = SK_ERR_NOMEM;
@@ -569,6 +573,7 @@ static void compact_work(void *arg)
     size_t npick = 0;
     uint64_t total = 0;
     bool split_all = false;
+    bool merge_so = false; /* StreamObjects of one stream: the result is one too */
     if (!pick) {
         j->err = SK_ERR_NOMEM;
         return;
@@ -627,6 +632,7 @@ static void compact_work(void *arg)
                 npick = 0;
                 total = 0;
             }
+            merge_so = npick > 0;
         }
     }
     if (npick == 0) {
@@ -650,6 +656,12 @@ static void compact_work(void *arg)
                 rc = put_object(j, OBJFMT_SO, es + i, k - i, blob);
                 i = k;
             }
+        } else if (merge_so) {
+            /* Not put_objects: below the split size it would write a
+             * StreamSetObject, which later splits back into StreamObjects
+             * that merge again, rewriting the same bytes forever. */
+            qsort(es, n, sizeof *es, ent_cmp);
+            rc = put_object(j, OBJFMT_SO, es, n, blob);
         } else {
             rc = put_objects(j, es, n, blob);
         }
