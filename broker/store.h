@@ -109,8 +109,9 @@ int sk_store_find_offset(sk_store *s, const kc_uuid *id, int32_t part, int64_t o
 /* Lowest WAL LSN any indexed batch still needs (UINT64_MAX if none). */
 int sk_store_min_lsn(sk_store *s, wal_lsn *out);
 /* Where retention moves the log start: batches are deleted from the oldest
- * while their max timestamp is below cutoff_ts (-1: no time limit) or the
- * partition holds more than max_bytes (-1: no limit), looking at the
+ * while their max timestamp is below cutoff_ts (-1: no time limit) or what
+ * remains after them still holds max_bytes (-1: no limit; as Kafka deletes
+ * a segment for size), looking at the
  * stream's object ranges first (whole ranges go), then at its batches still
  * in the WAL. *new_start is the first offset kept, -1 when everything goes,
  * -2 when the partition holds nothing. */
