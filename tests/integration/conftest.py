@@ -47,6 +47,32 @@ def broker(broker_factory):
     return broker_factory()
 
 
+@pytest.fixture(scope="session")
+def s3():
+    """The S3 emulator of the object store tests (s3env.py): the one tests/run.sh
+    started (SKIFF_TEST_S3_URL, SKIFF_TEST_S3_DIR), else one started for this session."""
+    import s3env
+    if harness.external():
+        pytest.skip("needs brokers this harness starts (SKIFF_TEST_EXTERNAL is set)")
+    if os.environ.get("SKIFF_TEST_S3_SKIP"):
+        pytest.skip("S3 emulator unavailable: %s" % os.environ["SKIFF_TEST_S3_SKIP"])
+    url = os.environ.get("SKIFF_TEST_S3_URL")
+    if url:
+        if not os.environ.get("SKIFF_TEST_S3_DIR"):
+            pytest.skip("SKIFF_TEST_S3_URL is set without SKIFF_TEST_S3_DIR")
+        yield s3env.S3Env(url, os.environ["SKIFF_TEST_S3_DIR"])
+        return
+    env, stop = s3env.start_emulator(harness.WORK)
+    if env is None:
+        pytest.skip(stop)
+    # the emulator's fixed credentials, for the brokers the tests start
+    os.environ["AWS_ACCESS_KEY_ID"] = os.environ["AWS_SECRET_ACCESS_KEY"] = "S3RVER"
+    try:
+        yield env
+    finally:
+        stop()
+
+
 @pytest.fixture
 def topic_name(request):
     return "t-%s-%s" % (request.node.name[:40].replace("[", "-").replace("]", ""),
