@@ -27,6 +27,12 @@
 # the WAL on NFS (test_3*), hands them its URL in SKIFF_TEST_NFS_URL, and stops it
 # (by its PID) when the phase ends, whatever happened. Without Ganesha, rpcbind or
 # root, those tests start none and skip.
+#
+# It also starts one S3 emulator (tools/s3rver.sh, 127.0.0.1, a free port, data in
+# tests/.work/s3rver-PID) for the object store tests (test_5*), hands them
+# SKIFF_TEST_S3_URL, SKIFF_TEST_S3_DIR and its credentials in AWS_ACCESS_KEY_ID /
+# AWS_SECRET_ACCESS_KEY, and stops it (by its PID) when the phase ends, whatever
+# happened. Without node/npm those tests skip with the reason in SKIFF_TEST_S3_SKIP.
 # Exit status: 0 only if every selected phase passed.
 set -u
 
@@ -43,6 +49,7 @@ FAILED=0
 PASSED=0
 KREF_DIR=""
 NFS_DIR=""
+S3_DIR=""
 
 now() { date +%s.%N 2>/dev/null || date +%s; }
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
@@ -91,8 +98,42 @@ start_nfs() {
   echo "NFS server for the WAL tests: $SKIFF_TEST_NFS_URL"
 }
 
-trap 'stop_reference; stop_nfs' EXIT
-trap 'stop_reference; stop_nfs; exit 130' INT TERM
+stop_s3() {
+  if [ -n "$S3_DIR" ]; then
+    tools/s3rver.sh stop "$S3_DIR" || true
+    rm -rf "$S3_DIR"
+    S3_DIR=""
+  fi
+  unset SKIFF_TEST_S3_URL SKIFF_TEST_S3_DIR
+}
+
+start_s3() {
+  S3_DIR=$ROOT/tests/.work/s3rver-$$
+  rm -rf "$S3_DIR"
+  mkdir -p "$S3_DIR"
+  sport=$($PYTHON -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  # The emulator also stops by itself should this script die without its traps.
+  SKIFF_S3RVER_OWNER_PID=$$ tools/s3rver.sh start "$S3_DIR" "$sport" test
+  rc=$?
+  if [ $rc -ne 0 ]; then
+    SKIFF_TEST_S3_SKIP="tools/s3rver.sh start failed (exit $rc)"
+    [ $rc -eq 77 ] && SKIFF_TEST_S3_SKIP="node and npm (Node >= 20) are needed for the S3 emulator"
+    export SKIFF_TEST_S3_SKIP
+    echo "warning: no S3 emulator: $SKIFF_TEST_S3_SKIP; the object store tests skip" >&2
+    rm -rf "$S3_DIR"
+    S3_DIR=""
+    return 0
+  fi
+  SKIFF_TEST_S3_URL="s3://test?region=us-east-1&endpoint=http://127.0.0.1:$sport&path-style=true"
+  SKIFF_TEST_S3_DIR=$S3_DIR/data
+  AWS_ACCESS_KEY_ID=S3RVER
+  AWS_SECRET_ACCESS_KEY=S3RVER
+  export SKIFF_TEST_S3_URL SKIFF_TEST_S3_DIR AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY
+  echo "S3 emulator for the object store tests: $SKIFF_TEST_S3_URL"
+}
+
+trap 'stop_reference; stop_nfs; stop_s3' EXIT
+trap 'stop_reference; stop_nfs; stop_s3; exit 130' INT TERM
 
 phase_unit() {
   if [ ! -f "$BUILD/CTestTestfile.cmake" ]; then
@@ -143,11 +184,13 @@ phase_integration() {
     echo "warning: pytest-timeout is missing (tools/install-deps.sh test): no per-test timeout" >&2
   fi
   [ -z "${SKIFF_TEST_EXTERNAL:-}" ] && start_nfs
+  [ -z "${SKIFF_TEST_EXTERNAL:-}" ] && start_s3
   # shellcheck disable=SC2086
   SKIFF_BUILD=$BUILD $PYTHON -m pytest -v -rs -p no:cacheprovider --durations=15 $timeout_opt \
     tests/integration ${SKIFF_PYTEST_ARGS:-}
   rc=$?
   stop_nfs
+  stop_s3
   stop_reference
   if [ $rc -eq 5 ]; then
     echo "pytest selected no test"
