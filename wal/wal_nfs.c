@@ -6,7 +6,8 @@
  * `path` is the WAL's directory. The longest prefix of it that the server
  * lets us mount is mounted, and the rest is created. version must be 3
  * (libnfs 4.0's NFSv4 client is not usable here). docs/nfs.md lists the
- * parameters; the fault_* ones exist for tests only.
+ * parameters; the fault_* ones exist for tests only (every Nth WRITE answered
+ * short or busy, COMMIT with a new verifier, reply dropping the connection).
  *
  * Two kinds of libnfs contexts (a context is not thread-safe):
  *  - the loop context: asynchronous create, write, remove and renew, issued
@@ -64,7 +65,7 @@
 #define DEFAULT_TIMEO_MS 10000
 #define DEFAULT_DEPTH 16
 #define RECONNECT_MIN_MS 20
-#define RECONNECT_MAX_MS 2000
+#define RECONNECT_MAX_MS 1000
 #define VERIFIER_RESENDS 3
 #define UNSURE_MAX 8
 
@@ -93,11 +94,16 @@ enum { K_CREATE, K_WRITE, K_REMOVE, K_RENEW };
 enum { C_DOWN, C_CONNECTING, C_UP };
 
 struct chunk {
-    uint64_t off;
+    uint64_t off;      /* what is left to write (a short WRITE advances it) */
     uint32_t len;
     char *data;
+    uint64_t off0;     /* the whole piece, written again after a verifier change */
+    uint32_t len0;
+    char *data0;
     bool sent, done;
-    bool filesync; /* the reply said FILE_SYNC */
+    bool filesync;     /* every part's reply said FILE_SYNC */
+    bool unstable;     /* some part's reply did not */
+    bool has_verf;     /* an earlier part of this piece was written with verf */
     char verf[NFS3_WRITEVERFSIZE];
 };
 
@@ -118,6 +124,10 @@ struct aop {
                  handle up again once the pieces in flight are back, 2 done so */
     struct fh fh;
     bool have_fh;
+    /* Failed while pieces were still in flight on this connection: finished
+     * with this error once they are back (their replies still name it). */
+    bool dead;
+    int dead_err;
 };
 
 struct nfsb {
@@ -126,8 +136,9 @@ struct nfsb {
     char *url, *server, *mount_path, *rel; /* rel: directory under the mount, "" or "/a/b" */
     int timeo_ms, depth;
     uint64_t filesync_max;
-    int fault_short, fault_verf, fault_drop; /* every Nth WRITE / COMMIT / RPC reply */
-    uint64_t nwrites, ncommits, nreplies;
+    int fault_short, fault_verf, fault_drop, fault_busy; /* every Nth WRITE / COMMIT /
+                                                             RPC reply / WRITE */
+    uint64_t nwrites, ncommits, nreplies, nbusy;
 
     /* loop context */
     struct nfs_context *nfs;
@@ -284,6 +295,9 @@ static int parse_url(struct nfsb *b, const char *url, char *why, size_t wl)
         } else if (strcmp(k, "fault_drop") == 0) {
             bad = parse_int(v, 1, 1000000, &x);
             b->fault_drop = (int)x;
+        } else if (strcmp(k, "fault_busy") == 0) {
+            bad = parse_int(v, 1, 1000000, &x);
+            b->fault_busy = (int)x;
         } else {
             snprintf(why, wl,
                      "unknown parameter '%s' in '%s' (known: version, nfsport, mountport, uid, "
@@ -905,6 +919,17 @@ static void op_finish(struct nfsb *b, struct aop *op, int err)
         event_active(b->done_ev, EV_TIMEOUT, 1);
 }
 
+/* Finishes op now, or once its WRITEs in flight are back. */
+static void op_fail(struct nfsb *b, struct aop *op, int err)
+{
+    if (op->inflight > 0) {
+        op->dead = true;
+        op->dead_err = err;
+        return;
+    }
+    op_finish(b, op, err);
+}
+
 /* ---- connection ---- */
 
 static void log_down(struct nfsb *b, const char *why)
@@ -1129,7 +1154,7 @@ static void op_nfs_error(struct nfsb *b, struct aop *op, const char *what, nfsst
     int e = nfs_status_err(st);
     sk_log(e == SK_ERR_AGAIN ? SK_LOG_WARN : SK_LOG_ERROR, "wal_nfs",
            "%s of %llu: %s", what, (unsigned long long)op->seg, nfsstat3_to_str(st));
-    op_finish(b, op, e == SK_ERR_NOENT || e == SK_ERR_EXIST ? SK_ERR_IO : e);
+    op_fail(b, op, e == SK_ERR_NOENT || e == SK_ERR_EXIST ? SK_ERR_IO : e);
 }
 
 static struct fhent *fh_find(struct nfsb *b, uint64_t seg)
@@ -1207,6 +1232,8 @@ static void send_commit(struct nfsb *b, struct aop *op)
 
 static void send_chunks(struct nfsb *b, struct aop *op)
 {
+    if (op->dead)
+        return;
     for (int i = 0; i < op->nch && b->writes_inflight < b->depth && b->cstate == C_UP; i++) {
         struct chunk *c = &op->ch[i];
         if (c->sent || c->done)
@@ -1255,7 +1282,11 @@ static void resend_all(struct nfsb *b, struct aop *op, const char *why)
     SK_INFO("wal_nfs", "%s: writing %d pieces of %llu at offset %llu again", why, op->nch,
             (unsigned long long)op->seg, (unsigned long long)op->off);
     for (int i = 0; i < op->nch; i++) {
-        op->ch[i].sent = op->ch[i].done = op->ch[i].filesync = false;
+        struct chunk *c = &op->ch[i];
+        c->off = c->off0;
+        c->len = c->len0;
+        c->data = c->data0;
+        c->sent = c->done = c->filesync = c->unstable = c->has_verf = false;
     }
     op->committing = false;
     send_chunks(b, op);
@@ -1306,10 +1337,18 @@ static void write_cb(struct rpc_context *rpc, int status, void *data, void *priv
         conn_fail(b, status == RPC_STATUS_TIMEOUT ? "WRITE timed out" : "WRITE failed");
         return;
     }
+    if (op->dead) {
+        if (op->inflight == 0)
+            op_finish(b, op, op->dead_err);
+        return;
+    }
     WRITE3res *res = data;
     struct chunk *c = &op->ch[ci];
-    if (res->status != NFS3_OK) {
-        if (res->status == NFS3ERR_STALE && op->kind == K_WRITE && op->step < 2) {
+    nfsstat3 st = res->status;
+    if (b->fault_busy && ++b->nbusy % (uint64_t)b->fault_busy == 0)
+        st = NFS3ERR_JUKEBOX;
+    if (st != NFS3_OK) {
+        if (st == NFS3ERR_STALE && op->kind == K_WRITE && op->step < 2) {
             /* The handle went stale (a server whose handles are volatile
              * restarted): once the other pieces are back, look it up again. */
             if (op->step == 0)
@@ -1321,7 +1360,7 @@ static void write_cb(struct rpc_context *rpc, int status, void *data, void *priv
                 send_lookup(b, op, op->seg);
             return;
         }
-        op_nfs_error(b, op, "WRITE", res->status);
+        op_nfs_error(b, op, "WRITE", st);
         return;
     }
     uint32_t count = res->WRITE3res_u.resok.count;
@@ -1329,12 +1368,25 @@ static void write_cb(struct rpc_context *rpc, int status, void *data, void *priv
         count /= 2;
     if (count > c->len)
         count = c->len;
-    memcpy(c->verf, res->WRITE3res_u.resok.verf, sizeof c->verf);
+    const char *verf = res->WRITE3res_u.resok.verf;
+    if (c->has_verf && memcmp(c->verf, verf, sizeof c->verf) != 0) {
+        /* The parts of this piece carry different verifiers: the server
+         * restarted between them and may have lost the first. */
+        if (op->inflight == 0)
+            resend_all(b, op, "write verifier changed between WRITEs (server restart)");
+        else
+            op_fail(b, op, SK_ERR_TIMEOUT);
+        return;
+    }
+    memcpy(c->verf, verf, sizeof c->verf);
+    c->has_verf = true;
+    if (res->WRITE3res_u.resok.committed != FILE_SYNC)
+        c->unstable = true;
     if (count < c->len) {
         if (count == 0) {
             SK_WARN("wal_nfs", "WRITE of %llu at %llu took nothing", (unsigned long long)op->seg,
                     (unsigned long long)c->off);
-            op_finish(b, op, SK_ERR_AGAIN);
+            op_fail(b, op, SK_ERR_AGAIN);
             return;
         }
         /* A short write: the rest goes again as the same chunk. A chunk
@@ -1353,7 +1405,7 @@ static void write_cb(struct rpc_context *rpc, int status, void *data, void *priv
         return;
     }
     c->done = true;
-    c->filesync = res->WRITE3res_u.resok.committed == FILE_SYNC;
+    c->filesync = !c->unstable;
     if (op->step == 1) {
         if (op->inflight == 0)
             send_lookup(b, op, op->seg);
@@ -1615,9 +1667,9 @@ static void make_chunks(struct aop *op, uint64_t off, const struct iovec *iov, i
         for (size_t done = 0; done < iov[i].iov_len;) {
             size_t take = iov[i].iov_len - done < max ? iov[i].iov_len - done : (size_t)max;
             struct chunk *c = &op->ch[op->nch++];
-            c->off = at;
-            c->len = (uint32_t)take;
-            c->data = (char *)iov[i].iov_base + done;
+            c->off = c->off0 = at;
+            c->len = c->len0 = (uint32_t)take;
+            c->data = c->data0 = (char *)iov[i].iov_base + done;
             at += take;
             done += take;
         }

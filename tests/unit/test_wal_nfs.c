@@ -319,7 +319,8 @@ static void test_nfs_roundtrip(void **state)
     event_base_free(base);
 }
 
-/* Every 3rd WRITE answered short, every 2nd COMMIT with a new verifier,
+/* Every 3rd WRITE answered short, every 7th busy (NFS3ERR_JUKEBOX, while
+ * other pieces are still in flight), every 2nd COMMIT with a new verifier,
  * the connection dropped at every 13th reply: everything still lands once,
  * in order, and nothing fails. */
 static void test_nfs_injected_faults(void **state)
@@ -328,7 +329,8 @@ static void test_nfs_injected_faults(void **state)
     need_server();
     struct event_base *base = event_base_new();
     char url[512];
-    url_of(url, sizeof url, "faults", "&fault_short=3&fault_verf=2&fault_drop=13&filesync=0");
+    url_of(url, sizeof url, "faults",
+           "&fault_short=3&fault_verf=2&fault_drop=13&fault_busy=7&filesync=0");
     wal_opts o = {.node_id = 1, .lease_ms = 5000};
     wal *w = open_ok(base, url, &o, NULL);
     static struct dlog d;
