@@ -147,3 +147,17 @@ void hdr_json(const hdr_t *h, FILE *out)
             (double)h->max / 1000.0, hdr_mean(h) / 1000.0,
             (long long)h->clamped);
 }
+
+void hdr_json_buckets(const hdr_t *h, FILE *out)
+{
+    int first = 1;
+    fputc('[', out);
+    for (int i = 0; i < h->nbuckets; i++) {
+        if (!h->buckets[i])
+            continue;
+        fprintf(out, "%s[%lld,%lld]", first ? "" : ",", (long long)hdr_bucket_high(i),
+                (long long)h->buckets[i]);
+        first = 0;
+    }
+    fputc(']', out);
+}

@@ -57,4 +57,12 @@ int64_t hdr_bucket_high(int idx);
  */
 void hdr_json(const hdr_t *h, FILE *out);
 
+/*
+ * Writes the non-empty buckets as [[high_us,count],...], lowest first: the
+ * whole distribution, for CDF plots and for pooling runs (sum the counts of
+ * equal high_us). high_us is the bucket's upper edge, the value a
+ * percentile that falls in it reports.
+ */
+void hdr_json_buckets(const hdr_t *h, FILE *out);
+
 #endif

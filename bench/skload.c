@@ -82,7 +82,11 @@ static struct cfg {
     double drain_timeout;
     double e2e_timeout;
     double progress;
+    double max_behind;
     int json;
+    int buckets;
+    const char *tconfigs[MAX_PROPS];
+    int ntconfigs;
     const char *pprops[MAX_PROPS];
     int npprops;
     const char *cprops[MAX_PROPS];
@@ -266,6 +270,21 @@ static rd_kafka_resp_err_t create_topic(rd_kafka_t *rk, int rf, char *errstr, si
         rd_kafka_NewTopic_new(cfg.topic, cfg.partitions, rf, errstr, errlen);
     if (!nt)
         return RD_KAFKA_RESP_ERR__INVALID_ARG;
+    for (int i = 0; i < cfg.ntconfigs; i++) {
+        char *kv = strdup(cfg.tconfigs[i]);
+        char *eq = strchr(kv, '=');
+        if (!eq)
+            fatal("topic config '%s' is not key=value", cfg.tconfigs[i]);
+        *eq = '\0';
+        rd_kafka_resp_err_t err = rd_kafka_NewTopic_set_config(nt, kv, eq + 1);
+        free(kv);
+        if (err) {
+            rd_kafka_NewTopic_destroy(nt);
+            snprintf(errstr, errlen, "topic config %s: %s", cfg.tconfigs[i],
+                     rd_kafka_err2str(err));
+            return err;
+        }
+    }
     rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
     rd_kafka_AdminOptions_t *opt = rd_kafka_AdminOptions_new(rk, RD_KAFKA_ADMIN_OP_CREATETOPICS);
     rd_kafka_AdminOptions_set_operation_timeout(opt, 30000, errstr, errlen);
@@ -303,7 +322,9 @@ static int ensure_topic(void)
     int n = topic_partitions(rk, &led, 10000);
     if (n < 0)
         fatal("cannot reach %s", cfg.bootstrap);
+    int created = 0;
     if (n == 0) {
+        created = 1;
         if (!cfg.create)
             fatal("topic %s does not exist", cfg.topic);
         char errstr[512];
@@ -326,6 +347,8 @@ static int ensure_topic(void)
             fatal("topic %s: partitions without a leader after 30 s", cfg.topic);
         usleep(100000);
     }
+    if (cfg.ntconfigs && !created)
+        fprintf(stderr, "skload: topic %s exists: --topic-config not applied\n", cfg.topic);
     if (cfg.mode != M_CONSUME && n != cfg.partitions)
         fprintf(stderr, "skload: topic %s exists with %d partitions (asked %d); using %d\n",
                 cfg.topic, n, cfg.partitions, n);
@@ -356,6 +379,7 @@ struct producer {
     hdr_t *lag; /* actual send time - due time */
     int64_t unsent; /* records the run owed but did not send (stopped early) */
     int early;      /* stopped by a signal or a stalled broker */
+    int behind;     /* stopped because sending fell --max-behind behind schedule */
     struct err_kinds send_errs;
 
     /* poller thread */
@@ -367,6 +391,7 @@ struct producer {
     /* shared, read by main for progress */
     atomic_llong sent, acked, acked_bytes, failed;
     atomic_long inflight;
+    atomic_llong win_max_us; /* largest latency since main last took it (progress lines) */
     atomic_int waiting;
     atomic_int poll_stop;
     atomic_int done;
@@ -429,6 +454,10 @@ static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
         size_t bytes = m->len + m->key_len;
         atomic_fetch_add_explicit(&p->acked, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&p->acked_bytes, (long long)bytes, memory_order_relaxed);
+        long long us = (now - ctx->due_ns) / 1000;
+        long long cur = atomic_load_explicit(&p->win_max_us, memory_order_relaxed);
+        while (us > cur && !atomic_compare_exchange_weak(&p->win_max_us, &cur, us))
+            ;
         if (ctx->due_ns >= p->measure_from) {
             hdr_record(p->lat, (now - ctx->due_ns) / 1000);
             hdr_record(p->svc, (now - ctx->sent_ns) / 1000);
@@ -516,8 +545,17 @@ static void *sender_main(void *arg)
             due = p->t0 + (int64_t)((double)(i * cfg.producers + p->id) * interval);
             if (due >= p->send_until)
                 break;
-            if (due > now_ns())
+            int64_t now = now_ns();
+            if (due > now) {
                 sleep_until(due);
+            } else if (cfg.max_behind > 0 && now - due > (int64_t)(cfg.max_behind * 1e9)) {
+                /* The broker cannot take the rate: what is left of the
+                 * schedule is reported unsent rather than sent ever later. */
+                fprintf(stderr, "skload: producer %d: %.1f s behind schedule; stopping\n", p->id,
+                        (double)(now - due) / 1e9);
+                p->early = p->behind = 1;
+                break;
+            }
         } else {
             due = now_ns();
             if (due >= p->send_until)
@@ -638,6 +676,7 @@ static void producer_init(struct producer *p, int id, int nparts)
     atomic_init(&p->acked_bytes, 0);
     atomic_init(&p->failed, 0);
     atomic_init(&p->inflight, 0);
+    atomic_init(&p->win_max_us, 0);
     atomic_init(&p->waiting, 0);
     atomic_init(&p->poll_stop, 0);
     atomic_init(&p->done, 0);
@@ -650,6 +689,35 @@ static void producer_init(struct producer *p, int id, int nparts)
 }
 
 /* ------------------------------------------------------------ e2e consumer */
+
+/*
+ * Watermarks of one partition. A topic just created can have a leader in
+ * Metadata before that leader answers ListOffsets (Kafka: NOT_LEADER for a
+ * moment): retriable errors are retried for up to 10 s.
+ */
+static rd_kafka_resp_err_t watermarks(rd_kafka_t *rk, int part, int64_t *lo, int64_t *hi)
+{
+    int64_t deadline = now_ns() + 10000000000LL;
+    for (;;) {
+        rd_kafka_resp_err_t err =
+            rd_kafka_query_watermark_offsets(rk, cfg.topic, part, lo, hi, 10000);
+        if (!err || now_ns() > deadline)
+            return err;
+        switch (err) {
+        case RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION:
+        case RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE:
+        case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
+        case RD_KAFKA_RESP_ERR_REPLICA_NOT_AVAILABLE:
+        case RD_KAFKA_RESP_ERR_OFFSET_NOT_AVAILABLE:
+        case RD_KAFKA_RESP_ERR__TRANSPORT:
+        case RD_KAFKA_RESP_ERR__TIMED_OUT:
+            usleep(100000);
+            continue;
+        default:
+            return err;
+        }
+    }
+}
 
 struct e2e {
     rd_kafka_t *rk;
@@ -722,8 +790,7 @@ static void e2e_start(struct e2e *c, int nparts)
     c->q = rd_kafka_queue_new(c->rk);
     for (int p = 0; p < nparts; p++) {
         int64_t lo, hi;
-        rd_kafka_resp_err_t err = rd_kafka_query_watermark_offsets(c->rk, cfg.topic, p, &lo, &hi,
-                                                                   10000);
+        rd_kafka_resp_err_t err = watermarks(c->rk, p, &lo, &hi);
         if (err)
             fatal("ListOffsets %s/%d: %s", cfg.topic, p, rd_kafka_err2str(err));
         /* From the current end: only records of this run are read. */
@@ -822,8 +889,11 @@ static int run_produce(void)
         usleep(20000);
         int64_t now = now_ns();
         if (cfg.progress > 0 && now >= next) {
-            long long sent = 0, acked = 0, bytes = 0, failed = 0, infl = 0;
+            long long sent = 0, acked = 0, bytes = 0, failed = 0, infl = 0, wmax = 0;
             for (int i = 0; i < cfg.producers; i++) {
+                long long m = atomic_exchange(&ps[i].win_max_us, 0);
+                if (m > wmax)
+                    wmax = m;
                 sent += atomic_load(&ps[i].sent);
                 acked += atomic_load(&ps[i].acked);
                 bytes += atomic_load(&ps[i].acked_bytes);
@@ -833,10 +903,10 @@ static int run_produce(void)
             double dt = (double)(now - last_t) / 1e9;
             fprintf(stderr,
                     "skload: %6.1fs%s sent %lld acked %lld (%.0f rec/s, %.1f MB/s) "
-                    "in-flight %lld failed %lld\n",
+                    "in-flight %lld failed %lld, max latency %.1f ms\n",
                     (double)(now - t0) / 1e9, now < measure_from ? " warm-up" : "", sent, acked,
                     (double)(acked - last_acked) / dt, (double)(bytes - last_bytes) / dt / 1e6,
-                    infl, failed);
+                    infl, failed, (double)wmax / 1000.0);
             last_acked = acked;
             last_bytes = bytes;
             last_t = now;
@@ -847,7 +917,7 @@ static int run_produce(void)
     hdr_t *lat = hdr_new(), *svc = hdr_new(), *lag = hdr_new();
     struct err_kinds errs = {0};
     long long sent = 0, acked = 0, failed = 0, unsent = 0;
-    int early = 0;
+    int early = 0, behind = 0;
     int64_t measured_ok = 0, measured_bytes = 0, last_dr = 0;
     for (int i = 0; i < cfg.producers; i++) {
         struct producer *p = &ps[i];
@@ -863,6 +933,7 @@ static int run_produce(void)
         failed += atomic_load(&p->failed);
         unsent += p->unsent;
         early |= p->early;
+        behind |= p->behind;
         measured_ok += p->measured_ok;
         measured_bytes += p->measured_bytes;
         if (p->last_dr_ns > last_dr)
@@ -892,14 +963,18 @@ static int run_produce(void)
                cfg.linger_ms ? cfg.linger_ms : "null", cfg.batch_size ? cfg.batch_size : "null",
                cfg.producers, cfg.rate, cfg.max_inflight, cfg.warmup, cfg.duration);
         printf("\"sent\":%lld,\"acked\":%lld,\"failed\":%lld,\"unsent\":%lld,"
-               "\"stopped_early\":%s,\"errors\":",
-               sent, acked, failed, unsent, early ? "true" : "false");
+               "\"stopped_early\":%s,\"fell_behind\":%s,\"errors\":",
+               sent, acked, failed, unsent, early ? "true" : "false", behind ? "true" : "false");
         print_errs_json(&errs);
         printf(",\"measured\":%lld,\"seconds\":%.3f,\"records_s\":%.1f,\"mb_s\":%.3f,"
                "\"client_cpu_cores\":%.2f,",
                (long long)measured_ok, secs, rps, mbs, cpu_cores);
         printf("\"latency\":");
         hdr_json(lat, stdout);
+        if (cfg.buckets) {
+            printf(",\"latency_buckets\":");
+            hdr_json_buckets(lat, stdout);
+        }
         printf(",\"service_latency\":");
         hdr_json(svc, stdout);
         printf(",\"send_lag\":");
@@ -909,6 +984,10 @@ static int run_produce(void)
                    (long long)atomic_load(&e2e.consumed), (long long)e2e.foreign,
                    (long long)e2e.errors);
             hdr_json(e2e.lat, stdout);
+            if (cfg.buckets) {
+                printf(",\"latency_buckets\":");
+                hdr_json_buckets(e2e.lat, stdout);
+            }
             printf("}");
         }
         printf("}\n");
@@ -921,7 +1000,7 @@ static int run_produce(void)
         if (cfg.rate > 0)
             printf("  target rate      %.0f rec/s\n", cfg.rate);
         printf("  sent %lld, acked %lld, failed %lld, unsent %lld%s\n", sent, acked, failed, unsent,
-               early ? " (STOPPED EARLY)" : "");
+               behind ? " (FELL BEHIND: STOPPED EARLY)" : early ? " (STOPPED EARLY)" : "");
         print_errs_text(&errs);
         printf("  throughput       %.0f rec/s, %.2f MB/s over %.2f s (%lld measured records)\n",
                rps, mbs, secs, (long long)measured_ok);
@@ -965,8 +1044,7 @@ static int run_consume(void)
     int open = 0;
     long long avail = 0;
     for (int p = 0; p < nparts; p++) {
-        rd_kafka_resp_err_t err =
-            rd_kafka_query_watermark_offsets(rk, cfg.topic, p, &lo[p], &end[p], 10000);
+        rd_kafka_resp_err_t err = watermarks(rk, p, &lo[p], &end[p]);
         if (err)
             fatal("ListOffsets %s/%d: %s", cfg.topic, p, rd_kafka_err2str(err));
         avail += end[p] - lo[p];
@@ -1106,6 +1184,8 @@ static void usage(int rc)
         "  -p, --partitions N          partitions when creating the topic (default 1)\n"
         "      --replication-factor N  when creating (default -1: broker default, else 1)\n"
         "      --no-create             fail instead of creating a missing topic\n"
+        "      --topic-config key=value  topic config when creating it (repeatable), e.g.\n"
+        "                              flush.messages=1\n"
         "  -s, --size BYTES            record value size (default 1024; e2e needs >= 32)\n"
         "  -n, --count N               records to send (all producers together)\n"
         "  -d, --duration S            seconds to send after warm-up (default 10 unless\n"
@@ -1128,10 +1208,13 @@ static void usage(int rc)
         "      --bytes N               consume mode: stop after N payload bytes\n"
         "      --drain-timeout S       wait for outstanding acknowledgements (default 30)\n"
         "      --e2e-timeout S         wait for the consumer after the last ack (default 10)\n"
+        "      --max-behind S          fixed rate: stop sending once S seconds behind the\n"
+        "                              schedule; the rest is reported unsent (default 0: never)\n"
         "      --progress S            progress line on stderr every S s (default 1; 0 off)\n"
         "  -X key=value                librdkafka producer/admin property (repeatable)\n"
         "  -C key=value                librdkafka consumer property (repeatable)\n"
-        "      --json                  one JSON object on stdout\n");
+        "      --json                  one JSON object on stdout\n"
+        "      --buckets               with --json: also the latency histograms' buckets\n");
     exit(rc);
 }
 
@@ -1150,6 +1233,7 @@ int main(int argc, char **argv)
     enum {
         OPT_MODE = 256, OPT_E2E, OPT_CONSUME, OPT_RF, OPT_NOCREATE, OPT_WARMUP, OPT_MAXINF, OPT_IDEMP,
         OPT_LINGER, OPT_BATCH, OPT_RR, OPT_PAYLOAD, OPT_BYTES, OPT_DRAIN, OPT_E2ET, OPT_PROGRESS, OPT_JSON,
+        OPT_TCONFIG, OPT_MAXBEHIND, OPT_BUCKETS,
     };
     static const struct option opts[] = {
         {"bootstrap", required_argument, 0, 'b'},
@@ -1179,6 +1263,9 @@ int main(int argc, char **argv)
         {"e2e-timeout", required_argument, 0, OPT_E2ET},
         {"progress", required_argument, 0, OPT_PROGRESS},
         {"json", no_argument, 0, OPT_JSON},
+        {"topic-config", required_argument, 0, OPT_TCONFIG},
+        {"max-behind", required_argument, 0, OPT_MAXBEHIND},
+        {"buckets", no_argument, 0, OPT_BUCKETS},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -1221,6 +1308,13 @@ int main(int argc, char **argv)
         case OPT_E2ET: cfg.e2e_timeout = parse_num(optarg, "e2e timeout"); break;
         case OPT_PROGRESS: cfg.progress = parse_num(optarg, "progress"); break;
         case OPT_JSON: cfg.json = 1; break;
+        case OPT_TCONFIG:
+            if (cfg.ntconfigs == MAX_PROPS) fatal("too many --topic-config");
+            if (!strchr(optarg, '=')) fatal("topic config '%s' is not key=value", optarg);
+            cfg.tconfigs[cfg.ntconfigs++] = optarg;
+            break;
+        case OPT_MAXBEHIND: cfg.max_behind = parse_num(optarg, "max-behind"); break;
+        case OPT_BUCKETS: cfg.buckets = 1; break;
         case 'X':
             if (cfg.npprops == MAX_PROPS) fatal("too many -X");
             cfg.pprops[cfg.npprops++] = optarg;

@@ -7,6 +7,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int failures;
 
@@ -96,10 +97,39 @@ static void test_percentiles(void)
     free(vals);
 }
 
+/* The bucket dump: non-empty buckets only, upper edges, counts that add up. */
+static void test_buckets_json(void)
+{
+    hdr_t *h = hdr_new();
+    hdr_record(h, 7);
+    hdr_record(h, 7);
+    hdr_record(h, 1000);
+    hdr_record(h, HDR_MAX_US + 5);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    hdr_json_buckets(h, f);
+    fclose(f);
+    char want[128];
+    snprintf(want, sizeof(want), "[[7,2],[%lld,1],[%lld,1]]",
+             (long long)hdr_bucket_high(hdr_index(1000)),
+             (long long)hdr_bucket_high(hdr_index(HDR_MAX_US)));
+    CHECK(strcmp(buf, want) == 0, "buckets %s, want %s", buf, want);
+    free(buf);
+    hdr_reset(h);
+    f = open_memstream(&buf, &len);
+    hdr_json_buckets(h, f);
+    fclose(f);
+    CHECK(strcmp(buf, "[]") == 0, "empty histogram: %s", buf);
+    free(buf);
+    hdr_destroy(h);
+}
+
 int main(void)
 {
     test_geometry();
     test_percentiles();
+    test_buckets_json();
     if (failures) {
         fprintf(stderr, "%d failures\n", failures);
         return 1;
