@@ -32,7 +32,10 @@ unit-test: build
 bench: test-deps build
 	@bench/run.sh
 
-bench-compare: test-deps build
+# Skiff against Apache Kafka 4.3.1 (fetched from Maven Central); about 25 min;
+# rewrites the generated section of docs/benchmarks.md and docs/benchmarks/*.png.
+bench-compare: build
+	@tools/install-deps.sh bench
 	@bench/compare.sh
 
 fuzz: test-deps
