@@ -1,0 +1,376 @@
+#!/bin/sh
+# make bench-compare: Skiff and Apache Kafka side by side, same machine, same
+# disk, same load generator (skload), same client settings.
+#
+#   1. builds skload, diskfloor and skiffd; fetches Kafka 4.3.1 from Maven
+#      Central (tools/kafka-ref.sh, cached after the first run);
+#   2. describes the machine and measures the disk floor (diskfloor);
+#   3. BENCH_REPEATS times (the order of the targets rotates from one
+#      repetition to the next, so that none always runs first on a rested
+#      disk), for each target:
+#        skiff        one skiffd, defaults (WAL with fdatasync, group commit)
+#        kafka        one KRaft node (tools/kafka-ref.sh), Kafka's defaults:
+#                     acks=all is page-cache durability, no fsync
+#        kafka-fsync  the same, topics created with flush.messages=1: Kafka
+#                     fsyncs each append before acknowledging it, like Skiff
+#      starts the broker on a fresh data directory, reads its idle RSS, runs
+#        (a)    fixed rate, 1 KiB records, acks=all: produce latency
+#        (b1k)  max throughput, acks=all, 1 KiB records
+#        (b16k) max throughput, acks=all, 16 KiB records
+#        (c)    fixed rate with a consumer: end-to-end latency
+#        (d)    catch-up read of the first BENCH_CATCHUP_BYTES of (b1k)'s topic
+#      while sampling the broker's RSS and reading its CPU time from /proc
+#      around each workload, then stops the broker by its PID and wipes its data;
+#   4. bench/compare_report.py writes report.md (Markdown tables, min / median
+#      / max over the repetitions, ratios Skiff / Kafka, the targets),
+#      report.json and, with gnuplot, the PNG plots; with BENCH_DOCS=1 (the
+#      default of a full run) it also replaces the generated section of
+#      docs/benchmarks.md and the plots in docs/benchmarks/.
+#
+# Exit status: 0 when every figure was measured, whatever it says; 1 when the
+# harness failed (build, Kafka download or start, a broker died, a workload
+# measured nothing).
+#
+# Environment (defaults in brackets; BENCH_SMOKE=1 shrinks everything to a
+# run of about a minute, Kafka start-up included, for `make test`):
+#   BENCH_REPEATS=n          [3] repetitions of every target
+#   BENCH_TARGETS="..."      [skiff kafka kafka-fsync]
+#   BENCH_DURATION=s         [20] measured seconds of (a), (b1k), (b16k), (c)
+#   BENCH_WARMUP=s           [5] unmeasured seconds before each
+#   BENCH_PARTITIONS=n       [4] partitions of every topic
+#   BENCH_RATE_MBS=x         [20] MB/s (10^6 B) of 1 KiB records in (a) and (c)
+#   BENCH_LINGER_A=ms        [1] linger.ms of (a) and (c)
+#   BENCH_MAX_BEHIND=s       [10] (a)/(c) stop sending once this far behind the
+#                            schedule (the rest is counted unsent): a broker
+#                            that cannot take the rate ends its run in bounded time
+#   BENCH_TP_PRODUCERS=n     [4] producer instances of (b1k)/(b16k)
+#   BENCH_LINGER_B=ms        [5] linger.ms of (b1k)/(b16k)
+#   BENCH_INFLIGHT_BYTES=n   [20480000] in-flight bound of (b), in bytes (20000
+#                            records of 1 KiB, 1250 of 16 KiB)
+#   BENCH_CATCHUP_BYTES=n    [1000000000] bytes read by (d)
+#   BENCH_KAFKA_HEAP="..."   [-Xms1g -Xmx1g] Kafka's JVM heap (G1)
+#   BENCH_KAFKA_PROPS="..."  extra server.properties lines for Kafka
+#   BENCH_KAFKA_SHARED=0|1   [0; smoke 1] one Kafka process per repetition for
+#                            both Kafka targets (flush.messages is a topic
+#                            config, so the fsync target just uses its own topics)
+#   BENCH_SKIFFD_ARGS="..."  extra skiffd arguments (--override k=v)
+#   BENCH_WORK=dir           [bench/.work/compare] data, logs and results
+#   BENCH_DOCS=0|1           [1; smoke 0] update docs/benchmarks.md and docs/benchmarks/
+#   BENCH_NOBUILD=1          use the binaries in SKIFF_BUILD [build] as they are
+set -eu
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${SKIFF_BUILD:-$ROOT/build}
+case "$BUILD" in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=python3
+SMOKE=${BENCH_SMOKE:-0}
+KREF=$ROOT/tools/kafka-ref.sh
+
+if [ "$SMOKE" = 1 ]; then
+  d_rep=1; d_dur=1; d_warm=0.3; d_mbs=2; d_catch=4000000; d_shared=1; d_docs=0; d_behind=3
+else
+  d_rep=3; d_dur=20; d_warm=5; d_mbs=20; d_catch=1000000000; d_shared=0; d_docs=1; d_behind=10
+fi
+REPEATS=${BENCH_REPEATS:-$d_rep}
+TARGETS=${BENCH_TARGETS:-skiff kafka kafka-fsync}
+DURATION=${BENCH_DURATION:-$d_dur}
+WARMUP=${BENCH_WARMUP:-$d_warm}
+PARTITIONS=${BENCH_PARTITIONS:-4}
+RATE_MBS=${BENCH_RATE_MBS:-$d_mbs}
+LINGER_A=${BENCH_LINGER_A:-1}
+MAX_BEHIND=${BENCH_MAX_BEHIND:-$d_behind}
+TP_PRODUCERS=${BENCH_TP_PRODUCERS:-4}
+LINGER_B=${BENCH_LINGER_B:-5}
+INFLIGHT_BYTES=${BENCH_INFLIGHT_BYTES:-20480000}
+CATCHUP=${BENCH_CATCHUP_BYTES:-$d_catch}
+KAFKA_HEAP=${BENCH_KAFKA_HEAP:--Xms1g -Xmx1g}
+KSHARED=${BENCH_KAFKA_SHARED:-$d_shared}
+DOCS=${BENCH_DOCS:-$d_docs}
+
+WORK=${BENCH_WORK:-$ROOT/bench/.work/compare}
+mkdir -p "$WORK"
+WORK=$(cd "$WORK" && pwd)
+OUT=$WORK/results
+SKLOAD=$BUILD/bench/skload
+DISKFLOOR=$BUILD/bench/diskfloor
+
+# records/s of 1 KiB records for RATE_MBS (MB = 10^6 B), and the in-flight bounds
+RATE=$("$PY" -c "print(max(1, round(float('$RATE_MBS') * 1e6 / 1024)))")
+INFL_1K=$("$PY" -c "print(max(1, int('$INFLIGHT_BYTES') // 1024))")
+INFL_16K=$("$PY" -c "print(max(1, int('$INFLIGHT_BYTES') // 16384))")
+
+SK_PID=""        # skiffd we started
+KDIR=""          # directory of the Kafka we started (tools/kafka-ref.sh keeps its PID there)
+SAMPLER_PID=""
+say() { echo "bench-compare: $*" >&2; }
+fail() { say "FAILED: $*"; exit 1; }
+
+stop_sampler() {
+  if [ -n "$SAMPLER_PID" ]; then
+    kill "$SAMPLER_PID" 2>/dev/null || true
+    wait "$SAMPLER_PID" 2>/dev/null || true
+    SAMPLER_PID=""
+  fi
+}
+
+stop_skiffd() {
+  [ -n "$SK_PID" ] || return 0
+  if kill -0 "$SK_PID" 2>/dev/null; then
+    kill -TERM "$SK_PID" 2>/dev/null || true
+    i=0
+    while kill -0 "$SK_PID" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+    if kill -0 "$SK_PID" 2>/dev/null; then
+      say "skiffd (pid $SK_PID) ignored SIGTERM for 10 s: SIGKILL"
+      kill -KILL "$SK_PID" 2>/dev/null || true
+    fi
+  fi
+  wait "$SK_PID" 2>/dev/null || true
+  SK_PID=""
+}
+
+stop_kafka() {
+  [ -n "$KDIR" ] || return 0
+  "$KREF" stop "$KDIR" > /dev/null 2>&1 || true
+  KDIR=""
+}
+
+cleanup() {
+  rc=$?
+  stop_sampler
+  stop_skiffd
+  stop_kafka
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+free_port() {
+  "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+port_open() {
+  "$PY" -c 'import socket,sys; socket.create_connection(("127.0.0.1",int(sys.argv[1])),timeout=0.5).close()' "$1" 2>/dev/null
+}
+
+cpu_mark() { # PID -> "wall_ns cpu_ticks" (utime + stime of every thread of that process)
+  echo "$(date +%s%N) $(awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0)"
+}
+
+status_kib() { # PID FIELD -> kB value of FIELD in /proc/PID/status, or empty
+  awk -v f="$2:" '$1 == f { print $2 }' "/proc/$1/status" 2>/dev/null || true
+}
+
+# ---------------------------------------------------------------- 1. build
+if [ -z "${BENCH_NOBUILD:-}" ]; then
+  if [ ! -f "$BUILD/CMakeCache.txt" ]; then
+    gen=$(command -v ninja >/dev/null 2>&1 && echo Ninja || echo "Unix Makefiles")
+    cmake -S "$ROOT" -B "$BUILD" -G "$gen" > "$WORK/build.log" 2>&1 \
+      || { tail -30 "$WORK/build.log" >&2; fail "cmake configure"; }
+  fi
+  cmake --build "$BUILD" --target skload diskfloor skiffd >> "$WORK/build.log" 2>&1 \
+    || { tail -30 "$WORK/build.log" >&2; fail "build of skload diskfloor skiffd"; }
+fi
+for b in "$SKLOAD" "$DISKFLOOR" "$BUILD/skiffd"; do
+  [ -x "$b" ] || fail "$b missing (librdkafka-dev installed? make test-deps)"
+done
+case " $TARGETS " in
+  *" kafka"*)
+    command -v java >/dev/null 2>&1 || fail "java not found (make test-deps)"
+    "$KREF" fetch || fail "Kafka download (tools/kafka-ref.sh fetch)" ;;
+esac
+
+rm -rf "$OUT" "$WORK/floor"
+mkdir -p "$OUT" "$WORK/floor"
+say "results in $OUT$( [ "$SMOKE" = 1 ] && echo ' (smoke run: tiny sizes, figures meaningless)')"
+
+# ------------------------------------------------- 2. machine, disk floor
+{
+  echo "cores $(nproc)"
+  echo "cpu $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)"
+  echo "mem_kib $(awk '/^MemTotal:/ { print $2 }' /proc/meminfo)"
+  echo "kernel $(uname -r)"
+  echo "os $(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME")"
+  echo "java $(java -version 2>&1 | head -1)"
+  echo "librdkafka $(pkg-config --modversion rdkafka 2>/dev/null || echo '?')"
+  echo "git $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$ROOT" diff --quiet HEAD -- broker wal proxy s3sink common proto 2>/dev/null || echo ' (with uncommitted changes)')"
+} > "$OUT/machine.txt"
+cut -d' ' -f1-3 /proc/loadavg > "$OUT/load_start.txt"
+if [ "$SMOKE" = 1 ]; then fl="--iterations 100 --seq-seconds 0.3 --wakeups 100"
+else fl="--iterations 5000 --seq-seconds 10 --wakeups 2000"; fi
+say "disk floor in $WORK/floor"
+# shellcheck disable=SC2086
+"$DISKFLOOR" --dir "$WORK/floor" $fl > "$OUT/floor.json" || fail "diskfloor"
+
+# ------------------------------------------------------------- 3. brokers
+BOOT=""
+BROKER_PID=""
+
+start_skiffd() { # rundir
+  data=$WORK/skiff-data
+  rm -rf "$data"
+  mkdir -p "$data"
+  port=$(free_port)
+  BOOT=127.0.0.1:$port
+  # shellcheck disable=SC2086
+  "$BUILD/skiffd" --override node.id=1 --override "data.dir=$data" \
+      --override "listeners=PLAINTEXT://$BOOT" --override "advertised.listeners=PLAINTEXT://$BOOT" \
+      ${BENCH_SKIFFD_ARGS:-} > "$1/skiffd.log" 2>&1 &
+  SK_PID=$!
+  i=0
+  until port_open "$port"; do
+    kill -0 "$SK_PID" 2>/dev/null || { tail -20 "$1/skiffd.log" >&2; SK_PID=""; fail "skiffd exited during start-up"; }
+    i=$((i + 1))
+    [ $i -lt 300 ] || fail "skiffd does not listen on $BOOT after 30 s"
+    sleep 0.1
+  done
+  BROKER_PID=$SK_PID
+  echo "skiffd $BUILD/skiffd --override node.id=1 --override data.dir=$data --override listeners=PLAINTEXT://$BOOT ${BENCH_SKIFFD_ARGS:-}" > "$1/broker.txt"
+  say "  skiffd pid $SK_PID on $BOOT"
+}
+
+start_kafka() { # rundir
+  KDIR=$WORK/kafka
+  rm -rf "$KDIR"
+  mkdir -p "$KDIR"
+  port=$(free_port)
+  BOOT=127.0.0.1:$port
+  t0=$(date +%s)
+  KAFKA_REF_HEAP=$KAFKA_HEAP KAFKA_REF_PROPS=${BENCH_KAFKA_PROPS:-} \
+    "$KREF" start "$KDIR" "$port" 2> "$1/kafka-start.log" \
+    || { cat "$1/kafka-start.log" >&2; KDIR=""; fail "Kafka start (log: $WORK/kafka/kafka.log)"; }
+  BROKER_PID=$(cat "$KDIR/kafka.pid")
+  KBOOT=$BOOT
+  echo "$(( $(date +%s) - t0 ))" > "$1/kafka_start_s.txt"
+  cp "$KDIR/server.properties" "$1/server.properties"
+  echo "kafka pid $BROKER_PID heap $KAFKA_HEAP G1" > "$1/broker.txt"
+  say "  Kafka pid $BROKER_PID on $BOOT (started in $(cat "$1/kafka_start_s.txt") s)"
+}
+
+broker_alive() {
+  [ -n "$BROKER_PID" ] && kill -0 "$BROKER_PID" 2>/dev/null
+}
+
+# ---------------------------------------------------------- 4. workloads
+stamp=$(date +%s)
+
+workload() { # rundir name target-topic-config skload-args...
+  dir=$1; name=$2; tcfg=$3; shift 3
+  bound=$("$PY" -c "print(int(float('$DURATION') + float('$WARMUP') + float('$MAX_BEHIND') + 120))")
+  m0=$(cpu_mark "$BROKER_PID")
+  # shellcheck disable=SC2086
+  timeout -k 10 "$bound" "$SKLOAD" -b "$BOOT" --json $tcfg "$@" > "$dir/$name.json" 2> "$dir/$name.log" || true
+  echo "$m0 $(cpu_mark "$BROKER_PID")" > "$dir/${name}_cpu.txt"
+  broker_alive || fail "the broker died during $name (see $dir)"
+  [ -s "$dir/$name.json" ] || { tail -5 "$dir/$name.log" >&2; fail "$name measured nothing (log: $dir/$name.log)"; }
+}
+
+run_target() { # rep target
+  rep=$1; target=$2
+  dir=$OUT/runs/r$rep/$target
+  mkdir -p "$dir"
+  say "repetition $rep: $target"
+  # Write back what the previous broker left dirty in the page cache (Kafka
+  # default leaves GBs), so that it does not land on this broker's syncs.
+  sync
+  cut -d' ' -f1-3 /proc/loadavg > "$dir/load_before.txt"
+  case "$target" in
+    skiff) start_skiffd "$dir"; tcfg="" ;;
+    kafka|kafka-fsync)
+      if [ -z "$KDIR" ]; then
+        start_kafka "$dir"
+        KAFKA_IDLE_FROM=$dir
+      else
+        BROKER_PID=$(cat "$KDIR/kafka.pid")
+        BOOT=$KBOOT
+        say "  reusing Kafka pid $BROKER_PID (BENCH_KAFKA_SHARED=1)"
+        cp "$KAFKA_IDLE_FROM/broker.txt" "$KAFKA_IDLE_FROM/server.properties" "$dir/"
+        echo "shared with $(basename "$KAFKA_IDLE_FROM")" > "$dir/shared.txt"
+      fi
+      tcfg=""
+      [ "$target" = kafka-fsync ] && tcfg="--topic-config flush.messages=1" ;;
+    *) fail "unknown target $target (skiff, kafka, kafka-fsync)" ;;
+  esac
+
+  if [ ! -f "$dir/shared.txt" ]; then
+    timeout 60 "$SKLOAD" -b "$BOOT" --mode metadata --json > "$dir/metadata.json" 2> "$dir/metadata.log" \
+      || { cat "$dir/metadata.log" >&2; fail "Metadata request to $BOOT"; }
+    sleep 1  # let start-up work settle before reading
+    status_kib "$BROKER_PID" VmRSS > "$dir/idle_rss_kib.txt"
+  else
+    cp "$KAFKA_IDLE_FROM/idle_rss_kib.txt" "$dir/"
+  fi
+  ( while kill -0 "$BROKER_PID" 2>/dev/null; do
+      status_kib "$BROKER_PID" VmRSS; sleep 0.2
+    done ) > "$dir/rss_samples.txt" &
+  SAMPLER_PID=$!
+
+  topic="cmp-$target-r$rep-$stamp"
+  common="-p $PARTITIONS -a all --warmup $WARMUP -d $DURATION --buckets"
+  if [ "$SMOKE" = 1 ]; then n1k="-n 20000 --warmup 0"; n16k="-n 1500 --warmup 0"; else n1k=""; n16k=""; fi
+
+  say "  (a) $RATE_MBS MB/s of 1 KiB records ($RATE rec/s), linger.ms=$LINGER_A"
+  # shellcheck disable=SC2086
+  workload "$dir" a "$tcfg" $common -t "$topic-a" -s 1024 -P 1 -r "$RATE" --linger-ms "$LINGER_A" \
+    --max-inflight "$INFL_1K" --max-behind "$MAX_BEHIND"
+  say "  (b1k) max throughput, 1 KiB records, $TP_PRODUCERS producers, linger.ms=$LINGER_B"
+  # shellcheck disable=SC2086
+  workload "$dir" b1k "$tcfg" $common $n1k -t "$topic-b1k" -s 1024 -P "$TP_PRODUCERS" -r 0 \
+    --linger-ms "$LINGER_B" --batch-size 1000000 --max-inflight "$INFL_1K"
+  say "  (b16k) max throughput, 16 KiB records"
+  # shellcheck disable=SC2086
+  workload "$dir" b16k "$tcfg" $common $n16k -t "$topic-b16k" -s 16384 -P "$TP_PRODUCERS" -r 0 \
+    --linger-ms "$LINGER_B" --batch-size 1000000 --max-inflight "$INFL_16K"
+  say "  (c) end-to-end at $RATE_MBS MB/s"
+  # shellcheck disable=SC2086
+  workload "$dir" c "$tcfg" $common --e2e -t "$topic-c" -s 1024 -P 1 -r "$RATE" --linger-ms "$LINGER_A" \
+    --max-inflight "$INFL_1K" --max-behind "$MAX_BEHIND"
+  say "  (d) catch-up read of up to $CATCHUP bytes of the (b1k) topic"
+  workload "$dir" d "" --consume -t "$topic-b1k" --no-create --bytes "$CATCHUP" -d 600
+
+  stop_sampler
+  status_kib "$BROKER_PID" VmHWM > "$dir/hwm_kib.txt"
+  cut -d' ' -f1-3 /proc/loadavg > "$dir/load_after.txt"
+  if [ "$target" = skiff ]; then
+    stop_skiffd
+    du -sk "$WORK/skiff-data" 2>/dev/null | cut -f1 > "$dir/data_kib.txt" || true
+    rm -rf "$WORK/skiff-data"
+  elif [ "$KSHARED" != 1 ] || [ "$LAST_KAFKA" = "$target" ]; then
+    du -sk "$KDIR/data" 2>/dev/null | cut -f1 > "$dir/data_kib.txt" || true
+    stop_kafka
+    rm -rf "$WORK/kafka"
+  fi
+  BROKER_PID=""
+}
+
+KBOOT=""
+rep=1
+while [ "$rep" -le "$REPEATS" ]; do
+  # Rotate the order: repetition r starts with target (r-1) mod N.
+  set -- $TARGETS
+  k=$(( (rep - 1) % $# ))
+  while [ $k -gt 0 ]; do t=$1; shift; set -- "$@" "$t"; k=$((k - 1)); done
+  order="$*"
+  LAST_KAFKA=""
+  for t in $order; do case "$t" in kafka*) LAST_KAFKA=$t ;; esac; done
+  for t in $order; do run_target "$rep" "$t"; done
+  rep=$((rep + 1))
+done
+cut -d' ' -f1-3 /proc/loadavg > "$OUT/load_end.txt"
+
+# --------------------------------------------------------------- 5. report
+cat > "$OUT/params.json" <<EOF
+{"smoke": $( [ "$SMOKE" = 1 ] && echo true || echo false ), "repeats": $REPEATS,
+ "targets": "$(echo $TARGETS)", "duration_s": $DURATION, "warmup_s": $WARMUP,
+ "partitions": $PARTITIONS, "rate_mbs": $RATE_MBS, "rate": $RATE, "linger_a": $LINGER_A,
+ "max_behind_s": $MAX_BEHIND, "tp_producers": $TP_PRODUCERS, "linger_b": $LINGER_B,
+ "inflight_1k": $INFL_1K, "inflight_16k": $INFL_16K, "catchup_bytes": $CATCHUP,
+ "kafka_heap": "$KAFKA_HEAP", "kafka_shared": $( [ "$KSHARED" = 1 ] && echo true || echo false ),
+ "kafka_props": "$(printf '%s' "${BENCH_KAFKA_PROPS:-}" | tr '\n' ' ')",
+ "skiffd_args": "${BENCH_SKIFFD_ARGS:-}"}
+EOF
+docs_arg=""
+[ "$DOCS" = 1 ] && docs_arg="--docs $ROOT"
+# shellcheck disable=SC2086
+"$PY" "$ROOT/bench/compare_report.py" "$OUT" $docs_arg || fail "report (see above)"
+say "report: $OUT/report.md"
