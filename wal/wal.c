@@ -137,6 +137,7 @@ struct wal {
     int64_t renew_warned_us;
     bool lapsed;               /* acknowledgements stopped for want of a lease */
     bool fenced;
+    bool exclusive;            /* the backend's lock proves us alone: no renewals */
     bool unavailable_logged;
 
     /* Shared with reader threads. */
@@ -367,7 +368,7 @@ static void issue_renew(wal *w);
 
 static bool lease_ok(const wal *w)
 {
-    return !w->fenced && boot_us() < w->lease_until_us;
+    return !w->fenced && (w->exclusive || boot_us() < w->lease_until_us);
 }
 
 /* The lease ran out: log once per lapse, and get a renewal going. */
@@ -654,7 +655,10 @@ static void lease_cb(evutil_socket_t fd, short what, void *arg)
     (void)what;
     wal *w = arg;
     check_available(w);
-    issue_renew(w);
+    /* Nobody can take over a WAL whose local lock we hold: renewals would
+     * only cost syncs on the commit path. */
+    if (!w->exclusive)
+        issue_renew(w);
 }
 
 /* ---- append ---- */
@@ -1069,7 +1073,7 @@ static int renew_during_recovery(struct recovery *rc_)
 {
     wal *w = rc_->w;
     int64_t now = boot_us();
-    if (now - w->renew_start_us < w->renew_ms * 1000)
+    if (w->exclusive || now - w->renew_start_us < w->renew_ms * 1000)
         return 0;
     w->renew_start_us = now;
     uint8_t buf[OWNER_REC];
@@ -1568,6 +1572,7 @@ static int claim(wal *w, struct claim *c)
             return rc;
         w->lease_until_us = check + w->lease_ms * 1000;
         w->renew_start_us = check;
+        w->exclusive = exclusive;
         return 0;
     }
 }
@@ -1663,7 +1668,9 @@ wal *wal_open(struct event_base *base, wal_storage *st, const wal_opts *o, wal_l
 /* A stopped owner says so on the volume: the next one needs no waiting. */
 static void release(wal *w)
 {
-    if (w->fenced || w->gave_up || w->inflight || w->renewing || !lease_ok(w))
+    /* Not while writes fail: a shutdown must not hang on a dead volume. */
+    if (w->fenced || w->gave_up || w->inflight || w->renewing || !lease_ok(w) ||
+        w->trouble_since_us)
         return;
     w->me.flags |= OWNER_RELEASED;
     put_record(w);
