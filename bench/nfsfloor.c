@@ -24,6 +24,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -317,6 +319,10 @@ int main(int argc, char **argv)
     if (nfs_mount(nfs, u->server, u->path) != 0)
         die("mount");
     rpc = nfs_get_rpc_context(nfs);
+    /* As the WAL does: no Nagle delay for a WRITE sent while another is
+     * unacknowledged (the sequential test keeps several in flight). */
+    int one = 1;
+    setsockopt(nfs_get_fd(nfs), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     printf("{\"url\":\"%s\"", url);
     printf(",");
     small_appends("commit", false, stdout);

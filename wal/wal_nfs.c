@@ -40,6 +40,8 @@
 #include <errno.h>
 #include <event2/event.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -314,6 +316,16 @@ static int parse_url(struct nfsb *b, const char *url, char *why, size_t wl)
     return 0;
 }
 
+/* libnfs leaves Nagle's algorithm on: a small RPC sent while another is
+ * unacknowledged (a lease renewal next to a WRITE, the tail of a large
+ * WRITE) would wait for that ACK, up to a delayed-ACK period. */
+static void no_delay(int fd)
+{
+    int one = 1;
+    if (fd >= 0)
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
 /* A context with the URL's settings; not connected. */
 static struct nfs_context *ctx_new(struct nfsb *b)
 {
@@ -378,6 +390,8 @@ static struct sctx *pool_get(struct nfsb *b, int *err)
             nfs_destroy_context(c->nfs);
             c->nfs = NULL;
             *err = SK_ERR_IO;
+        } else {
+            no_delay(nfs_get_fd(c->nfs));
         }
     }
     if (*err) {
@@ -797,6 +811,8 @@ static void update_io(struct nfsb *b)
         return;
     if (b->fd >= 0)
         event_del(b->io_ev);
+    if (fd != b->fd)
+        no_delay(fd);
     b->fd = fd;
     b->evmask = mask;
     if (fd < 0 || !mask)
@@ -1862,6 +1878,7 @@ static int discover(struct nfsb *b, char *why, size_t wl)
         return rc ? rc : SK_ERR_NOMEM;
     }
     /* The first context of the pool. */
+    no_delay(nfs_get_fd(nfs));
     b->pool[0].nfs = nfs;
     b->npool = 1;
     b->wtmax = nfs_get_writemax(nfs);
