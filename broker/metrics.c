@@ -113,6 +113,17 @@ static void render(sk_node *n, struct evbuffer *b)
                            : 0));
         gauge(b, "skiff_wal_failed", "1 when the WAL failed and the node refuses writes.",
               wal_failed(n->wal) ? 1 : 0);
+        gauge(b, "skiff_wal_unavailable",
+              "1 while the volume has not completed an operation for wal.io.timeout.ms.",
+              ws.unavailable ? 1 : 0);
+        gauge(b, "skiff_wal_outage_seconds", "How long the current storage trouble lasts.",
+              (double)ws.outage_ms / 1000.0);
+        counter(b, "skiff_wal_retries_total",
+                "WAL operations issued again after a transient error.", ws.retries);
+        counter(b, "skiff_wal_lease_lapses_total",
+                "Times acknowledgements stopped for want of a renewed lease.", ws.lease_lapses);
+        gauge(b, "skiff_wal_owner_epoch", "The owner epoch this node holds the WAL with.",
+              (double)ws.owner_epoch);
     }
     if (n->tier) {
         sk_tier_stats ts;

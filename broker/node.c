@@ -48,6 +48,7 @@ struct sk_dwait {
 
 
 static void store_flush_cb(evutil_socket_t fd, short what, void *arg);
+static void begin_shutdown(sk_node *n);
 
 static void append_done(void *arg, int err, wal_lsn lsn)
 {
@@ -68,6 +69,13 @@ static void append_done(void *arg, int err, wal_lsn lsn)
     if (pe->fn)
         pe->fn(pe->arg, err);
     free(pe);
+    if (err == SK_ERR_FENCED && !n->stopping) {
+        /* Another node took this WAL over: nothing more can be
+         * acknowledged here. Stop, and let the supervisor decide. */
+        SK_ERROR("node", "the WAL was taken over by a newer owner; stopping");
+        n->exit_code = 3;
+        begin_shutdown(n);
+    }
 }
 
 static int append_pend(sk_node *n, uint8_t type, const struct iovec *iov, int iovcnt,
@@ -923,7 +931,7 @@ int sk_node_run(sk_node *n)
     sk_store_txn_free(n->store_txn);
     n->store_txn = NULL;
     SK_INFO("node", "stopped");
-    return 0;
+    return n->exit_code;
 }
 
 void sk_node_destroy(sk_node *n)

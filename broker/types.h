@@ -209,7 +209,8 @@ struct sk_node {
     sk_conn *conns;           /* all open connections */
     size_t nconns;
     bool stopping;
-    bool paused; /* reading stopped: WAL back-pressure */
+    int exit_code; /* of sk_node_run: 0, or 3 when the WAL was taken over */
+    bool paused;   /* reading stopped: WAL back-pressure */
     struct event *retention_ev;
     struct event *store_flush_ev;
     struct event *sig_ev[3];
