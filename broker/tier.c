@@ -38,6 +38,7 @@ struct sk_tier {
     bool busy;     /* a job runs on the tier thread */
     bool stopping;
     bool snapshot_due;
+    wal_lsn snap_after;   /* the next snapshot must reflect the view past this */
     wal_lsn uploaded;     /* every batch below is in registered objects */
     wal_lsn snapshot_lsn; /* the newest view snapshot in the store reflects this */
     int64_t last_upload_ms;
@@ -180,6 +181,8 @@ struct job {
     uint64_t bytes_in;
     /* snapshot */
     wal_lsn snap_lsn;
+    /* registration: where its record ends */
+    wal_lsn reg_end;
     /* listing (GC) */
     sk_obj_info *infos;
     size_t ninfos, capinfos;
@@ -739,6 +742,12 @@ static void registered(void *arg, int err)
     if (err == 0) {
         if (j->kind == JOB_UPLOAD && j->end > t->uploaded)
             t->uploaded = j->end;
+        /* The registration record lies past the upload's end: a snapshot
+         * taken before the view applied it would not hold it, and the
+         * retention pass that follows the snapshot would still see the
+         * uploaded batches indexed and leave their segments untrimmed. */
+        if (j->reg_end > t->snap_after)
+            t->snap_after = j->reg_end;
         t->snapshot_due = true;
     } else {
         SK_WARN("tier", "registration of %zu objects failed (%s); they will be collected as "
@@ -791,7 +800,7 @@ static void register_objects(struct job *j)
     int rc = SK_ERR_NOMEM;
     if (!sk_buf_failed(&b)) {
         struct iovec iov = {b.data, b.len};
-        rc = sk_node_append(n, SK_WAL_META, &iov, 1, registered, j, NULL);
+        rc = sk_node_append(n, SK_WAL_META, &iov, 1, registered, j, &j->reg_end);
     }
     sk_buf_free(&b);
     if (rc != 0)
@@ -1012,7 +1021,7 @@ static void start_next_job(sk_tier *t)
     if (upload_wanted(t, true)) {
         j = upload_job(t);
         work = upload_work;
-    } else if (t->snapshot_due && t->n->store_applied >= t->uploaded) {
+    } else if (t->snapshot_due && t->n->store_applied >= t->snap_after) {
         t->snapshot_due = false;
         j = calloc(1, sizeof *j);
         if (j) {
@@ -1033,7 +1042,7 @@ static void start_next_job(sk_tier *t)
 void sk_tier_kick(sk_tier *t)
 {
     if (t && !t->busy && (upload_wanted(t, false) ||
-                          (t->snapshot_due && t->n->store_applied >= t->uploaded)))
+                          (t->snapshot_due && t->n->store_applied >= t->snap_after)))
         start_next_job(t);
 }
 
@@ -1282,6 +1291,7 @@ sk_tier *sk_tier_new(sk_node *n, char *why, size_t whylen)
         objstore_list_page_free(&page);
     }
     t->snapshot_due = t->uploaded > t->snapshot_lsn;
+    t->snap_after = t->uploaded;
     t->last_upload_ms = sk_mono_ms();
     return t;
 }
