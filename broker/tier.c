@@ -26,7 +26,7 @@
 #include "sk_workq.h"
 
 #define SNAP_KEEP 2
-#define READAHEAD_BLOCKS 4
+#define READAHEAD_BLOCKS 8
 
 struct sk_tier {
     sk_node *n;

@@ -123,6 +123,19 @@ static void evict(blockcache *c)
     }
 }
 
+/* Room for `need` more bytes within the capacity, evicting unpinned blocks
+ * (least recently used first) when needed; false when pins and fetches in
+ * flight leave none. Read-ahead asks first: without eviction a cache full of
+ * blocks read long ago would refuse every read-ahead for good. */
+static bool make_room(blockcache *c, size_t need)
+{
+    while (c->used + c->loading_bytes + need > c->o.capacity && c->lru_tail) {
+        c->st.evictions++;
+        block_drop(c, c->lru_tail);
+    }
+    return c->used + c->loading_bytes + need <= c->o.capacity;
+}
+
 static void store_fetch(void *ctx, const char *key, uint64_t off, size_t len, void *buf,
                         objstore_get_cb cb, void *arg)
 {
@@ -438,17 +451,29 @@ int blockcache_read(blockcache *c, const char *key, const objfmt_entry *entries,
     }
     c->st.hits += hits;
     c->st.misses += misses;
-    /* Read-ahead: following blocks of the same stream, while they fit. */
+    /* Read-ahead: following blocks of the same stream, while they fit. The
+     * window is refilled only once half of it is read, and then with a whole
+     * window: a reader catching up block by block gets GETs of many blocks
+     * (up to max_merge), not a GET of one block per read. */
     uint64_t stream = entries[first].stream_id;
-    for (size_t i = first + nwant; i < nentries && i < first + nwant + readahead; i++) {
-        const objfmt_entry *e = &entries[i];
-        const objfmt_entry *p = &entries[i - 1];
-        if (e->stream_id != stream || p->position + p->size != e->position)
+    size_t ra = first + nwant, ahead = 0;
+    for (; ra < nentries && ahead < readahead; ra++, ahead++) {
+        const objfmt_entry *e = &entries[ra];
+        const objfmt_entry *p = &entries[ra - 1];
+        if (e->stream_id != stream || p->position + p->size != e->position ||
+            !lookup(c, key, e->position))
             break;
-        if (c->used + c->loading_bytes + e->size > c->o.capacity)
+    }
+    size_t until = ahead * 2 < readahead ? ra + readahead : ra;
+    for (; ra < nentries && ra < until; ra++) {
+        const objfmt_entry *e = &entries[ra];
+        const objfmt_entry *p = &entries[ra - 1];
+        if (e->stream_id != stream || p->position + p->size != e->position)
             break;
         if (lookup(c, key, e->position))
             continue;
+        if (!make_room(c, e->size))
+            break;
         blockcache_block *b = block_new(c, key, e);
         if (!b)
             break;

@@ -7,8 +7,11 @@
  * consecutive blocks of one object; the blocks it misses, and up to
  * `readahead` following blocks of the same stream (sequential catch-up), are
  * fetched with as few ranged GETs as possible: adjacent missing blocks are
- * merged into one GET of at most opts.max_merge bytes. A block already being
- * fetched is not fetched again: later readers wait for the same GET.
+ * merged into one GET of at most opts.max_merge bytes. The read-ahead window
+ * is refilled only once fewer than half of its blocks are cached or on their
+ * way, and then whole, so that a reader moving block by block gets GETs of
+ * many blocks, not one per read. A block already being fetched is not
+ * fetched again: later readers wait for the same GET.
  *
  * Memory: opts.capacity bounds the bytes of cached blocks. Blocks handed to
  * readers are pinned until released and are never evicted; the cache may

@@ -252,6 +252,54 @@ static void test_merge_and_readahead(void **state)
     free_object(&o);
 }
 
+/* A reader moving one block at a time: the read-ahead window is refilled
+ * once half of it is read, by one GET of a whole window, not one block per
+ * read. */
+static void test_readahead_window(void **state)
+{
+    (void)state;
+    struct object o;
+    make_object(&o);
+    struct fake f = {.o = &o};
+    blockcache *c = new_cache(&f, 1 << 20, 0);
+    blockcache_block *out[1];
+    struct rres r = {0};
+    /* block 0 and the window 1..4: one GET */
+    assert_int_equal(blockcache_read(c, "obj", o.blocks, o.nblocks, 0, 1, 4, out, read_cb, &r), 0);
+    assert_int_equal(f.gets, 1);
+    assert_int_equal(f.q[0].len, o.blocks[5].position);
+    fake_complete(&f);
+    release_all(c, out, 1);
+    /* blocks 1 and 2: 3 and 2 blocks still ahead, no GET */
+    for (size_t i = 1; i <= 2; i++) {
+        assert_int_equal(blockcache_read(c, "obj", o.blocks, o.nblocks, i, 1, 4, out, read_cb, &r),
+                         BLOCKCACHE_HIT);
+        release_all(c, out, 1);
+    }
+    assert_int_equal(f.gets, 1);
+    /* block 3: one block ahead, fewer than half: blocks 5..8 in one GET */
+    assert_int_equal(blockcache_read(c, "obj", o.blocks, o.nblocks, 3, 1, 4, out, read_cb, &r),
+                     BLOCKCACHE_HIT);
+    release_all(c, out, 1);
+    assert_int_equal(f.gets, 2);
+    assert_int_equal(f.q[0].off, o.blocks[5].position);
+    assert_int_equal(f.q[0].len, o.blocks[9].position - o.blocks[5].position);
+    fake_complete(&f);
+    /* the window stops at the end of the stream (block 9 is its last) */
+    for (size_t i = 4; i <= 9; i++) {
+        int rc = blockcache_read(c, "obj", o.blocks, o.nblocks, i, 1, 4, out, read_cb, &r);
+        if (rc == 0)
+            fake_complete(&f);
+        else
+            assert_int_equal(rc, BLOCKCACHE_HIT);
+        check_block(&o, out[0], i);
+        release_all(c, out, 1);
+    }
+    assert_int_equal(f.gets, 3); /* block 9 alone: the stream ends there */
+    blockcache_destroy(c);
+    free_object(&o);
+}
+
 static void test_shared_fetch(void **state)
 {
     (void)state;
@@ -318,13 +366,27 @@ static void test_lru_and_pins(void **state)
     assert_int_equal(blockcache_read(c, "obj", o.blocks, o.nblocks, 6, 3, 0, more, read_cb, &r),
                      BLOCKCACHE_HIT);
     release_all(c, more, 3);
-    /* read-ahead does not push the cache past its capacity */
+    /* read-ahead evicts unpinned blocks for room, but does not push the
+     * cache past its capacity: block 0 and two blocks ahead, not five */
     int gets = f.gets;
     assert_int_equal(blockcache_read(c, "obj", o.blocks, o.nblocks, 0, 1, 5, out, read_cb, &r), 0);
     assert_int_equal(f.gets, gets + 1);
-    assert_true(f.q[0].len < 3 * bs);
+    assert_int_equal(f.q[0].len, o.blocks[3].position);
+    fake_complete(&f);
+    blockcache_stats_get(c, &st);
+    assert_true(st.used <= 3 * bs);
+    release_all(c, out, 1);
+    /* a pinned cache leaves no room: no read-ahead at all */
+    blockcache_block *pin[3];
+    assert_int_equal(blockcache_read(c, "obj", o.blocks, o.nblocks, 0, 3, 0, pin, read_cb, &r),
+                     BLOCKCACHE_HIT);
+    gets = f.gets;
+    assert_int_equal(blockcache_read(c, "obj", o.blocks, o.nblocks, 5, 1, 3, out, read_cb, &r), 0);
+    assert_int_equal(f.gets, gets + 1);
+    assert_int_equal(f.q[0].len, o.blocks[5].size);
     fake_complete(&f);
     release_all(c, out, 1);
+    release_all(c, pin, 3);
     /* forget drops an object's unpinned blocks */
     blockcache_forget(c, "obj");
     blockcache_stats_get(c, &st);
@@ -638,6 +700,7 @@ int main(void)
     sk_log_set_level(SK_LOG_ERROR);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_merge_and_readahead),
+        cmocka_unit_test(test_readahead_window),
         cmocka_unit_test(test_shared_fetch),
         cmocka_unit_test(test_lru_and_pins),
         cmocka_unit_test(test_errors),
