@@ -11,7 +11,10 @@
 #   5. prints a report: absolute figures, and the target ratios with
 #      PASS/MISS labels (labels, not assertions);
 #   6. runs bench/nfs.sh: the same workloads with the WAL on NFS (NFS-Ganesha on
-#      loopback, libnfs) beside that server's floor (BENCH_NFS=0 skips it).
+#      loopback, libnfs) beside that server's floor (BENCH_NFS=0 skips it);
+#   7. runs bench/s3.sh: catch-up reads from objects in the S3 emulator beside the
+#      emulator's raw ranged-GET throughput, and PUTs per GiB ingested
+#      (BENCH_S3=0 skips it).
 #
 # Exit status: 0 when the figures were measured, whatever they are; 1 when
 # the harness failed (build, disk floor, skiffd start-up, skiffd died during
@@ -380,5 +383,29 @@ if [ -z "$EXTERNAL" ] && [ "${BENCH_NFS:-1}" != 0 ]; then
     0) ;;
     77) say "NFS section skipped: no NFS server can run here" ;;
     *) fail "NFS section (bench/nfs.sh exit $nrc)" ;;
+  esac
+fi
+
+# ------------------------------------------------ 7. the object store (S3)
+# bench/s3.sh: a catch-up read served from objects in the S3 emulator, beside the
+# emulator's own ranged-GET throughput, and PUTs per GiB ingested. BENCH_S3=0 skips it.
+if [ -z "$EXTERNAL" ] && [ "${BENCH_S3:-1}" != 0 ]; then
+  if [ -n "$BROKER_PID" ]; then
+    kill -TERM "$BROKER_PID" 2>/dev/null || true
+    i=0
+    while kill -0 "$BROKER_PID" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+    kill -KILL "$BROKER_PID" 2>/dev/null || true
+    wait "$BROKER_PID" 2>/dev/null || true
+    BROKER_PID=""
+  fi
+  echo
+  set +e
+  "$ROOT/bench/s3.sh"
+  src=$?
+  set -e
+  case $src in
+    0) ;;
+    77) say "object store section skipped: the S3 emulator cannot run here (node/npm)" ;;
+    *) fail "object store section (bench/s3.sh exit $src)" ;;
   esac
 fi

@@ -1,0 +1,259 @@
+#!/bin/sh
+# make bench, object store section: catch-up reads from S3 against the S3 emulator's
+# own ranged-GET throughput measured in the same run, and PUTs per GiB ingested.
+#
+#   1. builds skload and skiffd (unless BENCH_NOBUILD is set);
+#   2. starts the S3 emulator (tools/s3rver.sh, loopback, free port, data in
+#      $BENCH_WORK/s3/s3rver);
+#   3. one skiffd with objects.url pointing at it (data.dir $BENCH_WORK/s3/data)
+#      and the default upload settings (s3.wal.upload.threshold 500 MiB,
+#      s3.wal.upload.interval.ms 30000); skload writes BENCH_S3_BYTES (1 GiB) of
+#      incompressible records (16 KiB, acks=all, 4 producers) over
+#      BENCH_PARTITIONS (4) partitions; once all of it is uploaded, the
+#      object store's request counters (skiff_s3_requests_total, objects and
+#      snapshots put) give the requests and PUTs per GiB ingested;
+#   4. skiffd restarts with wal.cache.bytes=0 (cold block cache, WAL trimmed), and
+#      skload --consume reads every partition from offset 0: catch-up throughput,
+#      all of it served from objects (checked with skiff_s3_read_bytes_total);
+#   5. bench/s3raw.py reads the same objects from the emulator with signed ranged
+#      GETs (1 MiB and 8 MiB ranges, 1 and 4 in flight): the emulator's floor;
+#   6. prints the figures and the targets as PASS/MISS labels (not assertions):
+#      catch-up >= 0.8 x the best raw ranged-GET throughput; PUTs per GiB <= 4.
+#   skiffd and the emulator are stopped (by their PIDs) whatever happened.
+#
+# Exit status: 0 when measured (whatever the figures), 1 when the harness failed,
+# 77 when the emulator cannot run here (node/npm missing).
+#
+# Environment: BENCH_SMOKE, BENCH_WORK, BENCH_NOBUILD, BENCH_PARTITIONS, SKIFF_BUILD as
+# in bench/run.sh, plus
+#   BENCH_S3_BYTES=n        [1073741824; smoke 33554432] bytes of records to ingest
+#   BENCH_S3_SIZE=n         [16384] record size
+#   BENCH_S3_SKIFFD_ARGS    extra skiffd arguments (--override k=v ...), both runs
+set -eu
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${SKIFF_BUILD:-$ROOT/build}
+case "$BUILD" in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=python3
+SMOKE=${BENCH_SMOKE:-0}
+MiB=1048576
+if [ "$SMOKE" = 1 ]; then
+  d_bytes=$((32 * MiB)); up_args="--override s3.wal.upload.threshold=$((8 * MiB)) --override s3.wal.upload.interval.ms=1000"
+  raw_cap=$((32 * MiB)); raw_secs=5
+else
+  d_bytes=$((1024 * MiB)); up_args=""
+  raw_cap=$((1024 * MiB)); raw_secs=20
+fi
+BYTES=${BENCH_S3_BYTES:-$d_bytes}
+SIZE=${BENCH_S3_SIZE:-16384}
+PARTITIONS=${BENCH_PARTITIONS:-4}
+COUNT=$((BYTES / SIZE))
+
+WORK=${BENCH_WORK:-$ROOT/bench/.work}
+mkdir -p "$WORK"
+WORK=$(cd "$WORK" && pwd)/s3
+SDIR=$WORK/s3rver
+DATA=$WORK/data
+OUT=$WORK/results
+SKLOAD=$BUILD/bench/skload
+
+BROKER_PID=""
+S3_UP=""
+say() { echo "bench-s3: $*" >&2; }
+fail() { say "FAILED: $*"; exit 1; }
+
+stop_broker() {
+  if [ -n "$BROKER_PID" ] && kill -0 "$BROKER_PID" 2>/dev/null; then
+    kill -TERM "$BROKER_PID" 2>/dev/null || true
+    i=0
+    while kill -0 "$BROKER_PID" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+    kill -0 "$BROKER_PID" 2>/dev/null && kill -KILL "$BROKER_PID" 2>/dev/null
+    wait "$BROKER_PID" 2>/dev/null || true
+  fi
+  BROKER_PID=""
+}
+cleanup() {
+  rc=$?
+  stop_broker
+  [ -n "$S3_UP" ] && "$ROOT/tools/s3rver.sh" stop "$SDIR" >/dev/null 2>&1
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+free_port() {
+  "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+port_open() {
+  "$PY" -c 'import socket,sys; socket.create_connection(("127.0.0.1",int(sys.argv[1])),timeout=0.5).close()' "$1" 2>/dev/null
+}
+metric() { # NAME -> value from skiffd's metrics (0 when absent)
+  "$PY" - "$MPORT" "$1" <<'EOF'
+import sys, urllib.request
+port, name = sys.argv[1:3]
+v = 0
+for ln in urllib.request.urlopen("http://127.0.0.1:%s/metrics" % port, timeout=10).read().decode().splitlines():
+    if ln.startswith(name + " "):
+        v = float(ln.split()[1])
+print("%d" % v)
+EOF
+}
+
+# ---------------------------------------------------------------- 1. build
+if [ -z "${BENCH_NOBUILD:-}" ]; then
+  cmake --build "$BUILD" --target skload skiffd > "$WORK.build.log" 2>&1 \
+    || { tail -30 "$WORK.build.log" >&2; fail "build of skload skiffd"; }
+fi
+[ -x "$SKLOAD" ] || fail "$SKLOAD missing (librdkafka-dev installed? make test-deps)"
+[ -x "$BUILD/skiffd" ] || fail "$BUILD/skiffd missing"
+
+rm -rf "$WORK"
+mkdir -p "$SDIR" "$DATA" "$OUT"
+cut -d' ' -f1-3 /proc/loadavg > "$OUT/load_before.txt"
+
+# ---------------------------------------------------------------- 2. emulator
+SPORT=$(free_port)
+set +e
+SKIFF_S3RVER_OWNER_PID=$$ "$ROOT/tools/s3rver.sh" start "$SDIR" "$SPORT" bench > "$OUT/s3rver_start.log" 2>&1
+src=$?
+set -e
+if [ $src -eq 77 ]; then
+  say "skipped: $(cat "$OUT/s3rver_start.log")"
+  exit 77
+fi
+[ $src -eq 0 ] || { cat "$OUT/s3rver_start.log" >&2; fail "tools/s3rver.sh start (exit $src)"; }
+S3_UP=1
+export AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER
+URL="s3://bench/catchup?region=us-east-1&endpoint=http://127.0.0.1:$SPORT&path-style=true"
+say "S3 emulator on 127.0.0.1:$SPORT (data $SDIR/data)$( [ "$SMOKE" = 1 ] && echo ', smoke run')"
+
+PORT=$(free_port)
+MPORT=$(free_port)
+BOOT=127.0.0.1:$PORT
+start_broker() { # extra args...
+  # shellcheck disable=SC2086
+  "$BUILD/skiffd" --override node.id=1 --override "data.dir=$DATA" \
+      --override "listeners=PLAINTEXT://$BOOT" --override "advertised.listeners=PLAINTEXT://$BOOT" \
+      --override "objects.url=$URL" --override "metrics.listener=127.0.0.1:$MPORT" \
+      $up_args ${BENCH_S3_SKIFFD_ARGS:-} "$@" >> "$WORK/skiffd.log" 2>&1 &
+  BROKER_PID=$!
+  i=0
+  until port_open "$PORT"; do
+    kill -0 "$BROKER_PID" 2>/dev/null || { tail -20 "$WORK/skiffd.log" >&2; BROKER_PID=""; fail "skiffd exited during start-up (log: $WORK/skiffd.log)"; }
+    i=$((i + 1))
+    [ $i -lt 300 ] || fail "skiffd does not listen on $BOOT after 30 s"
+    sleep 0.1
+  done
+}
+
+# ---------------------------------------------------------------- 3. ingest
+start_broker
+TOPIC=skiff-bench-s3-$(date +%s)
+say "ingest: $COUNT records of $SIZE B ($((BYTES / MiB)) MiB) over $PARTITIONS partitions, acks=all"
+timeout -k 30 600 "$SKLOAD" -b "$BOOT" -t "$TOPIC" -p "$PARTITIONS" -s "$SIZE" -n "$COUNT" -r 0 \
+    -a all -P 4 --round-robin --linger-ms 5 --batch-size 1000000 --progress 0 --json \
+    > "$OUT/ingest.json" 2> "$OUT/ingest.log" || fail "skload produce (log: $OUT/ingest.log)"
+# Everything uploaded: the default interval is 30 s, so the tail may wait that long.
+i=0
+while :; do
+  lag=$(metric skiff_s3_upload_lag_bytes)
+  [ "$lag" -lt 65536 ] && break
+  i=$((i + 1))
+  [ $i -lt 900 ] || fail "upload lag still $lag bytes after 90 s"
+  sleep 0.1
+done
+for m in skiff_s3_requests_total skiff_s3_objects_put_total skiff_s3_stream_objects_put_total \
+         skiff_s3_stream_set_objects_put_total skiff_s3_view_snapshots_total \
+         skiff_s3_upload_bytes_total skiff_s3_uploads_total skiff_s3_bytes_up_total; do
+  echo "$m $(metric $m)"
+done > "$OUT/ingest_metrics.txt"
+
+# ---------------------------------------------------------------- 4. catch-up
+stop_broker
+start_broker --override wal.cache.bytes=0
+say "catch-up: skload --consume from offset 0, every batch from objects"
+timeout -k 30 600 "$SKLOAD" -b "$BOOT" -t "$TOPIC" --consume --no-create --progress 0 --json \
+    > "$OUT/catchup.json" 2> "$OUT/catchup.log" || fail "skload consume (log: $OUT/catchup.log)"
+for m in skiff_s3_read_bytes_total skiff_s3_requests_total skiff_s3_bytes_down_total; do
+  echo "$m $(metric $m)"
+done > "$OUT/catchup_metrics.txt"
+stop_broker
+
+# ---------------------------------------------------------------- 5. raw GETs
+find "$SDIR/data/bench/catchup/data" -name '*._S3rver_object' -printf '%P %s\n' \
+  | sed 's/\._S3rver_object / /; s#^#catchup/data/#' > "$OUT/objects.txt"
+say "raw: ranged GETs of the same $(wc -l < "$OUT/objects.txt") objects"
+"$PY" "$ROOT/bench/s3raw.py" --endpoint "http://127.0.0.1:$SPORT" --bucket bench \
+    --keys "$OUT/objects.txt" --shape 1048576:1 --shape 1048576:4 --shape 8388608:1 \
+    --shape 8388608:4 --max-bytes "$raw_cap" --max-seconds "$raw_secs" \
+    > "$OUT/raw.json" 2> "$OUT/raw.log" || fail "s3raw.py (log: $OUT/raw.log)"
+cut -d' ' -f1-3 /proc/loadavg > "$OUT/load_after.txt"
+
+# ---------------------------------------------------------------- 6. report
+"$PY" - "$OUT" "$SMOKE" "$PARTITIONS" "$SIZE" <<'EOF'
+import json, os, sys
+
+out, smoke, parts, size = sys.argv[1:5]
+
+def kv(name):
+    d = {}
+    with open(os.path.join(out, name)) as f:
+        for ln in f:
+            k, v = ln.split()
+            d[k] = int(v)
+    return d
+
+def last_json(name):
+    with open(os.path.join(out, name)) as f:
+        return json.loads(f.read().strip().splitlines()[-1])
+
+ing, cu = last_json("ingest.json"), last_json("catchup.json")
+im, cm = kv("ingest_metrics.txt"), kv("catchup_metrics.txt")
+raw = [json.loads(ln) for ln in open(os.path.join(out, "raw.json")) if ln.strip()]
+best = max(raw, key=lambda r: r["mb_s"])
+gib = im["skiff_s3_upload_bytes_total"] / float(1 << 30)
+puts = im["skiff_s3_objects_put_total"] + im["skiff_s3_view_snapshots_total"]
+ratio = cu["mb_s"] / best["mb_s"] if best["mb_s"] > 0 else 0
+label = lambda ok: "PASS" if ok else "MISS"
+p = []
+p.append("Skiff object store benchmark%s: %s partitions, %s B records, %d cores, load %s -> %s" % (
+    " (SMOKE: tiny sizes, figures meaningless)" if smoke == "1" else "", parts, size,
+    os.cpu_count(), open(os.path.join(out, "load_before.txt")).read().strip(),
+    open(os.path.join(out, "load_after.txt")).read().strip()))
+p.append("")
+p.append("Ingest: %.1f MB/s acks=all; %.3f GiB uploaded in %d uploads: %d StreamObjects, "
+         "%d StreamSetObjects, %d view snapshots" % (
+             ing.get("mb_s", 0), gib, im["skiff_s3_uploads_total"],
+             im["skiff_s3_stream_objects_put_total"], im["skiff_s3_stream_set_objects_put_total"],
+             im["skiff_s3_view_snapshots_total"]))
+p.append("  object store requests %d (%.1f per GiB); PUTs (objects + snapshots) %d (%.1f per GiB)"
+         % (im["skiff_s3_requests_total"], im["skiff_s3_requests_total"] / gib, puts, puts / gib))
+p.append("Catch-up read through skiffd (skload --consume from offset 0, wal.cache.bytes=0, cold):")
+p.append("  %.1f MB/s: %d records, %.1f MB in %.2f s, %d errors; from objects %.1f MB in %d "
+         "requests (%.1f MB downloaded)" % (
+             cu["mb_s"], cu["records"], cu["bytes"] / 1e6, cu["seconds"], cu["errors"],
+             cm["skiff_s3_read_bytes_total"] / 1e6, cm["skiff_s3_requests_total"],
+             cm["skiff_s3_bytes_down_total"] / 1e6))
+p.append("Emulator's raw ranged GETs of the same objects (s3raw.py, same run):")
+for r in raw:
+    p.append("  %5d KiB ranges, %d in flight: %7.1f MB/s (%d requests, %d errors)" % (
+        r["range"] // 1024, r["concurrency"], r["mb_s"], r["requests"], r["errors"]))
+p.append("")
+p.append("Targets (labels, not assertions)")
+p.append("  %-48s %-34s %-10s %s" % ("catch-up / best raw ranged-GET throughput",
+         "%.2f  (%.1f / %.1f MB/s)" % (ratio, cu["mb_s"], best["mb_s"]), ">= 0.8",
+         label(ratio >= 0.8)))
+p.append("  %-48s %-34s %-10s %s" % ("PUTs per GiB ingested", "%.1f  (%d in %.3f GiB)" % (
+    puts / gib, puts, gib), "<= 4", label(puts / gib <= 4)))
+text = "\n".join(p)
+print(text)
+with open(os.path.join(out, "report.txt"), "w") as f:
+    f.write(text + "\n")
+with open(os.path.join(out, "report.json"), "w") as f:
+    json.dump({"smoke": smoke == "1", "ingest": ing, "catchup": cu, "raw": raw,
+               "ingest_metrics": im, "catchup_metrics": cm, "puts_per_gib": puts / gib,
+               "requests_per_gib": im["skiff_s3_requests_total"] / gib,
+               "catchup_over_raw": ratio}, f, indent=1)
+EOF
+say "report: $OUT/report.txt"
