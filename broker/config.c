@@ -201,6 +201,12 @@ const sk_prop sk_props[] = {
      "StreamSetObjects older than this are split into one StreamObject per partition, so that "
      "reading a partition's history costs few requests.",
      NULL, false},
+    {"s3.view.snapshot.interval.ms", SK_PROP_LONG, OFF(s3_snapshot_interval_ms), "60000", 0,
+     I64MAX, "Objects",
+     "Least time between two snapshots of the SQLite view into the object store. The WAL is "
+     "trimmed only below the newest snapshot, so this also bounds how long uploaded data stays "
+     "on the volume.",
+     NULL, false},
     {"s3.orphan.gc.interval.ms", SK_PROP_LONG, OFF(s3_orphan_interval_ms), "900000", 100, I64MAX,
      "Objects", "How often objects unknown to the registry are looked for.", NULL, false},
     {"s3.orphan.min.age.ms", SK_PROP_LONG, OFF(s3_orphan_min_age_ms), "3600000", 0, I64MAX,

@@ -53,6 +53,7 @@ typedef struct sk_config {
     int64_t s3_compaction_max_bytes;
     int64_t s3_force_split_ms;
     int64_t s3_orphan_interval_ms;
+    int64_t s3_snapshot_interval_ms;
     int64_t s3_orphan_min_age_ms;
     int32_t s3_max_inflight;
     int64_t s3_part_size;

@@ -34,6 +34,7 @@ struct disk {
     bool wanted;    /* asked for in the current job */
     bool have;      /* result below is valid */
     bool from_objs; /* the job found the batch in an object: read it there */
+    bool via_hint;  /* ... or the partition's last object range did */
     int64_t offset, max_bytes;
     kc_uuid id;
     int32_t part;
@@ -207,6 +208,24 @@ struct tread {
     int idx;
 };
 
+static void start_object_reads(sk_fwait *w);
+
+static void remember_range(sk_fwait *w, const struct disk *d, bool keep)
+{
+    sk_part *p = sk_part_get(sk_topic_get_id(w->n, &d->id), d->part);
+    if (!p)
+        return;
+    if (!keep) {
+        free(p->obj_hint);
+        p->obj_hint = NULL;
+        return;
+    }
+    if (!p->obj_hint)
+        p->obj_hint = malloc(sizeof *p->obj_hint);
+    if (p->obj_hint)
+        *p->obj_hint = d->loc;
+}
+
 static void tier_done(void *arg, int err, uint8_t *buf, size_t len, int64_t first, int64_t end)
 {
     struct tread *tr = arg;
@@ -214,13 +233,28 @@ static void tier_done(void *arg, int err, uint8_t *buf, size_t len, int64_t firs
     struct disk *d = &w->disk[tr->idx];
     free(tr);
     d->from_objs = false;
-    d->have = true;
-    d->err = err;
     free(d->buf);
-    d->buf = buf;
-    d->len = err == 0 ? (int64_t)len : 0;
-    d->first_base = first;
-    d->end = end;
+    d->buf = NULL;
+    d->len = 0;
+    if (err != 0 && d->via_hint) {
+        /* The remembered range is gone (compacted and deleted): forget it
+         * and look the batch up again. */
+        remember_range(w, d, false);
+        d->have = false;
+        w->disk_tried = false;
+    } else {
+        if (err == 0)
+            remember_range(w, d, true);
+        d->have = true;
+        d->err = err;
+        d->buf = buf;
+        buf = NULL;
+        d->len = err == 0 ? (int64_t)len : 0;
+        d->first_base = first;
+        d->end = end;
+    }
+    d->via_hint = false;
+    free(buf);
     if (--w->tier_pending > 0)
         return;
     w->job_running = false;
@@ -228,10 +262,10 @@ static void tier_done(void *arg, int err, uint8_t *buf, size_t len, int64_t firs
         fetch_eval(w);
 }
 
-static void disk_done(void *arg)
+/* Batches found in objects are read on the loop, through the caches. */
+static void start_object_reads(sk_fwait *w)
 {
-    sk_fwait *w = arg;
-    /* Batches found in objects are read on the loop, through the caches. */
+    w->tier_pending++;
     for (int i = 0; i < w->nflat; i++) {
         struct disk *d = &w->disk[i];
         if (!d->from_objs || w->finished)
@@ -249,12 +283,18 @@ static void disk_done(void *arg)
         sk_tier_read(w->n->tier, &d->loc, d->stream, d->offset, (size_t)d->max_bytes, tier_done,
                      tr);
     }
-    if (w->tier_pending > 0)
+    /* The extra count keeps a read that completes at once from evaluating
+     * before every read is started. */
+    if (--w->tier_pending > 0)
         return;
     w->job_running = false;
-    if (w->finished)
-        return;
-    fetch_eval(w);
+    if (!w->finished)
+        fetch_eval(w);
+}
+
+static void disk_done(void *arg)
+{
+    start_object_reads(arg);
 }
 
 /* ---- evaluation ---- */
@@ -275,7 +315,7 @@ static void fetch_eval(sk_fwait *w)
     kp_FetchResponse *resp = r->resp;
     int64_t budget = req->max_bytes > 0 ? req->max_bytes : 0;
     int64_t total = 0;
-    bool any_error = false, need_disk = false, first_data = true;
+    bool any_error = false, need_disk = false, need_objs = false, first_data = true;
     int flat = 0;
     /* r->arena holds only what one evaluation builds (h_fetch moved the
      * request and the skeleton to w->keep). */
@@ -343,6 +383,31 @@ static void fetch_eval(sk_fwait *w)
             int ns = sk_part_cached(p, off, p->hw, limit > 0 ? limit : 1, found, MAX_SEGS, &bytes,
                                     &miss);
             if (miss) {
+                if (w->disk_tried && d->have && d->err != 0) {
+                    /* Storage (the WAL's volume or the object store) failed:
+                     * a retriable error, not an empty answer that would look
+                     * like the end of the log. */
+                    pd->error_code = SK_KAFKA_KAFKA_STORAGE_ERROR;
+                    any_error = true;
+                    continue;
+                }
+                const sk_obj_loc *hint = p->obj_hint;
+                if (!w->disk_tried && !d->from_objs && hint && off >= hint->start &&
+                    off <= hint->end) {
+                    /* A consumer catching up reads the same object range
+                     * fetch after fetch: no need to look it up again. */
+                    d->from_objs = true;
+                    d->via_hint = true;
+                    d->have = false;
+                    d->loc = *hint;
+                    d->offset = off;
+                    d->max_bytes = limit > 0 ? limit : 1;
+                    d->id = p->topic->id;
+                    d->part = p->index;
+                    d->stream = p->stream;
+                    need_objs = true;
+                    continue;
+                }
                 if (!w->disk_tried) {
                     d->wanted = true;
                     d->have = false;
@@ -369,6 +434,11 @@ static void fetch_eval(sk_fwait *w)
             total += bytes;
             first_data = false;
         }
+    }
+    if (need_objs && !need_disk) {
+        w->job_running = true;
+        start_object_reads(w);
+        return;
     }
     if (need_disk) {
         w->disk_tried = true;

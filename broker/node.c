@@ -796,12 +796,21 @@ static void ret_done(void *arg)
     }
     free(j->items);
     free(j);
+    if (n->retention_again)
+        sk_node_retention(n);
 }
 
 void sk_node_retention(sk_node *n)
 {
-    if (n->retention_running || n->stopping)
+    if (n->stopping)
         return;
+    if (n->retention_running) {
+        /* Asked again while running (a view snapshot allows a deeper trim):
+         * run once more when this round is done. */
+        n->retention_again = true;
+        return;
+    }
+    n->retention_again = false;
     struct ret_job *j = calloc(1, sizeof *j);
     if (!j)
         return;

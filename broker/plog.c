@@ -21,6 +21,7 @@ static void part_free(sk_part *p)
     sk_map_destroy(p->producers);
     free(p->cq);
     free(p->waiters);
+    free(p->obj_hint);
     free(p);
 }
 

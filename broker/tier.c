@@ -38,6 +38,7 @@ struct sk_tier {
     bool busy;     /* a job runs on the tier thread */
     bool stopping;
     bool snapshot_due;
+    int64_t last_snapshot_ms;
     wal_lsn snap_after;   /* the next snapshot must reflect the view past this */
     wal_lsn uploaded;     /* every batch below is in registered objects */
     wal_lsn snapshot_lsn; /* the newest view snapshot in the store reflects this */
@@ -1012,6 +1013,15 @@ static struct job *upload_job(sk_tier *t)
     return j;
 }
 
+/* A view snapshot is taken after registrations, once the view has applied
+ * them, and at most every s3.view.snapshot.interval.ms: each is a PUT, and
+ * the WAL only needs one from time to time to be trimmed. */
+static bool snapshot_ready(const sk_tier *t)
+{
+    return t->snapshot_due && t->n->store_applied >= t->snap_after &&
+           sk_mono_ms() - t->last_snapshot_ms >= t->n->cfg->s3_snapshot_interval_ms;
+}
+
 static void start_next_job(sk_tier *t)
 {
     if (t->busy || t->stopping || !t->n->wal)
@@ -1021,8 +1031,9 @@ static void start_next_job(sk_tier *t)
     if (upload_wanted(t, true)) {
         j = upload_job(t);
         work = upload_work;
-    } else if (t->snapshot_due && t->n->store_applied >= t->snap_after) {
+    } else if (snapshot_ready(t)) {
         t->snapshot_due = false;
+        t->last_snapshot_ms = sk_mono_ms();
         j = calloc(1, sizeof *j);
         if (j) {
             j->t = t;
@@ -1042,7 +1053,7 @@ static void start_next_job(sk_tier *t)
 void sk_tier_kick(sk_tier *t)
 {
     if (t && !t->busy && (upload_wanted(t, false) ||
-                          (t->snapshot_due && t->n->store_applied >= t->snap_after)))
+                          snapshot_ready(t)))
         start_next_job(t);
 }
 

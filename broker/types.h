@@ -102,6 +102,7 @@ struct sk_part {
     sk_cbatch **cq;
     uint32_t cq_head, cq_len, cq_cap;
     sk_map *producers; /* pid (int64) -> sk_pstate */
+    struct sk_obj_loc *obj_hint; /* the object range the last read from objects used */
     /* parked fetches to wake when hw moves */
     sk_fwait **waiters;
     int nwaiters, capwaiters;
@@ -198,6 +199,7 @@ struct sk_node {
     struct sk_store_txn *store_txn; /* records durable since the last view update */
     bool store_inflight;            /* a view transaction runs */
     bool retention_running;
+    bool retention_again;
     struct event *shutdown_ev;
     int64_t shutdown_deadline;
     sk_conn *reap_list; /* connections to free, from their own event */

@@ -181,7 +181,10 @@ def coverage_problems(cov, expect_ends):
 
 def s3_props(url, **extra):
     """Broker properties of an S3-backed node; extra: property=value with _ for ."""
-    props = {"objects.url": url, "metrics.listener": "127.0.0.1:%d" % harness.free_port()}
+    # Snapshots of the view as soon as an upload is registered: the tests
+    # look at trimming and at the snapshot's PUT right after an upload.
+    props = {"objects.url": url, "metrics.listener": "127.0.0.1:%d" % harness.free_port(),
+             "s3.view.snapshot.interval.ms": "0"}
     for kk, v in extra.items():
         props[kk.replace("_", ".")] = str(v)
     return props
