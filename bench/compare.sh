@@ -13,7 +13,9 @@
 #                     acks=all is page-cache durability, no fsync
 #        kafka-fsync  the same, topics created with flush.messages=1: Kafka
 #                     fsyncs each append before acknowledging it, like Skiff
-#      starts the broker on a fresh data directory, reads its idle RSS, runs
+#      starts the broker on a fresh data directory, reads its idle RSS, primes
+#      it (BENCH_PRIME seconds of (a) on a throwaway topic: a fresh JVM runs
+#      its first seconds interpreted, Skiff gets the same), then runs
 #        (a)    fixed rate, 1 KiB records, acks=all: produce latency
 #        (b1k)  max throughput, acks=all, 1 KiB records
 #        (b16k) max throughput, acks=all, 16 KiB records
@@ -37,6 +39,7 @@
 #   BENCH_TARGETS="..."      [skiff kafka kafka-fsync]
 #   BENCH_DURATION=s         [20] measured seconds of (a), (b1k), (b16k), (c)
 #   BENCH_WARMUP=s           [5] unmeasured seconds before each
+#   BENCH_PRIME=s            [15] unmeasured (a)-like run on a new broker first
 #   BENCH_PARTITIONS=n       [4] partitions of every topic
 #   BENCH_RATE_MBS=x         [20] MB/s (10^6 B) of 1 KiB records in (a) and (c)
 #   BENCH_LINGER_A=ms        [1] linger.ms of (a) and (c)
@@ -69,13 +72,16 @@ KREF=$ROOT/tools/kafka-ref.sh
 
 if [ "$SMOKE" = 1 ]; then
   d_rep=1; d_dur=1; d_warm=0.3; d_mbs=2; d_catch=4000000; d_shared=1; d_docs=0; d_behind=3
+  d_prime=0.5
 else
   d_rep=3; d_dur=20; d_warm=5; d_mbs=20; d_catch=1000000000; d_shared=0; d_docs=1; d_behind=10
+  d_prime=15
 fi
 REPEATS=${BENCH_REPEATS:-$d_rep}
 TARGETS=${BENCH_TARGETS:-skiff kafka kafka-fsync}
 DURATION=${BENCH_DURATION:-$d_dur}
 WARMUP=${BENCH_WARMUP:-$d_warm}
+PRIME=${BENCH_PRIME:-$d_prime}
 PARTITIONS=${BENCH_PARTITIONS:-4}
 RATE_MBS=${BENCH_RATE_MBS:-$d_mbs}
 LINGER_A=${BENCH_LINGER_A:-1}
@@ -309,6 +315,13 @@ run_target() { # rep target
   common="-p $PARTITIONS -a all --warmup $WARMUP -d $DURATION --buckets"
   if [ "$SMOKE" = 1 ]; then n1k="-n 20000 --warmup 0"; n16k="-n 1500 --warmup 0"; else n1k=""; n16k=""; fi
 
+  if [ ! -f "$dir/shared.txt" ] && [ "$PRIME" != 0 ]; then
+    say "  priming: ${PRIME} s of (a), not measured"
+    # shellcheck disable=SC2086
+    workload "$dir" prime "$tcfg" -p "$PARTITIONS" -a all -d "$PRIME" -t "$topic-prime" -s 1024 \
+      -P 1 -r "$RATE" --linger-ms "$LINGER_A" --max-inflight "$INFL_1K" --max-behind "$MAX_BEHIND"
+  fi
+
   say "  (a) $RATE_MBS MB/s of 1 KiB records ($RATE rec/s), linger.ms=$LINGER_A"
   # shellcheck disable=SC2086
   workload "$dir" a "$tcfg" $common -t "$topic-a" -s 1024 -P 1 -r "$RATE" --linger-ms "$LINGER_A" \
@@ -335,7 +348,13 @@ run_target() { # rep target
     stop_skiffd
     du -sk "$WORK/skiff-data" 2>/dev/null | cut -f1 > "$dir/data_kib.txt" || true
     rm -rf "$WORK/skiff-data"
-  elif [ "$KSHARED" != 1 ] || [ "$LAST_KAFKA" = "$target" ]; then
+  fi
+  if [ "$target" != skiff ]; then
+    # Kafka logs each partition's topic configs when it creates the log: the
+    # proof that the fsync target's topics, and only they, had flush.messages=1.
+    grep "Created log for partition cmp-$target-r$rep-" "$KDIR/kafka.log" > "$dir/created_logs.txt" || true
+  fi
+  if [ "$target" != skiff ] && { [ "$KSHARED" != 1 ] || [ "$LAST_KAFKA" = "$target" ]; }; then
     du -sk "$KDIR/data" 2>/dev/null | cut -f1 > "$dir/data_kib.txt" || true
     stop_kafka
     rm -rf "$WORK/kafka"
@@ -361,7 +380,7 @@ cut -d' ' -f1-3 /proc/loadavg > "$OUT/load_end.txt"
 # --------------------------------------------------------------- 5. report
 cat > "$OUT/params.json" <<EOF
 {"smoke": $( [ "$SMOKE" = 1 ] && echo true || echo false ), "repeats": $REPEATS,
- "targets": "$(echo $TARGETS)", "duration_s": $DURATION, "warmup_s": $WARMUP,
+ "targets": "$(echo $TARGETS)", "duration_s": $DURATION, "warmup_s": $WARMUP, "prime_s": $PRIME,
  "partitions": $PARTITIONS, "rate_mbs": $RATE_MBS, "rate": $RATE, "linger_a": $LINGER_A,
  "max_behind_s": $MAX_BEHIND, "tp_producers": $TP_PRODUCERS, "linger_b": $LINGER_B,
  "inflight_1k": $INFL_1K, "inflight_16k": $INFL_16K, "catchup_bytes": $CATCHUP,
