@@ -659,18 +659,22 @@ int kb_validate(const uint8_t *p, size_t len, const kb_limits *lim, kb_header *h
     }
     if (codec > KB_CODEC_ZSTD || (codec == KB_CODEC_ZSTD && lim->produce_version < 7))
         return SK_KAFKA_UNSUPPORTED_COMPRESSION_TYPE;
+    bool partial_tail = false;
     if (total != len) {
         /* Kafka looks for a second batch as for the first: a corrupt one is
          * CORRUPT_MESSAGE, a complete one INVALID_RECORD. It drops a partial
-         * one silently; Skiff stores exactly what it validated, so it
-         * refuses that too. */
+         * one silently and goes on with the first batch; Skiff stores
+         * exactly what it validated, so it refuses that too, but only after
+         * the first batch's own checks, which come first in Kafka. */
         const uint8_t *q = p + total;
         size_t rest = len - total;
         if (rest >= KB_LOG_OVERHEAD && (int32_t)rd32(q + OFF_LENGTH) < MIN_BATCH_LENGTH)
             return SK_KAFKA_CORRUPT_MESSAGE;
         if (rest > OFF_MAGIC && ((int8_t)q[OFF_MAGIC] < 0 || (int8_t)q[OFF_MAGIC] > 2))
             return SK_KAFKA_CORRUPT_MESSAGE;
-        return SK_KAFKA_INVALID_RECORD;
+        if (rest >= KB_LOG_OVERHEAD && rest >= (size_t)rd32(q + OFF_LENGTH) + KB_LOG_OVERHEAD)
+            return SK_KAFKA_INVALID_RECORD;
+        partial_tail = true;
     }
     if (h->base_offset != 0)
         return SK_KAFKA_INVALID_RECORD;
@@ -681,6 +685,8 @@ int kb_validate(const uint8_t *p, size_t len, const kb_limits *lim, kb_header *h
         return SK_KAFKA_CORRUPT_MESSAGE;
     if (sk_crc32c(p + OFF_ATTR, total - OFF_ATTR) != h->crc)
         return SK_KAFKA_CORRUPT_MESSAGE;
+    if (partial_tail)
+        return SK_KAFKA_INVALID_RECORD;
     if ((int64_t)h->last_offset_delta + 1 <= 0 || h->records_count <= 0 ||
         (int64_t)h->last_offset_delta + 1 != h->records_count)
         return SK_KAFKA_INVALID_RECORD;

@@ -123,9 +123,7 @@ def conn_topic(broker, topic_name):
 
 
 # Known divergences of skiffd from Kafka, expected to fail until skiffd is fixed.
-SKIFFD_DIVERGES = {
-    "batch-length-short": "skiffd answers INVALID_RECORD (87) where Kafka says CORRUPT_MESSAGE (2)",
-}
+SKIFFD_DIVERGES = {}
 
 
 def _bad_batch_params():
