@@ -947,55 +947,113 @@ static int count_parts(gstate *s, const char *topic)
     return n;
 }
 
+/* A list of partition indexes, as both request layouts carry it. */
+struct kc_i32s {
+    int32_t n;
+    int32_t *v;
+};
+
+/* One topic of an OffsetFetch answer, whatever the version's layout. */
+typedef struct ofetch_topic {
+    kc_str name;
+    int32_t n;
+    struct ofetch_part {
+        int32_t idx;
+        int64_t offset;
+        int32_t epoch;
+        kc_str meta;
+    } * parts;
+} ofetch_topic;
+
+/* The committed offsets asked for: the named topics and partitions, or with
+ * want == NULL every one the group has. Returns the count, -1 on memory. */
+static int ofetch_collect(sk_req *r, gstate *s, int32_t nwant, const kc_str *want_names,
+                          const struct kc_i32s *want_parts, ofetch_topic **out)
+{
+    const char **names = NULL;
+    int nt = want_names ? nwant : collect_topics(s, r, &names);
+    ofetch_topic *ts = sk_arena_calloc(r->arena, (size_t)nt + 1, sizeof *ts);
+    if (!ts)
+        return -1;
+    for (int i = 0; i < nt; i++) {
+        kc_str tname = want_names ? want_names[i] : sk_req_str(r, names[i]);
+        int np = want_names ? want_parts[i].n : count_parts(s, names[i]);
+        if (np < 0)
+            np = 0;
+        struct ofetch_part *ps = sk_arena_calloc(r->arena, (size_t)np + 1, sizeof *ps);
+        if (!ps)
+            return -1;
+        if (want_names) {
+            for (int k = 0; k < np; k++)
+                ps[k].idx = want_parts[i].v[k];
+        } else {
+            int k = 0;
+            size_t it = 0;
+            void *v;
+            while (sk_map_next(s->offs, &it, NULL, NULL, &v) && k < np)
+                if (strcmp(((goff *)v)->topic, names[i]) == 0)
+                    ps[k++].idx = ((goff *)v)->part;
+        }
+        for (int k = 0; k < np; k++)
+            fill_fetch_partition(s, tname, ps[k].idx, &ps[k].offset, &ps[k].epoch, &ps[k].meta, r);
+        ts[i] = (ofetch_topic){tname, np, ps};
+    }
+    *out = ts;
+    return nt;
+}
+
+/* The request's topics as names and partition lists (both layouts). */
+#define OFETCH_WANT(r, topics, names, parts)                                                  \
+    do {                                                                                      \
+        names = NULL;                                                                         \
+        parts = NULL;                                                                         \
+        if ((topics).n >= 0) {                                                                \
+            names = sk_arena_calloc((r)->arena, (size_t)(topics).n + 1, sizeof *names);       \
+            parts = sk_arena_calloc((r)->arena, (size_t)(topics).n + 1, sizeof *parts);       \
+            for (int32_t q = 0; names && parts && q < (topics).n; q++) {                      \
+                names[q] = (topics).v[q].name;                                                \
+                parts[q].n = (topics).v[q].partition_indexes.n;                               \
+                parts[q].v = (topics).v[q].partition_indexes.v;                               \
+            }                                                                                 \
+        }                                                                                     \
+    } while (0)
+
 void h_offset_fetch(sk_req *r)
 {
     kp_OffsetFetchRequest *req = r->body;
     kp_OffsetFetchResponse *resp = r->resp;
     sk_groups *gs = r->node->groups;
+    kc_str *names;
+    struct kc_i32s *parts;
+    ofetch_topic *ot;
     if (r->version <= 7) {
-        gstate *s = req->group_id.len > 0 ? state_get(gs, req->group_id.p, (size_t)req->group_id.len, false) : NULL;
-        bool all = req->topics.n < 0;
-        int nt;
-        const char **names = NULL;
-        if (all)
-            nt = collect_topics(s, r, &names);
-        else
-            nt = req->topics.n;
+        gstate *s = req->group_id.len > 0
+                        ? state_get(gs, req->group_id.p, (size_t)req->group_id.len, false)
+                        : NULL;
+        OFETCH_WANT(r, req->topics, names, parts);
+        int nt = ofetch_collect(r, s, req->topics.n, names, parts, &ot);
         kp_OffsetFetchResponse_OffsetFetchResponseTopic *ts =
-            sk_req_array(r, &kp_OffsetFetchResponse_OffsetFetchResponseTopic_desc, nt);
-        if (nt && !ts) {
+            nt < 0 ? NULL
+                   : sk_req_array(r, &kp_OffsetFetchResponse_OffsetFetchResponseTopic_desc, nt);
+        if (nt < 0 || (nt && !ts)) {
             sk_req_close(r, "out of memory");
             return;
         }
         for (int i = 0; i < nt; i++) {
-            kc_str tname = all ? sk_req_str(r, names[i]) : req->topics.v[i].name;
-            ts[i].name = tname;
-            int np = all ? count_parts(s, names[i]) : req->topics.v[i].partition_indexes.n;
-            if (np < 0)
-                np = 0;
-            kp_OffsetFetchResponse_OffsetFetchResponsePartition *ps =
-                sk_req_array(r, &kp_OffsetFetchResponse_OffsetFetchResponsePartition_desc, np);
-            if (np && !ps) {
+            kp_OffsetFetchResponse_OffsetFetchResponsePartition *ps = sk_req_array(
+                r, &kp_OffsetFetchResponse_OffsetFetchResponsePartition_desc, ot[i].n);
+            if (ot[i].n && !ps) {
                 sk_req_close(r, "out of memory");
                 return;
             }
-            if (all) {
-                int k = 0;
-                size_t it = 0;
-                void *v;
-                while (sk_map_next(s->offs, &it, NULL, NULL, &v) && k < np) {
-                    goff *o = v;
-                    if (strcmp(o->topic, names[i]) == 0)
-                        ps[k++].partition_index = o->part;
-                }
-            } else {
-                for (int k = 0; k < np; k++)
-                    ps[k].partition_index = req->topics.v[i].partition_indexes.v[k];
+            for (int k = 0; k < ot[i].n; k++) {
+                ps[k].partition_index = ot[i].parts[k].idx;
+                ps[k].committed_offset = ot[i].parts[k].offset;
+                ps[k].committed_leader_epoch = ot[i].parts[k].epoch;
+                ps[k].metadata = ot[i].parts[k].meta;
             }
-            for (int k = 0; k < np; k++)
-                fill_fetch_partition(s, tname, ps[k].partition_index, &ps[k].committed_offset,
-                                     &ps[k].committed_leader_epoch, &ps[k].metadata, r);
-            ts[i].partitions.n = np;
+            ts[i].name = ot[i].name;
+            ts[i].partitions.n = ot[i].n;
             ts[i].partitions.v = ps;
         }
         resp->topics.n = nt;
@@ -1015,47 +1073,35 @@ void h_offset_fetch(sk_req *r)
     for (int32_t g = 0; g < ng; g++) {
         kp_OffsetFetchRequest_OffsetFetchRequestGroup *rg = &req->groups.v[g];
         gr[g].group_id = rg->group_id;
-        gstate *s = rg->group_id.len > 0 ? state_get(gs, rg->group_id.p, (size_t)rg->group_id.len, false) : NULL;
+        gstate *s = rg->group_id.len > 0
+                        ? state_get(gs, rg->group_id.p, (size_t)rg->group_id.len, false)
+                        : NULL;
         if (rg->group_id.len <= 0)
             gr[g].error_code = SK_KAFKA_INVALID_GROUP_ID;
-        bool all = rg->topics.n < 0;
-        const char **names = NULL;
-        int nt = all ? collect_topics(s, r, &names) : rg->topics.n;
+        OFETCH_WANT(r, rg->topics, names, parts);
+        int nt = ofetch_collect(r, s, rg->topics.n, names, parts, &ot);
         kp_OffsetFetchResponse_OffsetFetchResponseTopics *ts =
-            sk_req_array(r, &kp_OffsetFetchResponse_OffsetFetchResponseTopics_desc, nt);
-        if (nt && !ts) {
+            nt < 0 ? NULL
+                   : sk_req_array(r, &kp_OffsetFetchResponse_OffsetFetchResponseTopics_desc, nt);
+        if (nt < 0 || (nt && !ts)) {
             sk_req_close(r, "out of memory");
             return;
         }
         for (int i = 0; i < nt; i++) {
-            kc_str tname = all ? sk_req_str(r, names[i]) : rg->topics.v[i].name;
-            ts[i].name = tname;
-            int np = all ? count_parts(s, names[i]) : rg->topics.v[i].partition_indexes.n;
-            if (np < 0)
-                np = 0;
-            kp_OffsetFetchResponse_OffsetFetchResponsePartitions *ps =
-                sk_req_array(r, &kp_OffsetFetchResponse_OffsetFetchResponsePartitions_desc, np);
-            if (np && !ps) {
+            kp_OffsetFetchResponse_OffsetFetchResponsePartitions *ps = sk_req_array(
+                r, &kp_OffsetFetchResponse_OffsetFetchResponsePartitions_desc, ot[i].n);
+            if (ot[i].n && !ps) {
                 sk_req_close(r, "out of memory");
                 return;
             }
-            if (all) {
-                int k = 0;
-                size_t it = 0;
-                void *v;
-                while (sk_map_next(s->offs, &it, NULL, NULL, &v) && k < np) {
-                    goff *o = v;
-                    if (strcmp(o->topic, names[i]) == 0)
-                        ps[k++].partition_index = o->part;
-                }
-            } else {
-                for (int k = 0; k < np; k++)
-                    ps[k].partition_index = rg->topics.v[i].partition_indexes.v[k];
+            for (int k = 0; k < ot[i].n; k++) {
+                ps[k].partition_index = ot[i].parts[k].idx;
+                ps[k].committed_offset = ot[i].parts[k].offset;
+                ps[k].committed_leader_epoch = ot[i].parts[k].epoch;
+                ps[k].metadata = ot[i].parts[k].meta;
             }
-            for (int k = 0; k < np; k++)
-                fill_fetch_partition(s, tname, ps[k].partition_index, &ps[k].committed_offset,
-                                     &ps[k].committed_leader_epoch, &ps[k].metadata, r);
-            ts[i].partitions.n = np;
+            ts[i].name = ot[i].name;
+            ts[i].partitions.n = ot[i].n;
             ts[i].partitions.v = ps;
         }
         gr[g].topics.n = nt;
