@@ -260,13 +260,16 @@ class Report:
           "append, before it acknowledges: the durability Skiff gives. %s" % (
               " plus `%s`" % p["skiffd_args"] if p.get("skiffd_args") else "",
               "Extra Kafka properties: `%s`." % p["kafka_props"] if p.get("kafka_props") else ""))
-        chk = [(t, self.m[(t, r)]) for (t, r) in sorted(self.m) if t != "skiff" and "logs" in self.m[(t, r)]]
+        chk = []
+        for t in self.targets:
+            runs = [self.m[(t, r)] for r in self.reps if "logs" in self.m.get((t, r), {})]
+            if runs:
+                chk.append("%s: %s of %s partitions" % (
+                    NAMES[t], "+".join(str(m["logs_flush1"]) for m in runs),
+                    "+".join(str(m["logs"]) for m in runs)))
         if chk:
-            w("- Checked in Kafka's log (\"Created log for partition ... with properties {...}\") "
-              "for every run: %s." % "; ".join(
-                  "%s: %d of %d partitions with flush.messages=1" % (NAMES[t], m["logs_flush1"], m["logs"])
-                  for t, m in chk[:len(self.targets) - 1]) + (" (and likewise in every repetition)"
-                                                              if len(self.reps) > 1 else ""))
+            w("- flush.messages=1 checked in Kafka's log (\"Created log for partition ... with "
+              "properties {flush.messages=1}\"), per repetition: %s." % "; ".join(chk))
         w("- Workloads, all on new topics of %s partitions, acks=all, no compression, random "
           "(incompressible) payloads, %s s measured after %s s of warm-up, %d repetition(s), "
           "the order of the brokers rotating; each broker is first primed with %s s of (a) on "
