@@ -257,9 +257,9 @@ class Report:
           "loopback, RF 1, min ISR 1, no flush settings: acks=all means the page cache). "
           "**Kafka flush.messages=1**: the same node; the benchmark topics are created with "
           "`flush.messages=1`, so that Kafka fsyncs the log (and msyncs its indexes) after every "
-          "append, before it acknowledges: the durability Skiff gives. %s" % (
+          "append, before it acknowledges: the durability Skiff gives.%s" % (
               " plus `%s`" % p["skiffd_args"] if p.get("skiffd_args") else "",
-              "Extra Kafka properties: `%s`." % p["kafka_props"] if p.get("kafka_props") else ""))
+              " Extra Kafka properties: `%s`." % p["kafka_props"] if p.get("kafka_props") else ""))
         chk = []
         for t in self.targets:
             runs = [self.m[(t, r)] for r in self.reps if "logs" in self.m.get((t, r), {})]
@@ -270,6 +270,25 @@ class Report:
         if chk:
             w("- flush.messages=1 checked in Kafka's log (\"Created log for partition ... with "
               "properties {flush.messages=1}\"), per repetition: %s." % "; ".join(chk))
+        props = None
+        for r in self.reps:
+            props = read_text(os.path.join(self.out, "runs", "r%d" % r, "kafka", "server.properties")) \
+                or read_text(os.path.join(self.out, "runs", "r%d" % r, "kafka-fsync", "server.properties"))
+            if props:
+                break
+        if props:
+            import re
+            lines = [l for l in props.splitlines() if l.strip() and not l.startswith("#")]
+            lines = [re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:PORT", l) for l in lines]
+            lines = [re.sub(r"=(/.*)/kafka/data$", "=WORK/kafka/data", l) for l in lines]
+            w("- Kafka's `server.properties` (tools/kafka-ref.sh; free loopback ports; the fsync "
+              "target adds nothing here, its topics carry `flush.messages=1`):")
+            w("")
+            w("  ```")
+            for l in lines:
+                w("  " + l)
+            w("  ```")
+            w("")
         w("- Workloads, all on new topics of %s partitions, acks=all, no compression, random "
           "(incompressible) payloads, %s s measured after %s s of warm-up, %d repetition(s), "
           "the order of the brokers rotating; each broker is first primed with %s s of (a) on "
