@@ -198,6 +198,12 @@ static bool produce_partition(sk_req *r, int16_t acks, sk_topic *t,
     }
     pr->log_start_offset = p->log_start;
     if (sk_node_wal_full(n)) {
+        static int64_t last_log;
+        if (sk_mono_ms() - last_log > 10000) {
+            last_log = sk_mono_ms();
+            SK_WARN("produce", "refusing produce: the WAL holds more than wal.max.retained.bytes "
+                    "(uploads to the object store are behind)");
+        }
         set_error(r, pr, SK_KAFKA_NOT_ENOUGH_REPLICAS,
                   "the WAL is full: uploads to the object store are behind");
         return false;

@@ -50,6 +50,8 @@ struct sk_dwait {
 static void store_flush_cb(evutil_socket_t fd, short what, void *arg);
 static void begin_shutdown(sk_node *n);
 
+#define VIEW_COMMIT_MS 100
+
 static void append_done(void *arg, int err, wal_lsn lsn)
 {
     (void)lsn;
@@ -218,9 +220,20 @@ static void store_flush_cb(evutil_socket_t fd, short what, void *arg)
     if (n->tier)
         sk_tier_kick(n->tier);
     /* One transaction at a time keeps the view's 'applied' exact and lets
-     * the next one gather everything that became durable meanwhile. */
+     * the next one gather everything that became durable meanwhile; and at
+     * most one per VIEW_COMMIT_MS: each writes whole SQLite pages, so a
+     * transaction per group commit would write the data a second time. */
     if (n->store_inflight || !n->store_txn || sk_store_txn_count(n->store_txn) == 0)
         return;
+    int64_t wait = n->store_last_ms + VIEW_COMMIT_MS - sk_mono_ms();
+    if (wait > 0 && !n->stopping) {
+        if (!evtimer_pending(n->store_timer_ev, NULL)) {
+            struct timeval tv = {0, (long)wait * 1000};
+            evtimer_add(n->store_timer_ev, &tv);
+        }
+        return;
+    }
+    n->store_last_ms = sk_mono_ms();
     sk_store_txn *t = n->store_txn;
     n->store_txn = NULL;
     n->store_inflight = true;
@@ -707,7 +720,8 @@ sk_node *sk_node_new(sk_config *cfg, char *why, size_t whylen)
         goto fail;
     n->readers = sk_workq_new(n->base, "skiff-read", 2);
     n->store_flush_ev = event_new(n->base, -1, 0, store_flush_cb, n);
-    if (!n->readers || !n->store_flush_ev) {
+    n->store_timer_ev = evtimer_new(n->base, store_flush_cb, n);
+    if (!n->readers || !n->store_flush_ev || !n->store_timer_ev) {
         snprintf(why, whylen, "out of memory");
         goto fail;
     }
@@ -981,6 +995,8 @@ void sk_node_destroy(sk_node *n)
         event_free(n->retention_ev);
     if (n->store_flush_ev)
         event_free(n->store_flush_ev);
+    if (n->store_timer_ev)
+        event_free(n->store_timer_ev);
     sk_net_destroy(n);
     if (n->shutdown_ev)
         event_free(n->shutdown_ev);

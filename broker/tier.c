@@ -1018,8 +1018,14 @@ static struct job *upload_job(sk_tier *t)
  * the WAL only needs one from time to time to be trimmed. */
 static bool snapshot_ready(const sk_tier *t)
 {
-    return t->snapshot_due && t->n->store_applied >= t->snap_after &&
-           sk_mono_ms() - t->last_snapshot_ms >= t->n->cfg->s3_snapshot_interval_ms;
+    const sk_node *n = t->n;
+    if (!t->snapshot_due || n->store_applied < t->snap_after)
+        return false;
+    /* A WAL filling up needs the trim that only a snapshot allows: no
+     * waiting for the interval then. */
+    uint64_t retained = wal_end_lsn(n->wal) - wal_start_lsn(n->wal);
+    return retained > (uint64_t)n->cfg->wal_max_retained_bytes / 4 ||
+           sk_mono_ms() - t->last_snapshot_ms >= n->cfg->s3_snapshot_interval_ms;
 }
 
 static void start_next_job(sk_tier *t)

@@ -198,6 +198,8 @@ struct sk_node {
     sk_dwait *dwaiters; /* waiting for durability, unordered */
     struct sk_store_txn *store_txn; /* records durable since the last view update */
     bool store_inflight;            /* a view transaction runs */
+    int64_t store_last_ms;          /* when the last one was submitted */
+    struct event *store_timer_ev;   /* submits the next one when due */
     bool retention_running;
     bool retention_again;
     struct event *shutdown_ev;

@@ -41,6 +41,8 @@ struct posix {
     int dirfd;
     int lockfd;         /* the directory's lock file, -1 until lock */
     sk_workq *io;
+    sk_workq *rm; /* removals, apart: freeing a large file's blocks takes tens of
+                     milliseconds that commits must not wait behind */
     pthread_mutex_t mu; /* guards segs */
     struct segfd **segs;
     size_t nsegs, cap;
@@ -444,14 +446,22 @@ static void remove_work(void *arg)
         p->nsegs--;
         e->removed = true;
     }
-    /* Unlink under the lock so that no reader reopens the name meanwhile. */
-    if (unlinkat(p->dirfd, wal_segment_name(o->seg, name, sizeof name), 0) != 0 &&
-        errno != ENOENT) {
-        SK_ERROR("wal_posix", "unlink %s/%s: %s", p->dir, name, strerror(errno));
+    /* Rename under the lock, so that no reader reopens the name meanwhile;
+     * unlink outside it, since freeing the blocks is the slow part. */
+    wal_segment_name(o->seg, name, sizeof name);
+    char gone[WAL_SEGMENT_NAME_MAX + 8];
+    snprintf(gone, sizeof gone, "%s.del", name);
+    bool renamed = renameat(p->dirfd, name, p->dirfd, gone) == 0;
+    if (!renamed && errno != ENOENT) {
+        SK_ERROR("wal_posix", "rename %s/%s: %s", p->dir, name, strerror(errno));
         o->err = SK_ERR_IO;
     }
     bool drop = e && e->refs == 0;
     pthread_mutex_unlock(&p->mu);
+    if (renamed && unlinkat(p->dirfd, gone, 0) != 0 && errno != ENOENT) {
+        SK_ERROR("wal_posix", "unlink %s/%s: %s", p->dir, gone, strerror(errno));
+        o->err = SK_ERR_IO;
+    }
     if (drop) {
         close(e->fd);
         free(e);
@@ -518,7 +528,8 @@ static void px_remove(wal_storage *s, uint64_t seg, wal_io_cb cb, void *arg)
     struct op *o = op_new(p, seg, cb, arg);
     if (!o)
         abort();
-    op_submit(p, o, remove_work);
+    if (sk_workq_submit(p->rm, remove_work, op_done, o) != 0)
+        op_submit(p, o, remove_work);
 }
 
 static void px_destroy(wal_storage *s)
@@ -526,6 +537,7 @@ static void px_destroy(wal_storage *s)
     if (!s)
         return;
     struct posix *p = s->impl;
+    sk_workq_destroy(p->rm);
     sk_workq_destroy(p->io);
     for (size_t i = 0; i < p->nsegs; i++) {
         close(p->segs[i]->fd);
@@ -827,6 +839,17 @@ wal_storage *wal_posix_new(struct event_base *base, const char *dir, int *err)
     p->lockfd = -1;
     pthread_mutex_init(&p->mu, NULL);
     p->io = sk_workq_new(base, "wal-io", 1);
+    p->rm = sk_workq_new(base, "wal-rm", 1);
+    /* A removal cut short by a crash leaves a renamed file behind. */
+    DIR *d = fdopendir(dup(dfd));
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        size_t l = strlen(de->d_name);
+        if (l > 8 && strcmp(de->d_name + l - 8, ".wal.del") == 0)
+            unlinkat(dfd, de->d_name, 0);
+    }
+    if (d)
+        closedir(d);
     p->base.ops = &posix_ops;
     p->base.impl = p;
     *err = 0;
