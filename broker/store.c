@@ -648,24 +648,19 @@ static int apply_meta(sk_store *s, const sk_store_rec *r)
         return old < m.nparts ? insert_new_parts(s, &m.id, old, m.nparts, m.first_stream) : 0;
     }
     case SK_META_LOG_START: {
-        sqlite3_stmt *st = S(s, ST_UPD_LOG_START);
-        sqlite3_bind_blob(st, 1, m.id.b, 16, SQLITE_STATIC);
-        sqlite3_bind_int(st, 2, m.part);
-        sqlite3_bind_int64(st, 3, m.value);
-        if (step_done(s, st))
-            return SK_ERR_IO;
-        st = S(s, ST_DEL_BATCHES_BELOW);
-        sqlite3_bind_blob(st, 1, m.id.b, 16, SQLITE_STATIC);
-        sqlite3_bind_int(st, 2, m.part);
-        sqlite3_bind_int64(st, 3, m.value);
-        if (step_done(s, st))
-            return SK_ERR_IO;
-        st = S(s, ST_DEL_RANGES_BELOW);
-        sqlite3_bind_blob(st, 1, m.id.b, 16, SQLITE_STATIC);
-        sqlite3_bind_int(st, 2, m.part);
-        sqlite3_bind_int64(st, 3, m.value);
-        if (step_done(s, st))
-            return SK_ERR_IO;
+        /* The three statements take the same (topic, partition, offset) and
+         * run in this order: move the start, then drop what fell below it. */
+        static const int below[] = {ST_UPD_LOG_START, ST_DEL_BATCHES_BELOW,
+                                    ST_DEL_RANGES_BELOW};
+        sqlite3_stmt *st;
+        for (size_t i = 0; i < sizeof below / sizeof below[0]; i++) {
+            st = S(s, below[i]);
+            sqlite3_bind_blob(st, 1, m.id.b, 16, SQLITE_STATIC);
+            sqlite3_bind_int(st, 2, m.part);
+            sqlite3_bind_int64(st, 3, m.value);
+            if (step_done(s, st))
+                return SK_ERR_IO;
+        }
         st = S(s, ST_UPD_PART_BYTES);
         sqlite3_bind_blob(st, 1, m.id.b, 16, SQLITE_STATIC);
         sqlite3_bind_int(st, 2, m.part);
