@@ -15,6 +15,7 @@ const char *sk_err_name(int err)
     case SK_ERR_TIMEOUT: return "SK_ERR_TIMEOUT";
     case SK_ERR_FENCED: return "SK_ERR_FENCED";
     case SK_ERR_UNSUPPORTED: return "SK_ERR_UNSUPPORTED";
+    case SK_ERR_COMPACTED: return "SK_ERR_COMPACTED";
     case SK_KAFKA_NONE: return "NONE";
     case SK_KAFKA_UNKNOWN_SERVER_ERROR: return "UNKNOWN_SERVER_ERROR";
     case SK_KAFKA_OFFSET_OUT_OF_RANGE: return "OFFSET_OUT_OF_RANGE";

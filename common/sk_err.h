@@ -25,6 +25,7 @@ typedef enum sk_err {
     SK_ERR_TIMEOUT        = -10, /* an operation did not finish in time */
     SK_ERR_FENCED         = -11, /* a newer owner holds the resource */
     SK_ERR_UNSUPPORTED    = -12, /* a feature the caller asked for is absent */
+    SK_ERR_COMPACTED      = -13, /* etcd compacted the revision a watch needed */
 
     /* Kafka wire codes (>= 0), the subset Skiff produces. */
     SK_KAFKA_NONE                              = 0,
