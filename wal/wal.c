@@ -136,6 +136,8 @@ struct wal {
     int64_t renew_fail_since_us;
     int64_t renew_warned_us;
     bool lapsed;               /* acknowledgements stopped for want of a lease */
+    int64_t ack_deadline_us;   /* the owner's other lease (boot clock; 0: none) */
+    bool ack_lapsed;           /* ... ran out: nothing more until it is extended */
     bool fenced;
     bool exclusive;            /* the backend's lock proves us alone: no renewals */
     bool unavailable_logged;
@@ -366,14 +368,30 @@ static void kick(wal *w);
 static void trim_next(wal *w);
 static void issue_renew(wal *w);
 
-static bool lease_ok(const wal *w)
+static bool ack_lease_ok(const wal *w)
 {
-    return !w->fenced && (w->exclusive || boot_us() < w->lease_until_us);
+    return !w->ack_deadline_us || boot_us() < w->ack_deadline_us;
 }
 
-/* The lease ran out: log once per lapse, and get a renewal going. */
+static bool lease_ok(const wal *w)
+{
+    return !w->fenced && (w->exclusive || boot_us() < w->lease_until_us) && ack_lease_ok(w);
+}
+
+/* The lease ran out: log once per lapse, and get a renewal going. Only the
+ * owner can extend its other lease (wal_set_ack_deadline). */
 static void lease_wait(wal *w)
 {
+    if (!ack_lease_ok(w)) {
+        if (!w->ack_lapsed) {
+            w->ack_lapsed = true;
+            w->stats.lease_lapses++;
+            SK_WARN("wal", "the owner's membership lease ran out: nothing more is written or "
+                    "acknowledged until it is renewed (%zu bytes wait)",
+                    w->pending);
+        }
+        return;
+    }
     if (!w->lapsed) {
         w->lapsed = true;
         w->stats.lease_lapses++;
@@ -649,6 +667,21 @@ static void issue_renew(wal *w)
     w->st->ops->renew(w->st, w->me.epoch, w->recbuf, OWNER_REC, renew_done, w);
 }
 
+int64_t wal_clock_us(void)
+{
+    return boot_us();
+}
+
+void wal_set_ack_deadline(wal *w, int64_t deadline_us)
+{
+    w->ack_deadline_us = deadline_us;
+    if (w->ack_lapsed && ack_lease_ok(w)) {
+        w->ack_lapsed = false;
+        SK_WARN("wal", "membership lease renewed: writes and acknowledgements resume");
+    }
+    kick(w);
+}
+
 static void lease_cb(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -892,6 +925,34 @@ int wal_segments_snapshot(wal *w, wal_lsn **starts, size_t *n)
 
 /* ---- reads (any thread) ---- */
 
+int wal_read_at(wal_storage *st, wal_lsn seg, wal_lsn lsn, wal_lsn bound, uint8_t *type,
+                void *buf, uint32_t cap, uint32_t *len)
+{
+    if (lsn < seg + WAL_SEGMENT_HEADER)
+        return SK_ERR_CORRUPT;
+    uint8_t h[WAL_RECORD_HEADER];
+    size_t got;
+    int rc = st->ops->pread(st, seg, lsn - seg, h, sizeof h, &got);
+    if (rc)
+        return rc;
+    if (got < sizeof h)
+        return SK_ERR_CORRUPT;
+    uint32_t plen = get32(h);
+    if (h[8] == 0 || plen > WAL_MAX_RECORD || lsn + WAL_RECORD_HEADER + plen > bound)
+        return SK_ERR_CORRUPT;
+    *type = h[8];
+    *len = plen;
+    if (plen > cap)
+        return SK_ERR_NOMEM;
+    rc = st->ops->pread(st, seg, lsn - seg + WAL_RECORD_HEADER, buf, plen, &got);
+    if (rc)
+        return rc;
+    struct iovec iov = {.iov_base = buf, .iov_len = plen};
+    if (got < plen || record_crc(lsn, h[8], &iov, 1) != get32(h + 4))
+        return SK_ERR_CORRUPT;
+    return 0;
+}
+
 int wal_read_record(wal *w, wal_lsn lsn, uint8_t *type, void *buf, uint32_t cap, uint32_t *len)
 {
     wal_lsn durable = atomic_load(&w->durable);
@@ -912,29 +973,7 @@ int wal_read_record(wal *w, wal_lsn lsn, uint8_t *type, void *buf, uint32_t cap,
     pthread_mutex_unlock(&w->mu);
     if (rc)
         return rc;
-    if (lsn < seg + WAL_SEGMENT_HEADER)
-        return SK_ERR_CORRUPT;
-    uint8_t h[WAL_RECORD_HEADER];
-    size_t got;
-    rc = w->st->ops->pread(w->st, seg, lsn - seg, h, sizeof h, &got);
-    if (rc)
-        return rc;
-    if (got < sizeof h)
-        return SK_ERR_CORRUPT;
-    uint32_t plen = get32(h);
-    if (h[8] == 0 || plen > WAL_MAX_RECORD || lsn + WAL_RECORD_HEADER + plen > durable)
-        return SK_ERR_CORRUPT;
-    *type = h[8];
-    *len = plen;
-    if (plen > cap)
-        return SK_ERR_NOMEM;
-    rc = w->st->ops->pread(w->st, seg, lsn - seg + WAL_RECORD_HEADER, buf, plen, &got);
-    if (rc)
-        return rc;
-    struct iovec iov = {.iov_base = buf, .iov_len = plen};
-    if (got < plen || record_crc(lsn, h[8], &iov, 1) != get32(h + 4))
-        return SK_ERR_CORRUPT;
-    return 0;
+    return wal_read_at(w->st, seg, lsn, durable, type, buf, cap, len);
 }
 
 /* ---- recovery ---- */
@@ -1472,6 +1511,11 @@ static int claim(wal *w, struct claim *c)
         return rc;
     bool exclusive = false;
     rc = st->ops->lock(st, &exclusive);
+    if (rc == SK_ERR_FENCED && w->o.takeover_proof) {
+        /* The holder may live on, stopped, but it acknowledges nothing. */
+        rc = 0;
+        exclusive = false;
+    }
     if (rc) {
         snprintf(c->why, c->whylen,
                  rc == SK_ERR_FENCED
@@ -1511,7 +1555,9 @@ static int claim(wal *w, struct claim *c)
             }
             have = owner_decode(buf, got, &prev);
             age_ms = sk_now_ms() - prev.renewed_ms;
-            if (exclusive)
+            if (w->o.takeover_proof)
+                proof = w->o.takeover_proof;
+            else if (exclusive)
                 proof = "the lock of the WAL's directory proves it gone";
             else if (have && (prev.flags & OWNER_RELEASED))
                 proof = "it released the WAL when it stopped";
@@ -1688,6 +1734,14 @@ void wal_close(wal *w)
     w->close_start_us = sk_mono_us();
     kick(w);
     while (w->inflight || w->removing || w->renewing || (w->head && !w->failed)) {
+        if (w->head && !w->failed && !w->inflight && !ack_lease_ok(w)) {
+            /* Past the owner's membership lease nothing can be acknowledged
+             * any more: the next owner takes what reached the volume. */
+            SK_WARN("wal", "closing with %zu bytes not written: the membership lease ran out",
+                    w->pending);
+            w->gave_up = true;
+            break;
+        }
         if (w->head && !w->failed &&
             sk_mono_us() - w->close_start_us >= w->io_timeout_ms * 1000) {
             SK_ERROR("wal", "closing with %zu bytes not durable: the volume has not taken them "

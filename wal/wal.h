@@ -84,6 +84,11 @@ typedef struct wal_opts {
      * process that held this same file and is gone, its lease needs no
      * waiting out: a node restarted on its data directory takes over at once. */
     const char *local_lock_path;
+    /* Non-NULL: the previous owner is known to acknowledge nothing more (in
+     * a cluster, its membership lease expired: see wal_set_ack_deadline), so
+     * the WAL is taken over at once, even while that owner's process may
+     * still hold the directory's lock. The text says why, for the log. */
+    const char *takeover_proof;
     /* Returns a malloc'd preamble payload for a new segment starting at
      * `start` (the WAL frees it); NULL means empty preambles. Called on the
      * loop thread, synchronously inside wal_append, before the triggering
@@ -129,6 +134,14 @@ int wal_append(wal *w, uint8_t type, const void *payload, uint32_t len, wal_done
 int wal_appendv(wal *w, uint8_t type, const struct iovec *iov, int iovcnt, wal_done_fn done,
                 void *arg, wal_lsn *lsn);
 
+/* The owner's second lease, when it has one (cluster membership): nothing
+ * is written or acknowledged at or after `deadline_us` on the clock of
+ * wal_clock_us (0: no such lease). Moving the deadline later resumes what
+ * waited. Loop thread. */
+void wal_set_ack_deadline(wal *w, int64_t deadline_us);
+/* The clock of leases: it keeps counting while the machine is suspended. */
+int64_t wal_clock_us(void);
+
 /* Starts a new segment at the next append (used to let old ones be trimmed). */
 void wal_roll(wal *w);
 
@@ -156,6 +169,25 @@ int wal_segments_snapshot(wal *w, wal_lsn **starts, size_t *n);
  * the segment is gone (trimmed), SK_ERR_CORRUPT on a bad CRC or a position
  * that holds no record, SK_ERR_INVAL when lsn is not below the durable LSN. */
 int wal_read_record(wal *w, wal_lsn lsn, uint8_t *type, void *buf, uint32_t cap, uint32_t *len);
+
+/* Reads and verifies the record at lsn of segment `seg` on storage `st`
+ * (blocking, any thread), a record that must end at or below `bound`.
+ * Errors as wal_read_record. */
+int wal_read_at(wal_storage *st, wal_lsn seg, wal_lsn lsn, wal_lsn bound, uint8_t *type,
+                void *buf, uint32_t cap, uint32_t *len);
+
+/* ---- reading another owner's WAL ----
+ * A node that adopted partitions from another log reads their batches from
+ * that log's segments until it has them in objects. A reader never claims,
+ * writes, recovers or trims: it reads verified records at LSNs it was told
+ * about (records known durable), and lists the segments again when an LSN
+ * lies beyond the ones it knows. Any thread; a mutex guards the list. */
+typedef struct wal_reader wal_reader;
+/* Takes ownership of st (destroyed by wal_reader_close, or here on failure). */
+wal_reader *wal_reader_open(wal_storage *st, char *why, size_t whylen);
+int wal_reader_read(wal_reader *r, wal_lsn lsn, uint8_t *type, void *buf, uint32_t cap,
+                    uint32_t *len);
+void wal_reader_close(wal_reader *r);
 
 /* Finishes the in-flight and pending commits and removals, then frees
  * everything; the remaining done callbacks run (with their result) before it

@@ -1555,6 +1555,136 @@ static void test_fencing_takeover(void **state)
     expect_records(f, 8, 0);
 }
 
+/* A cluster node's membership lease gates writes and acknowledgements like
+ * the WAL's own lease: past the deadline nothing is acknowledged; moving the
+ * deadline later lets the waiting records through, in order. */
+static void test_ack_deadline(void **state)
+{
+    struct fx *f = *state;
+    wal_opts o = opts_default(NULL);
+    wal *w = open_ok(f, &o, 0, NULL, NULL, NULL);
+    wal_set_ack_deadline(w, wal_clock_us() + 10 * 1000000LL);
+    append_range(f, w, 0, 2, NULL);
+
+    wal_set_ack_deadline(w, wal_clock_us() - 1);
+    static struct dlog d;
+    memset(&d, 0, sizeof d);
+    assert_int_equal(append_i(w, 2, &d, NULL), 0);
+    assert_int_equal(append_i(w, 3, &d, NULL), 0);
+    for (int i = 0; i < 50; i++)
+        spin(f->base);
+    assert_int_equal(d.n, 0);
+    wal_stats s;
+    wal_get_stats(w, &s);
+    assert_int_equal(s.lease_lapses, 1);
+
+    wal_set_ack_deadline(w, wal_clock_us() + 10 * 1000000LL);
+    wait_done(f->base, &d, 2);
+    assert_int_equal(d.err[0], 0);
+    assert_int_equal(d.err[1], 0);
+    assert_lsn_order(&d);
+    wal_set_ack_deadline(w, 0);
+    append_range(f, w, 4, 5, NULL);
+    wal_close(w);
+    expect_records(f, 5, 0);
+}
+
+/* A takeover with proof from outside (a cluster saw the owner's lease
+ * expire) neither waits out the old lease nor stops at the directory lock
+ * the old process may still hold; the old owner is fenced all the same. */
+static void test_takeover_with_proof(void **state)
+{
+    struct fx *f = *state;
+    struct event_base *b2 = event_base_new();
+    wal_opts o = opts_default(NULL);
+    o.lease_ms = 5000;
+    int err = 0;
+    char why[512] = "";
+    wal_faulty_ctl c1 = {0}, c2 = {0};
+    wal *w1 = open_base(f, f->base, &o, &c1, NULL, &err, why, sizeof why);
+    assert_non_null(w1);
+    uint64_t e1 = wal_owner_epoch(w1);
+    append_range(f, w1, 0, 4, NULL);
+
+    /* Without proof the directory lock held by w1 refuses a second owner. */
+    assert_null(open_base(f, b2, &o, &c2, NULL, &err, why, sizeof why));
+    assert_int_equal(err, SK_ERR_FENCED);
+    wal_opts o2 = o;
+    o2.takeover_proof = "its membership lease expired";
+    int64_t t0 = sk_mono_ms();
+    struct rlog l = {0};
+    wal *w2 = open_base(f, b2, &o2, &c2, &l, &err, why, sizeof why);
+    if (!w2)
+        fail_msg("takeover: %s", why);
+    assert_true(sk_mono_ms() - t0 < 2000);
+    assert_int_equal(wal_owner_epoch(w2), e1 + 1);
+    struct rec *u[16];
+    assert_int_equal(rlog_user(&l, u), 4);
+    rlog_free(&l);
+
+    /* The old owner, past its membership deadline, writes nothing more. */
+    wal_set_ack_deadline(w1, wal_clock_us() - 1);
+    static struct dlog d;
+    memset(&d, 0, sizeof d);
+    assert_int_equal(append_i(w1, 100, &d, NULL), 0);
+    for (int i = 0; i < 30; i++)
+        spin(f->base);
+    assert_int_equal(d.n, 0);
+    wal_stats s;
+    wal_get_stats(w1, &s);
+    assert_int_equal(s.bytes_written > 0, 1);
+    uint64_t written = s.bytes_written;
+    for (int i = 0; i < 30; i++)
+        spin(f->base);
+    wal_get_stats(w1, &s);
+    assert_int_equal(s.bytes_written, written);
+    wal_close(w1);
+
+    struct fx f2 = *f;
+    f2.base = b2;
+    append_range(&f2, w2, 4, 6, NULL);
+    wal_close(w2);
+    event_base_free(b2);
+    expect_records(f, 6, 0);
+}
+
+/* Another node reads records of a WAL it does not own, at LSNs it was
+ * given, including in segments created after it opened the reader. */
+static void test_reader(void **state)
+{
+    struct fx *f = *state;
+    wal_opts o = opts_default(NULL);
+    o.segment_bytes = 64 << 10;
+    wal *w = open_ok(f, &o, 0, NULL, NULL, NULL);
+    wal_lsn lsns[40];
+    append_range(f, w, 0, 10, lsns);
+    int e = 0;
+    char why[256] = "";
+    wal_storage *st = wal_posix_new(f->base, f->dir, &e);
+    assert_non_null(st);
+    wal_reader *r = wal_reader_open(st, why, sizeof why);
+    assert_non_null(r);
+    append_range(f, w, 10, 40, lsns);
+    uint8_t *buf = malloc(256 << 10);
+    for (int i = 0; i < 40; i++) {
+        uint8_t type;
+        uint32_t len;
+        assert_int_equal(wal_reader_read(r, lsns[i], &type, buf, 256 << 10, &len), 0);
+        struct rec rc = {lsns[i], type, len, buf};
+        check_rec(&rc, i);
+    }
+    uint8_t type;
+    uint32_t len;
+    /* A position inside a record is no record. */
+    assert_int_not_equal(wal_reader_read(r, lsns[3] + 1, &type, buf, 256 << 10, &len), 0);
+    /* A payload bigger than the buffer says how big it is. */
+    assert_int_equal(wal_reader_read(r, lsns[5], &type, buf, 1, &len), SK_ERR_NOMEM);
+    assert_int_equal(len, plen_of(5));
+    free(buf);
+    wal_reader_close(r);
+    wal_close(w);
+}
+
 /* A segment whose header names an older epoch than a segment before it was
  * created late by a fenced owner: recovery removes it. One of a newer epoch
  * than the claimed one means the owner files were tampered with. */
@@ -1933,6 +2063,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_close_gives_up, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lease_lapse_holds_acks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fencing_takeover, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ack_deadline, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_takeover_with_proof, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reader, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stale_epoch_segment, setup, teardown),
         cmocka_unit_test_setup_teardown(test_locks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restart_after_kill, setup, teardown),
