@@ -81,6 +81,33 @@ static const char *check_objects_url(const char *v)
     return "must be an s3:// or file:// URL";
 }
 
+static const char *check_etcd_endpoints(const char *v)
+{
+    if (!*v)
+        return NULL;
+    const char *p = v;
+    while (*p) {
+        if (strncmp(p, "http://", 7) != 0)
+            return "each endpoint must be http://host:port";
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len <= 7 || !memchr(p + 7, ':', len - 7))
+            return "each endpoint must be http://host:port";
+        p += len;
+        if (*p == ',')
+            p++;
+    }
+    return NULL;
+}
+
+static const char *check_etcd_prefix(const char *v)
+{
+    size_t n = strlen(v);
+    if (n < 2 || v[0] != '/' || v[n - 1] != '/' || n > 128)
+        return "must start and end with '/' (at most 128 bytes)";
+    return NULL;
+}
+
 static const char *check_rack(const char *v)
 {
     for (const char *p = v; *p; p++)
@@ -280,6 +307,49 @@ const sk_prop sk_props[] = {
      NULL, false},
     {"connections.max.idle.ms", SK_PROP_INT, OFF(connections_max_idle_ms), "600000", 0, I32MAX,
      "Network", "Close connections idle this long (0: never).", NULL, false},
+
+    /* Cluster */
+    {"etcd.endpoints", SK_PROP_STRING, OFF(etcd_endpoints), "", 0, 0, "Cluster",
+     "Comma-separated http://host:port endpoints of etcd. Set, it makes this node a member "
+     "of the cluster whose metadata etcd holds (docs/cluster.md); every node then needs the "
+     "same wal.url (the shared volume's root) and objects.url. Empty: a single node.",
+     check_etcd_endpoints, false},
+    {"etcd.prefix", SK_PROP_STRING, OFF(etcd_prefix), "/skiff/", 0, 0, "Cluster",
+     "Prefix of this cluster's keys in etcd (several clusters may share one etcd).",
+     check_etcd_prefix, false},
+    {"broker.session.timeout.ms", SK_PROP_INT, OFF(broker_session_timeout_ms), "2000", 1000,
+     300000, "Cluster",
+     "A node whose lease was not renewed for this long is dead: it acknowledges nothing more "
+     "and its partitions move to other nodes (rounded up to whole seconds for etcd).",
+     NULL, false},
+    {"broker.heartbeat.interval.ms", SK_PROP_INT, OFF(broker_heartbeat_interval_ms), "500", 50,
+     60000, "Cluster", "How often a node renews its lease.", NULL, false},
+    {"offsets.topic.num.partitions", SK_PROP_INT, OFF(offsets_topic_num_partitions), "50", 1,
+     1000, "Cluster",
+     "Partitions of the internal topic __consumer_offsets, over which group coordination is "
+     "spread; fixed when the cluster is created.",
+     NULL, false},
+    {"inter.broker.listener.name", SK_PROP_STRING, OFF(inter_broker_listener_name), "", 0, 0,
+     "Cluster", "The listener other nodes connect to (empty: the first one).", NULL, false},
+    {"auto.leader.rebalance.enable", SK_PROP_BOOL, OFF(auto_leader_rebalance_enable), "true", 0,
+     0, "Cluster", "Move partitions to nodes that join, so that every node serves its share.",
+     NULL, false},
+    {"leader.imbalance.per.broker.percentage", SK_PROP_INT,
+     OFF(leader_imbalance_per_broker_percentage), "10", 0, 1000, "Cluster",
+     "Rebalancing starts when a node serves more than this percentage above the mean.", NULL,
+     false},
+    {"leader.imbalance.check.interval.seconds", SK_PROP_LONG,
+     OFF(leader_imbalance_check_interval_seconds), "30", 1, 86400, "Cluster",
+     "How long the controller waits after the set of nodes changed before it rebalances.",
+     NULL, false},
+    {"cluster.max.partition.moves", SK_PROP_INT, OFF(cluster_max_moves), "16", 1, 100000,
+     "Cluster", "Planned partition moves (rebalancing, draining) in flight at once.", NULL,
+     false},
+    {"controlled.shutdown.timeout.ms", SK_PROP_LONG, OFF(controlled_shutdown_timeout_ms), "30000",
+     0, 3600000, "Cluster",
+     "On SIGTERM, how long a node waits for other nodes to adopt its partitions before it "
+     "stops anyway (their data is safe either way; they then move as after a crash).",
+     NULL, false},
 
     /* Groups */
     {"group.min.session.timeout.ms", SK_PROP_INT, OFF(group_min_session_timeout_ms), "6000", 1,
@@ -561,6 +631,47 @@ int sk_parse_listeners(const char *s, sk_listener *out, int *n, char *why, size_
     return 0;
 }
 
+/* A cluster shares its volume and its object store: nodes must be told
+ * where, never fall back on a local default that only one node sees. */
+static int finish_cluster(const sk_config *c, char *why, size_t whylen)
+{
+    if (!*c->wal_url || !*c->objects_url) {
+        snprintf(why, whylen,
+                 "property %s: with etcd.endpoints every node needs the shared %s, the same "
+                 "on all nodes",
+                 *c->wal_url ? "objects.url" : "wal.url",
+                 *c->wal_url ? "object store" : "volume's root");
+        return SK_ERR_INVAL;
+    }
+    if (*c->inter_broker_listener_name && !sk_config_inter_listener(c)) {
+        snprintf(why, whylen, "property inter.broker.listener.name: %s is not a listener name",
+                 c->inter_broker_listener_name);
+        return SK_ERR_INVAL;
+    }
+    if (c->broker_heartbeat_interval_ms * 2 > c->broker_session_timeout_ms) {
+        snprintf(why, whylen,
+                 "property broker.heartbeat.interval.ms must be at most half of "
+                 "broker.session.timeout.ms");
+        return SK_ERR_INVAL;
+    }
+    return 0;
+}
+
+bool sk_config_cluster(const sk_config *c)
+{
+    return c->etcd_endpoints && *c->etcd_endpoints;
+}
+
+const sk_listener *sk_config_inter_listener(const sk_config *c)
+{
+    if (!*c->inter_broker_listener_name)
+        return c->nadvertised ? &c->advertised[0] : NULL;
+    for (int i = 0; i < c->nadvertised; i++)
+        if (strcmp(c->advertised[i].name, c->inter_broker_listener_name) == 0)
+            return &c->advertised[i];
+    return NULL;
+}
+
 int sk_config_finish(sk_config *c, char *why, size_t whylen)
 {
     char inner[256];
@@ -612,6 +723,11 @@ int sk_config_finish(sk_config *c, char *why, size_t whylen)
     if (!*c->data_dir) {
         snprintf(why, whylen, "property data.dir: must not be empty");
         return SK_ERR_INVAL;
+    }
+    if (sk_config_cluster(c)) {
+        int rc = finish_cluster(c, why, whylen);
+        if (rc)
+            return rc;
     }
     if (!*c->objects_url) {
         char *u = malloc(strlen(c->data_dir) + 20);

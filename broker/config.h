@@ -93,6 +93,19 @@ typedef struct sk_config {
     int32_t offsets_retention_minutes;
     int64_t offsets_retention_check_interval_ms;
 
+    /* cluster */
+    char *etcd_endpoints;
+    char *etcd_prefix;
+    int32_t broker_session_timeout_ms;
+    int32_t broker_heartbeat_interval_ms;
+    int32_t offsets_topic_num_partitions;
+    char *inter_broker_listener_name;
+    bool auto_leader_rebalance_enable;
+    int32_t leader_imbalance_per_broker_percentage;
+    int64_t leader_imbalance_check_interval_seconds;
+    int32_t cluster_max_moves;
+    int64_t controlled_shutdown_timeout_ms;
+
     /* set when the user gave the property (file or override) */
     uint64_t explicit_mask[2];
 } sk_config;
@@ -133,6 +146,11 @@ int sk_config_load_file(sk_config *c, const char *path, char *why, size_t whylen
 /* Cross-property checks and derived values (listeners parsing, wal.url
  * default from data.dir). Call after all sets. */
 int sk_config_finish(sk_config *c, char *why, size_t whylen);
+
+/* True when etcd.endpoints makes this node a cluster member. */
+bool sk_config_cluster(const sk_config *c);
+/* The advertised address other nodes use (inter.broker.listener.name). */
+const sk_listener *sk_config_inter_listener(const sk_config *c);
 
 const sk_prop *sk_config_find(const char *name);
 /* Current value of a property as text (into buf). */
