@@ -1,16 +1,25 @@
 #!/usr/bin/env python3
-"""kgen: generates Skiff's Kafka message declarations from Kafka's JSON specs.
+"""kgen: generates Skiff's message declarations from JSON message specs.
 
-Reads the request/response/data schemas of Apache Kafka (the directory
-clients/src/main/resources/common/message of a Kafka checkout) and writes
-proto/kmsg.h (C structs, API key enum, descriptor declarations) and
-proto/kmsg.c (kc_struct descriptors and the kc_api table) for the codec in
-proto/kc.c.
+Two inputs, one format (Apache Kafka's message specs):
+
+  --specs DIR   Kafka's own request/response/data schemas (the directory
+                clients/src/main/resources/common/message of a Kafka
+                checkout) -> proto/kmsg.h and proto/kmsg.c: C structs, API key
+                enum, kc_struct descriptors and the kc_api table (kc_api_get).
+  --rpc DIR     Skiff's internal RPCs (proto/rpc, API keys from 10000) ->
+                proto/krpc.h and proto/krpc.c, the same kind of declarations
+                with the prefix kr_ and their own table (krpc_api_get).
+
+Both feed the one codec in proto/kc.c.
 
     python3 tools/kgen.py --specs DIR --out proto [--spec-version X.Y.Z]
+    python3 tools/kgen.py --rpc proto/rpc --out proto
 
 The output depends only on the specs and on the lists below, so running it
-twice gives identical files. Python 3 standard library only.
+twice gives identical files; a file whose content would not change is not
+rewritten (so the build's dependency checks see no change). Python 3
+standard library only.
 """
 
 import argparse
@@ -26,6 +35,11 @@ API_KEYS = [
     24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 35, 36, 37, 42, 43, 44, 45, 46,
     47, 48, 49, 50, 51, 60, 61, 65, 66, 75,
 ]
+
+# Internal RPCs take API keys from here up: Kafka's own keys stay far below,
+# and the broker never advertises a key in this range to clients.
+RPC_KEY_MIN = 10000
+RPC_KEY_MAX = 0x7FFF
 
 # "data" schemas generated as standalone descriptors (consumer group member
 # metadata, decoded for DescribeGroups and lag reporting).
@@ -176,8 +190,9 @@ class Struct:
 
 
 class Message:
-    def __init__(self, spec):
+    def __init__(self, spec, prefix="kp_"):
         self.spec = spec
+        self.prefix = prefix
         self.name = spec["name"]
         self.structs = []  # in dependency order (children first)
         self.by_name = {}
@@ -187,10 +202,10 @@ class Message:
         self.flex = parse_versions(spec.get("flexibleVersions"), where)
         if self.flex[0] >= 0 and self.flex[1] != VMAX:
             raise SpecError("%s: flexibleVersions must be open-ended" % where)
-        self.top = self.build("kp_" + self.name, self.name, spec["fields"])
+        self.top = self.build(prefix + self.name, self.name, spec["fields"])
 
     def struct_for(self, json_name, fields):
-        cname = "kp_%s_%s" % (self.name, json_name)
+        cname = "%s%s_%s" % (self.prefix, self.name, json_name)
         sig = json.dumps(fields, sort_keys=True)
         old = self.by_name.get(json_name)
         if old is not None:
@@ -406,12 +421,16 @@ def field_comment(f):
     return ", ".join(parts)
 
 
-def emit_struct_decl(st, out):
+def emit_struct_decl(st, out, about=False):
     out.append("typedef struct %s {" % st.cname)
     if not st.fields:
         # C11 forbids empty structs; the codec never touches this member.
         out.append("    uint8_t unused_;")
     for f in st.fields:
+        if about:
+            # The spec is the only description of an internal RPC, so its
+            # texts travel with the declarations.
+            emit_about(f.json.get("about", ""), out)
         ct = c_field_type(f)
         if f.array:
             decl = "struct { int32_t n; %s *v; } %s;" % (ct, f.cname)
@@ -422,6 +441,25 @@ def emit_struct_decl(st, out):
         out.append("    %-52s /* %s */" % (decl, field_comment(f)))
     out.append("} %s;" % st.cname)
     out.append("")
+
+
+def emit_about(text, out):
+    text = " ".join(text.replace("*/", "* /").replace("/*", "/ *").split())
+    lines = []
+    for word in text.split(" "):
+        if lines and len(lines[-1]) + 1 + len(word) <= 80:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    if not lines or lines == [""]:
+        return
+    if len(lines) == 1:
+        out.append("    /* %s */" % lines[0])
+        return
+    out.append("    /* %s" % lines[0])
+    for ln in lines[1:-1]:
+        out.append("     * %s" % ln)
+    out.append("     * %s */" % lines[-1])
 
 
 def emit_struct_desc(st, out):
@@ -477,16 +515,85 @@ def emit_struct_desc(st, out):
     out.append("")
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--specs", required=True,
-                    help="directory of Kafka's message JSON files")
-    ap.add_argument("--out", required=True, help="output directory (proto)")
-    ap.add_argument("--spec-version",
-                    help="Kafka version of the specs (default: read from the "
-                         "gradle.properties of the Kafka checkout holding them)")
-    args = ap.parse_args()
+def build_api(key, pair, digest, prefix):
+    """The (key, name, min, max, request, response) of one API from its pair
+    of specs; the spec files go into the input fingerprint."""
+    if "request" not in pair or "response" not in pair:
+        raise SpecError("API key %d: request or response spec missing" % key)
+    req_spec, req_fn, req_raw = pair["request"]
+    resp_spec, resp_fn, resp_raw = pair["response"]
+    for fn, raw in ((req_fn, req_raw), (resp_fn, resp_raw)):
+        digest.update(fn.encode() + b"\0" + raw + b"\0")
+    req = Message(req_spec, prefix)
+    resp = Message(resp_spec, prefix)
+    if req.valid != resp.valid:
+        raise SpecError("API %d: request and response versions differ" % key)
+    if req.flex != resp.flex:
+        raise SpecError("API %d: request and response flexibility differ" % key)
+    lo, hi = req.valid
+    if req_spec.get("latestVersionUnstable") or resp_spec.get("latestVersionUnstable"):
+        hi -= 1
+    if hi < lo:
+        raise SpecError("API %d: no stable version" % key)
+    name = req.name[: -len("Request")]
+    return (key, name, lo, hi, req, resp)
 
+
+def emit_message(m, title, h, c, about=False):
+    h.append("/* ---- %s ---- */" % title)
+    h.append("")
+    c.append("/* ---- %s ---- */" % title)
+    c.append("")
+    for st in m.structs:
+        emit_struct_decl(st, h, about)
+    for st in m.structs:
+        h.append("extern const kc_struct %s_desc;" % st.cname)
+    h.append("")
+    for st in m.structs:
+        emit_struct_desc(st, c)
+
+
+def emit_api_messages(apis, h, c, about=False):
+    for key, name, lo, hi, req, resp in apis:
+        flex = "flexible %s" % vstr(*req.flex) if req.flex[0] >= 0 else "never flexible"
+        unstable = ""
+        if hi != req.valid[1]:
+            unstable = ", v%d unstable" % req.valid[1]
+        emit_message(req, "%s (key %d): versions %d-%d%s, %s"
+                     % (req.name, key, lo, hi, unstable, flex), h, c, about)
+        emit_message(resp, "%s (key %d)" % (resp.name, key), h, c, about)
+
+
+def api_entry(index, api):
+    key, name, lo, hi, req, resp = api
+    return [
+        "    [%s] = {.key = %d, .name = %s, .min_ver = %d, .max_ver = %d,"
+        % (index, key, c_string(name), lo, hi),
+        "            .flex_min = %s," % (cver(req.flex[0]) if req.flex[0] >= 0
+                                         else "KC_VMAX"),
+        "            .req = &%s_desc," % req.top.cname,
+        "            .resp = &%s_desc}," % resp.top.cname,
+    ]
+
+
+def write_outputs(out_dir, files):
+    os.makedirs(out_dir, exist_ok=True)
+    for fn, lines in files:
+        path = os.path.join(out_dir, fn)
+        text = "\n".join(lines)
+        try:
+            with open(path, "r", encoding="utf-8", newline="") as fh:
+                if fh.read() == text:
+                    continue  # same content: keep the timestamp
+        except (FileNotFoundError, UnicodeDecodeError):
+            pass
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+
+
+def gen_kafka(args):
     version = args.spec_version or detect_version(args.specs)
     if not version:
         sys.exit("kgen: cannot tell the Kafka version of %s; pass --spec-version"
@@ -499,28 +606,7 @@ def main():
                 by_key.setdefault(spec["apiKey"], {})[spec["type"]] = (spec, fn, raw)
 
         digest = hashlib.sha256()
-        apis = []
-        for key in API_KEYS:
-            pair = by_key.get(key, {})
-            if "request" not in pair or "response" not in pair:
-                raise SpecError("API key %d: request or response spec missing" % key)
-            req_spec, req_fn, req_raw = pair["request"]
-            resp_spec, resp_fn, resp_raw = pair["response"]
-            for fn, raw in ((req_fn, req_raw), (resp_fn, resp_raw)):
-                digest.update(fn.encode() + b"\0" + raw + b"\0")
-            req = Message(req_spec)
-            resp = Message(resp_spec)
-            if req.valid != resp.valid:
-                raise SpecError("API %d: request and response versions differ" % key)
-            if req.flex != resp.flex:
-                raise SpecError("API %d: request and response flexibility differ" % key)
-            lo, hi = req.valid
-            if req_spec.get("latestVersionUnstable") or resp_spec.get("latestVersionUnstable"):
-                hi -= 1
-            if hi < lo:
-                raise SpecError("API %d: no stable version" % key)
-            name = req.name[: -len("Request")]
-            apis.append((key, name, lo, hi, req, resp))
+        apis = [build_api(key, by_key.get(key, {}), digest, "kp_") for key in API_KEYS]
 
         datas = []
         for dname in DATA_SCHEMAS:
@@ -586,30 +672,10 @@ def main():
         "",
     ]
 
-    def emit_message(m, title):
-        h.append("/* ---- %s ---- */" % title)
-        h.append("")
-        c.append("/* ---- %s ---- */" % title)
-        c.append("")
-        for st in m.structs:
-            emit_struct_decl(st, h)
-        for st in m.structs:
-            h.append("extern const kc_struct %s_desc;" % st.cname)
-        h.append("")
-        for st in m.structs:
-            emit_struct_desc(st, c)
-
-    for key, name, lo, hi, req, resp in apis:
-        flex = "flexible %s" % vstr(*req.flex) if req.flex[0] >= 0 else "never flexible"
-        unstable = ""
-        if hi != req.valid[1]:
-            unstable = ", v%d unstable" % req.valid[1]
-        emit_message(req, "%s (key %d): versions %d-%d%s, %s"
-                     % (req.name, key, lo, hi, unstable, flex))
-        emit_message(resp, "%s (key %d)" % (resp.name, key))
+    emit_api_messages(apis, h, c)
     for d in datas:
         flex = "flexible %s" % vstr(*d.flex) if d.flex[0] >= 0 else "never flexible"
-        emit_message(d, "%s (data): versions %s, %s" % (d.name, vstr(*d.valid), flex))
+        emit_message(d, "%s (data): versions %s, %s" % (d.name, vstr(*d.valid), flex), h, c)
 
     h += ["#endif", ""]
 
@@ -617,13 +683,8 @@ def main():
     c.append("/* ---- the API table ---- */")
     c.append("")
     c.append("static const kc_api kc_apis[%d] = {" % (max_key + 1))
-    for key, name, lo, hi, req, resp in apis:
-        c.append("    [%d] = {.key = %d, .name = %s, .min_ver = %d, .max_ver = %d,"
-                 % (key, key, c_string(name), lo, hi))
-        c.append("            .flex_min = %s," % (cver(req.flex[0]) if req.flex[0] >= 0
-                                                   else "KC_VMAX"))
-        c.append("            .req = &%s_desc," % req.top.cname)
-        c.append("            .resp = &%s_desc}," % resp.top.cname)
+    for api in apis:
+        c += api_entry(api[0], api)
     c.append("};")
     c.append("")
     c.append("const kc_api *kc_api_get(int16_t key)")
@@ -639,13 +700,159 @@ def main():
     c.append("}")
     c.append("")
 
-    os.makedirs(args.out, exist_ok=True)
-    for fn, lines in (("kmsg.h", h), ("kmsg.c", c)):
-        path = os.path.join(args.out, fn)
-        tmp = path + ".tmp"
-        with open(tmp, "w", newline="\n") as fh:
-            fh.write("\n".join(lines))
-        os.replace(tmp, path)
+    write_outputs(args.out, (("kmsg.h", h), ("kmsg.c", c)))
+
+
+def check_rpc_fields(fields, where):
+    """Internal RPCs are documented only by their specs: every field says
+    what it is for."""
+    for fj in fields:
+        about = fj.get("about")
+        if not isinstance(about, str) or not about.strip():
+            raise SpecError("%s: field %s has no \"about\"" % (where, fj.get("name")))
+        check_rpc_fields(fj.get("fields", []), where)
+
+
+def load_rpc_specs(spec_dir):
+    """The internal RPC specs of spec_dir, by API key: request and response
+    of each, nothing else."""
+    files = sorted(fn for fn in os.listdir(spec_dir) if fn.endswith(".json"))
+    specs = load_specs(spec_dir)
+    if len(specs) != len(files):
+        raise SpecError("%s: two spec files share a message name" % spec_dir)
+    by_key = {}
+    for name, (spec, fn, raw) in specs.items():
+        kind = spec.get("type")
+        if kind not in ("request", "response"):
+            raise SpecError("%s: an internal RPC spec is a request or a response" % fn)
+        key = spec.get("apiKey")
+        if not isinstance(key, int) or not RPC_KEY_MIN <= key <= RPC_KEY_MAX:
+            raise SpecError("%s: apiKey must be in %d-%d" % (fn, RPC_KEY_MIN, RPC_KEY_MAX))
+        suffix = "Request" if kind == "request" else "Response"
+        if not name.endswith(suffix) or name == suffix:
+            raise SpecError("%s: the name of a %s ends in %s" % (fn, kind, suffix))
+        check_rpc_fields(spec.get("fields", []), fn)
+        pair = by_key.setdefault(key, {})
+        if kind in pair:
+            raise SpecError("API key %d: two %ss (%s, %s)" % (key, kind, pair[kind][1], fn))
+        pair[kind] = (spec, fn, raw)
+    for key, pair in by_key.items():
+        if "request" in pair and "response" in pair:
+            base = pair["request"][0]["name"][: -len("Request")]
+            if pair["response"][0]["name"] != base + "Response":
+                raise SpecError("API key %d: %s answers %s" % (
+                    key, pair["response"][0]["name"], pair["request"][0]["name"]))
+    if not by_key:
+        raise SpecError("%s: no specs" % spec_dir)
+    return by_key
+
+
+def gen_rpc(args):
+    try:
+        by_key = load_rpc_specs(args.rpc)
+        digest = hashlib.sha256()
+        apis = [build_api(key, by_key[key], digest, "kr_") for key in sorted(by_key)]
+    except SpecError as e:
+        sys.exit("kgen: %s" % e)
+
+    banner = [
+        "/*",
+        " * Generated by tools/kgen.py from Skiff's internal RPC specs (proto/rpc).",
+        " * Do not edit: change the specs (or the generator) and run",
+        " *     python3 tools/kgen.py --rpc proto/rpc --out proto",
+        " * which the build does by itself when they change.",
+        " * Input fingerprint (sha256 over the spec files read): %s" % digest.hexdigest()[:32],
+        " */",
+    ]
+
+    h = list(banner)
+    h += [
+        "/*",
+        " * krpc: Skiff's node-to-node RPCs, declared like the Kafka messages of",
+        " * kmsg.h (same codec, same conventions) with the prefix kr_: types",
+        " * kr_<Message> and kr_<Message>_<Struct>, descriptors <type>_desc, key",
+        " * constants KR_<API>. Their keys start at KRPC_KEY_MIN, far above Kafka's,",
+        " * and the broker serves them without ever advertising them to clients.",
+        " * Data only, plus krpc_api_get/krpc_api_max_key. Thread: any (immutable",
+        " * tables).",
+        " */",
+        "#ifndef KRPC_H",
+        "#define KRPC_H",
+        "",
+        "#include <stdbool.h>",
+        "#include <stdint.h>",
+        "",
+        "#include \"kc.h\"",
+        "",
+        "/* The first internal API key; every key below it is Kafka's. */",
+        "#define KRPC_KEY_MIN %d" % RPC_KEY_MIN,
+        "",
+        "/* The internal APIs. */",
+        "enum kr_api_key {",
+    ]
+    for key, name, lo, hi, req, resp in apis:
+        h.append("    KR_%s = %d," % (upper_snake(name), key))
+    h += ["};", ""]
+
+    c = list(banner)
+    c += [
+        "#include \"krpc.h\"",
+        "",
+        "#include <stddef.h>",
+        "",
+    ]
+
+    emit_api_messages(apis, h, c, about=True)
+
+    max_key = apis[-1][0]
+    h += [
+        "/* The internal API `key` (KRPC_KEY_MIN..krpc_api_max_key()), NULL when",
+        " * there is none; the kc_api feeds kc_decode/kc_size/kc_encode as Kafka's. */",
+        "const kc_api *krpc_api_get(int16_t key);",
+        "int krpc_api_max_key(void);",
+        "",
+        "#endif",
+        "",
+    ]
+
+    c.append("/* ---- the API table, indexed by key - KRPC_KEY_MIN ---- */")
+    c.append("")
+    c.append("static const kc_api krpc_apis[%d] = {" % (max_key - RPC_KEY_MIN + 1))
+    for api in apis:
+        c += api_entry("%d - KRPC_KEY_MIN" % api[0], api)
+    c.append("};")
+    c.append("")
+    c.append("const kc_api *krpc_api_get(int16_t key)")
+    c.append("{")
+    c.append("    if (key < KRPC_KEY_MIN || key > %d || krpc_apis[key - KRPC_KEY_MIN].name == NULL)"
+             % max_key)
+    c.append("        return NULL;")
+    c.append("    return &krpc_apis[key - KRPC_KEY_MIN];")
+    c.append("}")
+    c.append("")
+    c.append("int krpc_api_max_key(void)")
+    c.append("{")
+    c.append("    return %d;" % max_key)
+    c.append("}")
+    c.append("")
+
+    write_outputs(args.out, (("krpc.h", h), ("krpc.c", c)))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--specs", help="directory of Kafka's message JSON files (-> kmsg)")
+    src.add_argument("--rpc", help="directory of Skiff's internal RPC specs (-> krpc)")
+    ap.add_argument("--out", required=True, help="output directory (proto)")
+    ap.add_argument("--spec-version",
+                    help="Kafka version of the specs (default: read from the "
+                         "gradle.properties of the Kafka checkout holding them)")
+    args = ap.parse_args()
+    if args.rpc:
+        gen_rpc(args)
+    else:
+        gen_kafka(args)
 
 
 if __name__ == "__main__":
