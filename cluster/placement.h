@@ -43,7 +43,48 @@
  *
  * Contract: pure, any thread. The caller owns every array; pl_plan writes at
  * most `cap` actions into `out` and returns how many it wrote (it plans the
- * most urgent first, and the next call plans the rest).
+ * most urgent first, and the next call plans the rest). It allocates scratch
+ * memory linear in the input and frees it before returning; when it cannot
+ * get it, it plans nothing (returns 0) and the next call tries again.
+ *
+ * How the rules above read where they leave room:
+ *  - One call plans at most one action per partition and per log, and none
+ *    for a partition or log that needs none. Applying a call's actions and
+ *    calling again at the same time plans nothing more, unless `cap` cut the
+ *    first call short.
+ *  - The output depends on the content of the input, not on the order of its
+ *    arrays: logs are visited by id, partitions by (topic, index), nodes by
+ *    id; the indices in the actions point into the arrays as given.
+ *  - Ids are unique: node ids in `nodes`, log ids in `logs`, (topic, index)
+ *    in `parts`. Node ids are >= 0. Log ids grow (cluster/next_log), so a
+ *    log newer than its node's current `log` is not dead: its node has not
+ *    republished its nodes/ key yet.
+ *  - Custody prefers, in turn: a node that is not draining (a draining one
+ *    would hand custody on soon; it is chosen only when every live node
+ *    drains), the log's zone, the fewest logs in custody, the lowest id. A
+ *    log whose zone is "" prefers no zone. A live custodian is kept, even a
+ *    draining one, until it leaves.
+ *  - Lost and unplaced partitions count on no node until a plan gives them
+ *    one. A partition's own place is left out of its topic's zone counts.
+ *    Nodes without a zone ("") count as one zone. "The previous pick for
+ *    this topic" is this call's previous pick.
+ *  - A `new` partition whose node is not live or is draining is lost too:
+ *    step 3 places it again (PL_ACT_PLACE, epoch + 1). An unplaced partition
+ *    has epoch 0, so a first placement has epoch 1, and every action's epoch
+ *    is the partition's epoch + 1. A partition at INT32_MAX is left alone.
+ *  - Draining moves all of a draining node's active partitions at once: not
+ *    bounded by max_moves (the node cannot exit before), but they count as in
+ *    flight for the rebalance, as do retargets of `active` partitions.
+ *  - Rebalance weighs only live nodes that are not draining; max_moves <= 0
+ *    disables it. Its source is the most loaded node (ties: lowest id); it
+ *    gives the lowest-numbered `active` partition of the topic with the most
+ *    partitions on it (ties: lowest topic id), to the target chosen as
+ *    above. A source whose partitions are all still landing stops it.
+ *
+ * Actions: CUSTODY has part = SIZE_MAX, epoch 0, src_log -1; partition
+ * actions have log = SIZE_MAX, and PLACE has src_log -1. RETARGET of an
+ * `active` partition makes it `moving` (src_log = its log); of a `moving` or
+ * `handoff` one keeps its state and src_log.
  */
 #ifndef PLACEMENT_H
 #define PLACEMENT_H
@@ -120,5 +161,13 @@ typedef struct pl_action {
 
 size_t pl_plan(const pl_input *in, const pl_config *cfg, int64_t now_ms, pl_action *out,
                size_t cap);
+
+/* load[k]: the partitions counted on in->nodes[k] when choosing a target, as
+ * the input stands (for metrics). `load` has in->nnodes entries. Allocates
+ * nothing. */
+void pl_loads(const pl_input *in, int32_t *load);
+
+/* "custody", "place", "move", "retarget": for logs. */
+const char *pl_act_name(pl_act_type t);
 
 #endif
