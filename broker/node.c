@@ -27,219 +27,71 @@
 #include "store.h"
 #include "tconf.h"
 #include "tier.h"
+#include "vlog.h"
 #include "zone.h"
 
-/* ---- appends and durability ---- */
+/* ---- appends and durability: the node's own log ---- */
 
-/* One record between its append and its durability. */
-struct pend {
-    sk_node *n;
-    sk_store_rec rec;
-    sk_durable_fn fn;
-    void *arg;
-};
-
-struct sk_dwait {
-    sk_dwait *next;
-    wal_lsn end;
-    sk_durable_fn fn;
-    void *arg;
-};
-
-
-static void store_flush_cb(evutil_socket_t fd, short what, void *arg);
 static void begin_shutdown(sk_node *n);
 
-#define VIEW_COMMIT_MS 100
-
-static void append_done(void *arg, int err, wal_lsn lsn)
+/* Back-pressure: stop reading requests while too much waits for the WAL. */
+static void check_pending(sk_node *n)
 {
-    (void)lsn;
-    struct pend *pe = arg;
-    sk_node *n = pe->n;
-    if (err == 0) {
-        if (!n->store_txn)
-            n->store_txn = sk_store_txn_new();
-        if (!n->store_txn || sk_store_txn_add(n->store_txn, &pe->rec) != 0) {
-            /* The view falls behind; it is rebuilt from the WAL at the next
-             * start. Keep the cache from evicting what it cannot find. */
-            SK_ERROR("node", "out of memory queueing a record for the SQLite view");
-        }
-        event_active(n->store_flush_ev, EV_TIMEOUT, 0);
-    }
-    sk_store_rec_free(&pe->rec);
-    if (pe->fn)
-        pe->fn(pe->arg, err);
-    free(pe);
-    if (err == SK_ERR_FENCED && !n->stopping) {
-        /* Another node took this WAL over: nothing more can be
-         * acknowledged here. Stop, and let the supervisor decide. */
-        SK_ERROR("node", "the WAL was taken over by a newer owner; stopping");
-        n->exit_code = 3;
-        begin_shutdown(n);
-    }
-}
-
-static int append_pend(sk_node *n, uint8_t type, const struct iovec *iov, int iovcnt,
-                       struct pend *pe, sk_durable_fn fn, void *arg, wal_lsn *lsn_end)
-{
-    size_t len = 0;
-    for (int i = 0; i < iovcnt; i++)
-        len += iov[i].iov_len;
-    wal_lsn lsn;
-    int rc = wal_appendv(n->wal, type, iov, iovcnt, append_done, pe, &lsn);
-    if (rc != 0) {
-        sk_store_rec_free(&pe->rec);
-        free(pe);
-        return rc;
-    }
-    pe->rec.lsn = lsn;
-    pe->rec.end = lsn + WAL_RECORD_HEADER + len;
-    pe->n = n;
-    pe->fn = fn;
-    pe->arg = arg;
-    if (lsn_end)
-        *lsn_end = pe->rec.end;
     if (wal_pending_bytes(n->wal) > (size_t)n->cfg->wal_max_pending_bytes)
         sk_net_pause(n);
-    return 0;
 }
 
 int sk_node_append(sk_node *n, uint8_t type, const struct iovec *iov, int iovcnt,
                    sk_durable_fn fn, void *arg, wal_lsn *lsn_end)
 {
-    struct pend *pe = calloc(1, sizeof *pe);
-    if (!pe)
-        return SK_ERR_NOMEM;
-    size_t len = 0;
-    for (int i = 0; i < iovcnt; i++)
-        len += iov[i].iov_len;
-    uint8_t *flat = malloc(len ? len : 1);
-    if (!flat) {
-        free(pe);
-        return SK_ERR_NOMEM;
-    }
-    size_t k = 0;
-    for (int i = 0; i < iovcnt; i++) {
-        memcpy(flat + k, iov[i].iov_base, iov[i].iov_len);
-        k += iov[i].iov_len;
-    }
-    int rc = sk_store_rec_parse(&pe->rec, 0, type, flat, (uint32_t)len);
-    free(flat);
-    if (rc != 0) {
-        free(pe);
-        return rc;
-    }
-    return append_pend(n, type, iov, iovcnt, pe, fn, arg, lsn_end);
+    int rc = sk_vlog_append(n->log, type, iov, iovcnt, fn, arg, lsn_end);
+    if (rc == 0)
+        check_pending(n);
+    return rc;
 }
 
 int sk_node_append_data(sk_node *n, sk_part *p, const uint8_t *batch, uint32_t len,
                         const kb_header *h, sk_durable_fn fn, void *arg, wal_lsn *lsn,
                         wal_lsn *lsn_end)
 {
-    struct pend *pe = calloc(1, sizeof *pe);
-    if (!pe)
-        return SK_ERR_NOMEM;
-    uint8_t head[SK_DATA_HEADER];
-    sk_data_header(head, &p->topic->id, p->index);
-    sk_store_rec_data(&pe->rec, &p->topic->id, p->index, h, len);
-    struct iovec iov[2] = {{head, sizeof head}, {(void *)batch, len}};
-    int rc = append_pend(n, SK_WAL_DATA, iov, 2, pe, fn, arg, lsn_end);
-    if (rc == 0 && lsn)
-        *lsn = *lsn_end - WAL_RECORD_HEADER - sizeof head - len;
+    int rc = sk_vlog_append_data(n->log, p, batch, len, h, fn, arg, lsn, lsn_end);
+    if (rc == 0)
+        check_pending(n);
     return rc;
 }
 
 void sk_node_wait_durable(sk_node *n, wal_lsn end, sk_durable_fn fn, void *arg)
 {
-    if (wal_durable_lsn(n->wal) >= end) {
-        fn(arg, 0);
-        return;
-    }
-    sk_dwait *w = calloc(1, sizeof *w);
-    if (!w) {
-        fn(arg, SK_ERR_NOMEM);
-        return;
-    }
-    w->end = end;
-    w->fn = fn;
-    w->arg = arg;
-    w->next = n->dwaiters;
-    n->dwaiters = w;
+    sk_vlog_wait_durable(n->log, end, fn, arg);
 }
 
-static void run_dwaiters(sk_node *n, int err)
-{
-    wal_lsn durable = wal_durable_lsn(n->wal);
-    sk_dwait **pp = &n->dwaiters;
-    sk_dwait *ready = NULL;
-    while (*pp) {
-        sk_dwait *w = *pp;
-        if (err || w->end <= durable) {
-            *pp = w->next;
-            w->next = ready;
-            ready = w;
-        } else {
-            pp = &w->next;
-        }
-    }
-    while (ready) {
-        sk_dwait *w = ready;
-        ready = w->next;
-        w->fn(w->arg, err);
-        free(w);
-    }
-}
-
-static void store_done(void *arg, int err, wal_lsn applied)
+static void own_durable(void *arg)
 {
     sk_node *n = arg;
-    n->store_inflight = false;
-    if (err) {
-        /* The view is derived: a failed transaction is redone from the WAL
-         * at the next start. Stop evicting so fetches still find batches. */
-        SK_ERROR("node", "SQLite view update failed (%s); it will be rebuilt from the WAL at "
-                 "the next start", sk_err_name(err));
-        return;
-    }
-    n->store_applied = applied;
-    sk_cache_evict(n);
-    if (n->store_txn && sk_store_txn_count(n->store_txn))
-        event_active(n->store_flush_ev, EV_TIMEOUT, 0);
-}
-
-static void store_flush_cb(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    sk_node *n = arg;
-    run_dwaiters(n, wal_failed(n->wal) ? SK_ERR_IO : 0);
     if (n->paused && wal_pending_bytes(n->wal) <= (size_t)n->cfg->wal_max_pending_bytes / 2 &&
         !n->stopping)
         sk_net_resume(n);
     if (n->tier)
         sk_tier_kick(n->tier);
-    /* One transaction at a time keeps the view's 'applied' exact and lets
-     * the next one gather everything that became durable meanwhile; and at
-     * most one per VIEW_COMMIT_MS: each writes whole SQLite pages, so a
-     * transaction per group commit would write the data a second time. */
-    if (n->store_inflight || !n->store_txn || sk_store_txn_count(n->store_txn) == 0)
+}
+
+static void own_applied(void *arg)
+{
+    sk_node *n = arg;
+    n->store_applied = sk_vlog_applied(n->log);
+    sk_cache_evict(n);
+}
+
+static void own_fenced(void *arg)
+{
+    sk_node *n = arg;
+    if (n->stopping)
         return;
-    int64_t wait = n->store_last_ms + VIEW_COMMIT_MS - sk_mono_ms();
-    if (wait > 0 && !n->stopping) {
-        if (!evtimer_pending(n->store_timer_ev, NULL)) {
-            struct timeval tv = {0, (long)wait * 1000};
-            evtimer_add(n->store_timer_ev, &tv);
-        }
-        return;
-    }
-    n->store_last_ms = sk_mono_ms();
-    sk_store_txn *t = n->store_txn;
-    n->store_txn = NULL;
-    n->store_inflight = true;
-    /* Every record in t is durable and the WAL completes in order, so the
-     * view reflects the WAL up to the end of t's last record. */
-    sk_store_submit(n->store, t, store_done, n);
+    /* Another node took this WAL over: nothing more can be acknowledged
+     * here. Stop, and let the supervisor decide. */
+    SK_ERROR("node", "the WAL was taken over by a newer owner; stopping");
+    n->exit_code = 3;
+    begin_shutdown(n);
 }
 
 bool sk_node_wal_full(const sk_node *n)
@@ -301,7 +153,7 @@ int sk_node_create_topic(sk_node *n, const char *name, size_t len, int32_t npart
     if (rc != 0)
         return rc;
     n->next_stream = first_stream + (uint64_t)nparts;
-    sk_topic *t = sk_topic_new(n, &id, name, len, nparts, rf, conf, first_stream);
+    sk_topic *t = sk_topic_new(n, &id, name, len, nparts, rf, conf, first_stream, SK_OWN_ACTIVE);
     if (!t) {
         SK_ERROR("node", "out of memory registering topic %.*s", (int)len, name);
         return SK_ERR_NOMEM;
@@ -335,7 +187,7 @@ int sk_node_add_partitions(sk_node *n, sk_topic *t, int32_t nparts, sk_durable_f
     int rc = append_meta(n, &b, fn, arg);
     if (rc == 0) {
         n->next_stream = first_stream + (uint64_t)(nparts - t->nparts);
-        rc = sk_topic_grow(t, nparts, first_stream);
+        rc = sk_topic_grow(t, nparts, first_stream, SK_OWN_ACTIVE);
     }
     return rc;
 }
@@ -399,64 +251,6 @@ static int preamble_cb(void *arg, wal_lsn start, uint8_t **buf, uint32_t *len)
 
 /* ---- start-up ---- */
 
-struct replay {
-    sk_node *n;
-    sk_store_rec *recs;
-    size_t nrecs, cap;
-    wal_lsn last_end;
-    wal_lsn expect; /* the view's applied LSN: the first record must start there */
-    bool first;
-    bool gap; /* the view is behind the retained WAL */
-    int err;
-};
-
-static int replay_flush(struct replay *rp)
-{
-    if (rp->nrecs == 0)
-        return 0;
-    int rc = sk_store_apply_sync(rp->n->store, rp->recs, rp->nrecs, rp->last_end);
-    for (size_t i = 0; i < rp->nrecs; i++)
-        sk_store_rec_free(&rp->recs[i]);
-    rp->nrecs = 0;
-    return rc;
-}
-
-static int replay_cb(void *arg, wal_lsn lsn, uint8_t type, const uint8_t *payload, uint32_t len)
-{
-    struct replay *rp = arg;
-    if (rp->first) {
-        rp->first = false;
-        /* A view that is not empty must continue exactly where the replay
-         * starts: at its applied LSN, or at the preamble of a segment that
-         * starts there. Otherwise it missed records that were trimmed. */
-        bool ok = sk_store_is_empty(rp->n->store) || lsn == rp->expect ||
-                  (type == WAL_T_PREAMBLE && lsn == rp->expect + WAL_SEGMENT_HEADER);
-        if (!ok) {
-            rp->gap = true;
-            return SK_ERR_CORRUPT;
-        }
-    }
-    if (rp->nrecs == rp->cap) {
-        size_t ncap = rp->cap ? rp->cap * 2 : 1024;
-        sk_store_rec *nr = realloc(rp->recs, ncap * sizeof *nr);
-        if (!nr)
-            return SK_ERR_NOMEM;
-        rp->recs = nr;
-        rp->cap = ncap;
-    }
-    int rc = sk_store_rec_parse(&rp->recs[rp->nrecs], lsn, type, payload, len);
-    if (rc != 0) {
-        SK_ERROR("node", "WAL record at LSN %llu (type %d) cannot be parsed",
-                 (unsigned long long)lsn, type);
-        return rc;
-    }
-    rp->nrecs++;
-    rp->last_end = lsn + WAL_RECORD_HEADER + len;
-    if (rp->nrecs >= 4096)
-        return replay_flush(rp);
-    return 0;
-}
-
 /* Loading the view into memory. */
 static int load_head(void *arg, const sk_snap_head *h)
 {
@@ -483,7 +277,7 @@ static int load_topic(void *arg, const kc_uuid *id, const char *name, size_t nam
                  (int)name_len, name);
         return SK_ERR_CORRUPT;
     }
-    if (!sk_topic_new(n, id, name, name_len, nparts, rf, &tc, 0)) {
+    if (!sk_topic_new(n, id, name, name_len, nparts, rf, &tc, 0, SK_OWN_ACTIVE)) {
         sk_tconf_free(&tc);
         return SK_ERR_NOMEM;
     }
@@ -526,7 +320,8 @@ static int load_pstate(void *arg, const kc_uuid *id, int32_t part, const sk_psta
     return 0;
 }
 
-static int open_wal(sk_node *n, wal_lsn from, struct replay *rp, char *why, size_t whylen)
+/* Opens the node's own log: its WAL at wal.url, replayed into the view. */
+static int open_wal(sk_node *n, char *why, size_t whylen)
 {
     char inner[512] = "";
     wal_storage *st = wal_storage_open(n->base, n->cfg->wal_url, inner, sizeof inner);
@@ -551,29 +346,52 @@ static int open_wal(sk_node *n, wal_lsn from, struct replay *rp, char *why, size
     o.local_lock_path = lock;
     o.preamble = preamble_cb;
     o.preamble_arg = n;
-    memset(rp, 0, sizeof *rp);
-    rp->n = n;
-    rp->first = true;
-    rp->expect = from;
-    int err = 0;
-    n->wal = wal_open(n->base, st, &o, from, replay_cb, rp, &err, inner, sizeof inner);
-    if (!n->wal) {
-        for (size_t i = 0; i < rp->nrecs; i++)
-            sk_store_rec_free(&rp->recs[i]);
-        free(rp->recs);
-        rp->recs = NULL;
-        if (rp->gap)
-            return SK_ERR_AGAIN;
+    int rc = sk_vlog_open(n->log, st, &o, inner, sizeof inner);
+    if (rc && rc != SK_ERR_AGAIN)
         snprintf(why, whylen, "cannot open the WAL at %s: %s", n->cfg->wal_url, inner);
-        return err ? err : SK_ERR_IO;
+    if (rc == 0)
+        n->wal = sk_vlog_wal(n->log);
+    return rc;
+}
+
+/* A vlog around a store, with the hooks of the node's own log. */
+static int new_own_log(sk_node *n, sk_store *store, char *why, size_t whylen);
+
+/* Opens the view at dbpath (emptied first when `reset`) and the node's own
+ * log on it; on failure neither stays open. SK_ERR_AGAIN as sk_vlog_open. */
+static int try_open(sk_node *n, const char *dbpath, bool reset, char *why, size_t whylen)
+{
+    sk_store *store = sk_store_open(dbpath, why, whylen);
+    if (!store)
+        return SK_ERR_IO;
+    if (reset && sk_store_reset(store) != 0) {
+        snprintf(why, whylen, "cannot reset the SQLite view %s", dbpath);
+        sk_store_close(store);
+        return SK_ERR_IO;
     }
-    err = replay_flush(rp);
-    free(rp->recs);
-    rp->recs = NULL;
-    if (err) {
-        snprintf(why, whylen, "cannot bring the SQLite view up to date with the WAL");
-        return err;
+    int rc = new_own_log(n, store, why, whylen);
+    if (rc == 0)
+        rc = open_wal(n, why, whylen);
+    if (rc) {
+        sk_vlog_destroy(n->log);
+        n->log = NULL;
+        n->store = NULL;
+        n->wal = NULL;
     }
+    return rc;
+}
+
+static int new_own_log(sk_node *n, sk_store *store, char *why, size_t whylen);
+static int new_own_log(sk_node *n, sk_store *store, char *why, size_t whylen)
+{
+    sk_vlog_hooks h = {own_durable, own_applied, own_fenced, n};
+    n->log = sk_vlog_new(n, 0, store, &h);
+    if (!n->log) {
+        sk_store_close(store);
+        snprintf(why, whylen, "out of memory");
+        return SK_ERR_NOMEM;
+    }
+    n->store = store;
     return 0;
 }
 
@@ -649,45 +467,24 @@ sk_node *sk_node_new(sk_config *cfg, char *why, size_t whylen)
      * object store, and the WAL replays from there. */
     if (sk_tier_restore_view(cfg, dbpath, why, whylen) != 0)
         goto fail;
-    n->store = sk_store_open(dbpath, why, whylen);
-    if (!n->store)
-        goto fail;
-
-    wal_lsn from = sk_store_applied(n->store);
-    struct replay rp;
-    int rc = open_wal(n, from, &rp, why, whylen);
+    int rc = try_open(n, dbpath, false, why, whylen);
     if (rc == SK_ERR_AGAIN) {
         /* The view missed records the WAL no longer holds. Its newest
          * snapshot in the object store is never older than the WAL's start
          * (the WAL is trimmed only below it): take that one first. */
         char stale[4300];
         snprintf(stale, sizeof stale, "%s.stale", dbpath);
-        sk_store_close(n->store);
-        n->store = NULL;
         if (rename(dbpath, stale) == 0 && sk_tier_restore_view(cfg, dbpath, why, whylen) == 0) {
-            n->store = sk_store_open(dbpath, why, whylen);
-            if (!n->store)
-                goto fail;
-            from = sk_store_applied(n->store);
-            if (!sk_store_is_empty(n->store)) {
+            rc = try_open(n, dbpath, false, why, whylen);
+            if (rc == 0)
                 SK_WARN("node", "the SQLite view was behind the retained WAL; restored its "
                         "snapshot at LSN %llu",
-                        (unsigned long long)from);
-                rc = open_wal(n, from, &rp, why, whylen);
-            }
+                        (unsigned long long)sk_store_applied(n->store));
         }
-        if (!n->store && !(n->store = sk_store_open(dbpath, why, whylen)))
-            goto fail;
     }
     if (rc == SK_ERR_AGAIN) {
-        SK_WARN("node", "the SQLite view (at LSN %llu) is behind the retained WAL; rebuilding "
-                "it from the WAL",
-                (unsigned long long)from);
-        if (sk_store_reset(n->store) != 0) {
-            snprintf(why, whylen, "cannot reset the SQLite view %s", dbpath);
-            goto fail;
-        }
-        rc = open_wal(n, 0, &rp, why, whylen);
+        SK_WARN("node", "the SQLite view is behind the retained WAL; rebuilding it from the WAL");
+        rc = try_open(n, dbpath, true, why, whylen);
     }
     if (rc != 0)
         goto fail;
@@ -711,7 +508,7 @@ sk_node *sk_node_new(sk_config *cfg, char *why, size_t whylen)
         snprintf(why, whylen, "cannot load state from the SQLite view %s", dbpath);
         goto fail;
     }
-    if (sk_store_start(n->store, n->base) != 0) {
+    if (sk_vlog_start(n->log) != 0) {
         snprintf(why, whylen, "cannot start the SQLite thread");
         goto fail;
     }
@@ -719,9 +516,7 @@ sk_node *sk_node_new(sk_config *cfg, char *why, size_t whylen)
     if (!n->tier)
         goto fail;
     n->readers = sk_workq_new(n->base, "skiff-read", 2);
-    n->store_flush_ev = event_new(n->base, -1, 0, store_flush_cb, n);
-    n->store_timer_ev = evtimer_new(n->base, store_flush_cb, n);
-    if (!n->readers || !n->store_flush_ev || !n->store_timer_ev) {
+    if (!n->readers) {
         snprintf(why, whylen, "out of memory");
         goto fail;
     }
@@ -944,15 +739,8 @@ int sk_node_run(sk_node *n)
     sk_workq_destroy(n->readers);
     n->readers = NULL;
     sk_tier_drain(n->tier);
-    wal_close(n->wal);
+    sk_vlog_close(n->log);
     n->wal = NULL;
-    sk_store_drain(n->store);
-    if (n->store_txn && sk_store_txn_count(n->store_txn) &&
-        sk_store_txn_apply_sync(n->store, n->store_txn) != 0)
-        SK_WARN("node", "the SQLite view could not take the last records; the next start "
-                "replays them from the WAL");
-    sk_store_txn_free(n->store_txn);
-    n->store_txn = NULL;
     SK_INFO("node", "stopped");
     return n->exit_code;
 }
@@ -966,8 +754,7 @@ void sk_node_destroy(sk_node *n)
         sk_workq_destroy(n->readers);
     n->readers = NULL;
     sk_tier_drain(n->tier);
-    if (n->wal)
-        wal_close(n->wal);
+    sk_vlog_close(n->log);
     n->wal = NULL;
     sk_tier_destroy(n->tier);
     n->tier = NULL;
@@ -975,8 +762,9 @@ void sk_node_destroy(sk_node *n)
     n->groups = NULL;
     sk_dynconf_free(n);
     zone_map_destroy(n->zones);
-    if (n->store)
-        sk_store_close(n->store);
+    sk_vlog_destroy(n->log);
+    n->log = NULL;
+    n->store = NULL;
     size_t it = 0;
     void *v;
     /* Collect first: removing changes the map being walked. */
@@ -993,10 +781,6 @@ void sk_node_destroy(sk_node *n)
             event_free(n->sig_ev[i]);
     if (n->retention_ev)
         event_free(n->retention_ev);
-    if (n->store_flush_ev)
-        event_free(n->store_flush_ev);
-    if (n->store_timer_ev)
-        event_free(n->store_timer_ev);
     sk_net_destroy(n);
     if (n->shutdown_ev)
         event_free(n->shutdown_ev);

@@ -88,9 +88,21 @@ struct sk_pstate {
     int64_t last_ts; /* wall-clock ms of the last append, for expiry */
 };
 
+/* What this node does with a partition. A single node serves all of its
+ * partitions; in a cluster a node serves those whose main it is
+ * (docs/cluster.md): it adopts them, serves them, and hands them over. */
+typedef enum sk_own {
+    SK_OWN_NONE,     /* another node's, or nobody's yet: no state here */
+    SK_OWN_ADOPTING, /* its state is being read and appended here: not served yet */
+    SK_OWN_ACTIVE,   /* served: this node is its main */
+    SK_OWN_LEAVING,  /* no longer served: its HANDOFF is being written */
+} sk_own;
+
 struct sk_part {
     sk_topic *topic;
     int32_t index;
+    sk_own own;
+    int32_t main_node; /* cluster: the node serving it (-1: none now) */
     uint64_t stream; /* id of the partition's data in objects, never reused */
     int32_t leader_epoch;
     int64_t log_start;   /* first offset that can be read */
@@ -157,8 +169,6 @@ struct sk_req {
 
 /* ---- the node ---- */
 
-typedef struct sk_dwait sk_dwait; /* a callback waiting for a durable LSN */
-
 #define SK_METRICS_BUCKETS 12
 #define SK_METRICS_APIS 128
 typedef struct sk_latency {
@@ -171,12 +181,14 @@ struct evhttp;
 struct sk_node {
     sk_config *cfg;
     struct event_base *base;
-    wal *wal;
-    sk_store *store;
+    struct sk_vlog *log; /* the node's own log: its WAL and SQLite view */
+    wal *wal;            /* the own log's (sk_vlog_wal), for short */
+    sk_store *store;     /* the own log's (sk_vlog_store), for short */
     sk_workq *readers; /* reads of storage and the SQLite view */
     sk_groups *groups;
     struct zone_map *zones;
     struct sk_tier *tier;
+    struct sk_cluster *cluster; /* NULL for a single node */
 
     char cluster_id[32];
     int64_t next_pid;
@@ -193,13 +205,8 @@ struct sk_node {
     /* WAL cache: global FIFO in LSN order */
     sk_cbatch *cache_head, *cache_tail;
     size_t cache_bytes;
-    wal_lsn store_applied; /* the SQLite view covers the WAL below this */
+    wal_lsn store_applied; /* the SQLite view covers the own WAL below this */
 
-    sk_dwait *dwaiters; /* waiting for durability, unordered */
-    struct sk_store_txn *store_txn; /* records durable since the last view update */
-    bool store_inflight;            /* a view transaction runs */
-    int64_t store_last_ms;          /* when the last one was submitted */
-    struct event *store_timer_ev;   /* submits the next one when due */
     bool retention_running;
     bool retention_again;
     struct event *shutdown_ev;
@@ -216,7 +223,6 @@ struct sk_node {
     int exit_code; /* of sk_node_run: 0, or 3 when the WAL was taken over */
     bool paused;   /* reading stopped: WAL back-pressure */
     struct event *retention_ev;
-    struct event *store_flush_ev;
     struct event *sig_ev[3];
     int64_t started_ms;
 
