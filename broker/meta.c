@@ -32,10 +32,15 @@ int sk_data_decode(const uint8_t *p, size_t n, kc_uuid *id, int32_t *part, const
     return 0;
 }
 
-static void head(sk_buf *b, uint8_t kind)
+void sk_meta_head(sk_buf *b, uint8_t kind)
 {
     sk_buf_u8(b, META_VERSION);
     sk_buf_u8(b, kind);
+}
+
+static void head(sk_buf *b, uint8_t kind)
+{
+    sk_meta_head(b, kind);
 }
 
 void sk_conf_block_put(sk_buf *b, int n, char *const *names, char *const *values)
@@ -192,9 +197,16 @@ int sk_meta_decode(const uint8_t *p, size_t n, sk_meta *m)
     case SK_META_BROKER_CONFIG:
         conf_block_span(&r, &m->configs, &m->configs_len);
         break;
+    case SK_META_DROP:
+        if ((id = sk_rd_bytes(&r, 16)))
+            memcpy(m->id.b, id, 16);
+        m->part = (int32_t)sk_rd_u32(&r);
+        break;
     case SK_META_OBJECTS:
     case SK_META_OBJECT_GONE:
     case SK_META_GROUP:
+    case SK_META_HANDOFF:
+    case SK_META_ADOPT:
         m->body = r.p;
         m->body_len = sk_rd_left(&r);
         r.p = r.end;

@@ -43,6 +43,10 @@ enum sk_meta_kind {
     SK_META_BROKER_CONFIG = 9, /* the complete set of broker properties changed at runtime */
     SK_META_OBJECTS = 10,     /* objects registered (upload, compaction), others retired */
     SK_META_OBJECT_GONE = 11, /* a retired object was deleted from the store */
+    SK_META_HANDOFF = 12,     /* a partition leaves this log, with its state (hstate.h) */
+    SK_META_ADOPT = 13,       /* a partition joins this log, with its state (hstate.h) */
+    SK_META_DROP = 14,        /* a partition's state is gone (id, partition): its topic was
+                                 deleted, or etcd refused its adoption */
 };
 
 typedef struct sk_meta {
@@ -66,8 +70,11 @@ void sk_data_header(uint8_t out[SK_DATA_HEADER], const kc_uuid *id, int32_t part
 int sk_data_decode(const uint8_t *p, size_t n, kc_uuid *id, int32_t *part, const uint8_t **batch,
                    size_t *batch_len);
 
-/* Metadata records. */
+/* Metadata records. HANDOFF and ADOPT give their state in body (see
+ * hstate.h); DROP gives id and part. */
 int sk_meta_decode(const uint8_t *p, size_t n, sk_meta *m);
+/* The first two bytes of every metadata record: version and kind. */
+void sk_meta_head(sk_buf *b, uint8_t kind);
 void sk_meta_topic_create(sk_buf *b, const sk_topic *t);
 void sk_meta_topic_delete(sk_buf *b, const kc_uuid *id);
 void sk_meta_topic_config(sk_buf *b, const sk_topic *t);

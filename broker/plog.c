@@ -42,7 +42,7 @@ static sk_part *part_new(sk_topic *t, int32_t index)
     return p;
 }
 
-int sk_topic_grow(sk_topic *t, int32_t nparts, uint64_t first_stream)
+int sk_topic_grow(sk_topic *t, int32_t nparts, uint64_t first_stream, sk_own own)
 {
     if (nparts <= t->nparts)
         return 0;
@@ -52,8 +52,11 @@ int sk_topic_grow(sk_topic *t, int32_t nparts, uint64_t first_stream)
     t->parts = np;
     for (int32_t i = t->nparts; i < nparts; i++) {
         np[i] = part_new(t, i);
-        if (np[i])
+        if (np[i]) {
             np[i]->stream = first_stream + (uint64_t)(i - t->nparts);
+            np[i]->own = own;
+            np[i]->main_node = -1;
+        }
         if (!np[i]) {
             for (int32_t j = t->nparts; j < i; j++)
                 part_free(np[j]);
@@ -65,7 +68,8 @@ int sk_topic_grow(sk_topic *t, int32_t nparts, uint64_t first_stream)
 }
 
 sk_topic *sk_topic_new(sk_node *n, const kc_uuid *id, const char *name, size_t len,
-                       int32_t nparts, int16_t rf, sk_tconf *conf, uint64_t first_stream)
+                       int32_t nparts, int16_t rf, sk_tconf *conf, uint64_t first_stream,
+                       sk_own own)
 {
     sk_topic *t = calloc(1, sizeof *t);
     if (!t)
@@ -76,7 +80,7 @@ sk_topic *sk_topic_new(sk_node *n, const kc_uuid *id, const char *name, size_t l
     t->first_stream = first_stream;
     t->conf = *conf;
     memset(conf, 0, sizeof *conf);
-    if (!t->name || sk_topic_grow(t, nparts, first_stream) != 0 ||
+    if (!t->name || sk_topic_grow(t, nparts, first_stream, own) != 0 ||
         sk_map_put(n->topics_by_name, t->name, len, t) != 0 ||
         sk_map_put(n->topics_by_id, t->id.b, 16, t) != 0) {
         sk_map_del(n->topics_by_name, name, len);
@@ -150,6 +154,42 @@ const char *sk_topic_name_invalid(const char *name, size_t len)
                    "and '-'";
     }
     return NULL;
+}
+
+/* Unlinks p's batches from the node's FIFO and frees them. */
+static void cache_drop(sk_node *n, sk_part *p)
+{
+    sk_cbatch **pp = &n->cache_head, *prev = NULL;
+    while (*pp) {
+        sk_cbatch *b = *pp;
+        if (b->part == p) {
+            *pp = b->gnext;
+            n->cache_bytes -= b->len;
+            free(b);
+        } else {
+            prev = b;
+            pp = &b->gnext;
+        }
+    }
+    n->cache_tail = prev;
+    p->cq_len = 0;
+    p->cq_head = 0;
+}
+
+void sk_part_release(sk_node *n, sk_part *p)
+{
+    cache_drop(n, p);
+    size_t it = 0;
+    void *v;
+    while (sk_map_next(p->producers, &it, NULL, NULL, &v))
+        free(v);
+    sk_map_destroy(p->producers);
+    p->producers = sk_map_new();
+    p->log_start = p->next_offset = p->hw = 0;
+    p->max_ts = p->max_ts_base = -1;
+    free(p->obj_hint);
+    p->obj_hint = NULL;
+    sk_part_wake(p);
 }
 
 sk_pstate *sk_part_pstate(sk_part *p, int64_t pid, bool create)

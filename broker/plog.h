@@ -14,14 +14,17 @@
 
 #include "types.h"
 
-/* Registers a new topic (taking conf). NULL when out of memory. */
+/* Registers a new topic (taking conf) whose partitions this node serves
+ * (`own` SK_OWN_ACTIVE: a single node) or not yet (SK_OWN_NONE: a cluster
+ * member, until it adopts them). NULL when out of memory. */
 sk_topic *sk_topic_new(sk_node *n, const kc_uuid *id, const char *name, size_t len,
-                       int32_t nparts, int16_t rf, sk_tconf *conf, uint64_t first_stream);
+                       int32_t nparts, int16_t rf, sk_tconf *conf, uint64_t first_stream,
+                       sk_own own);
 /* Unregisters and frees a topic: its cached batches are dropped and its
  * parked fetches woken (they then see the topic gone). */
 void sk_topic_remove(sk_node *n, sk_topic *t);
 /* Adds partitions up to nparts, numbering their streams from first_stream. */
-int sk_topic_grow(sk_topic *t, int32_t nparts, uint64_t first_stream);
+int sk_topic_grow(sk_topic *t, int32_t nparts, uint64_t first_stream, sk_own own);
 sk_topic *sk_topic_get(const sk_node *n, const char *name, size_t len);
 sk_topic *sk_topic_get_id(const sk_node *n, const kc_uuid *id);
 static inline sk_part *sk_part_get(const sk_topic *t, int32_t i)
@@ -33,6 +36,15 @@ static inline sk_part *sk_part_get(const sk_topic *t, int32_t i)
 const char *sk_topic_name_invalid(const char *name, size_t len);
 
 sk_pstate *sk_part_pstate(sk_part *p, int64_t pid, bool create);
+
+/* True when this node serves the partition now. */
+static inline bool sk_part_serving(const sk_part *p)
+{
+    return p && p->own == SK_OWN_ACTIVE;
+}
+/* Forgets the partition's state here (it left, or never came): its cached
+ * batches, producers and offsets; parked fetches are woken to find it gone. */
+void sk_part_release(sk_node *n, sk_part *p);
 
 /* Adds an appended batch at the end of the partition's cache. */
 void sk_cache_add(sk_node *n, sk_part *p, sk_cbatch *b);

@@ -1,4 +1,5 @@
 #include "store.h"
+#include "store_impl.h"
 
 #include <pthread.h>
 #include <sqlite3.h>
@@ -14,8 +15,7 @@
 #include "sk_log.h"
 #include "sk_workq.h"
 
-#define SCHEMA_VERSION 2
-#define MAX_READERS 8
+#define SCHEMA_VERSION 3
 
 static const char *const schema =
     "CREATE TABLE IF NOT EXISTS kv(k TEXT PRIMARY KEY, v BLOB);"
@@ -25,53 +25,26 @@ static const char *const schema =
     "  log_start INTEGER, next_offset INTEGER, leader_epoch INTEGER, max_ts INTEGER,"
     "  max_ts_base INTEGER, bytes INTEGER, PRIMARY KEY(topic, part)) WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS batches(topic BLOB, part INTEGER, base INTEGER, last INTEGER,"
-    "  lsn INTEGER, len INTEGER, max_ts INTEGER, PRIMARY KEY(topic, part, base)) WITHOUT ROWID;"
+    "  lsn INTEGER, len INTEGER, max_ts INTEGER, log INTEGER NOT NULL DEFAULT 0,"
+    "  PRIMARY KEY(topic, part, base)) WITHOUT ROWID;"
     "CREATE INDEX IF NOT EXISTS batches_lsn ON batches(lsn);"
     "CREATE TABLE IF NOT EXISTS producers(topic BLOB, part INTEGER, pid INTEGER, state BLOB,"
     "  PRIMARY KEY(topic, part, pid)) WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS group_offsets(grp TEXT, topic TEXT, part INTEGER, off INTEGER,"
     "  epoch INTEGER, meta BLOB, ts INTEGER, PRIMARY KEY(grp, topic, part)) WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS objects(key TEXT PRIMARY KEY, kind INTEGER, size INTEGER,"
-    "  created INTEGER, delete_after INTEGER) WITHOUT ROWID;"
+    "  created INTEGER, delete_after INTEGER, shared INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS object_ranges(stream INTEGER, start INTEGER, end INTEGER,"
     "  key TEXT, size INTEGER, max_ts INTEGER, records INTEGER, PRIMARY KEY(stream, start))"
     "  WITHOUT ROWID;"
-    "CREATE INDEX IF NOT EXISTS object_ranges_key ON object_ranges(key);";
+    "CREATE INDEX IF NOT EXISTS object_ranges_key ON object_ranges(key);"
+    "CREATE TABLE IF NOT EXISTS handoffs(topic BLOB, part INTEGER, lsn INTEGER,"
+    "  PRIMARY KEY(topic, part)) WITHOUT ROWID;";
 
-enum {
-    ST_BEGIN,
-    ST_COMMIT,
-    ST_ROLLBACK,
-    ST_SET_KV,
-    ST_INS_BATCH,
-    ST_UPD_PART_DATA,
-    ST_GET_PROD,
-    ST_PUT_PROD,
-    ST_INS_TOPIC,
-    ST_INS_PART,
-    ST_DEL_TOPIC,
-    ST_DEL_TOPIC_PARTS,
-    ST_DEL_TOPIC_BATCHES,
-    ST_DEL_TOPIC_PRODS,
-    ST_UPD_TOPIC_CONF,
-    ST_UPD_TOPIC_NPARTS,
-    ST_UPD_LOG_START,
-    ST_DEL_BATCHES_BELOW,
-    ST_UPD_PART_BYTES,
-    ST_PUT_GOFF,
-    ST_DEL_GOFF,
-    ST_DEL_GROUP,
-    ST_DEL_TOPIC_GOFFS,
-    ST_PUT_OBJ,
-    ST_PUT_RANGE,
-    ST_DEL_BATCHES_UPLOADED,
-    ST_RETIRE_OBJ,
-    ST_DEL_OBJ_RANGES,
-    ST_DEL_OBJ,
-    ST_DEL_TOPIC_RANGES,
-    ST_DEL_RANGES_BELOW,
-    ST_COUNT
-};
+/* Views of schema 2 (before the cluster) gain the columns of schema 3. */
+static const char *const migrate_2_3 =
+    "ALTER TABLE batches ADD COLUMN log INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE objects ADD COLUMN shared INTEGER NOT NULL DEFAULT 0;";
 
 static const char *const stmt_sql[ST_COUNT] = {
     [ST_BEGIN] = "BEGIN IMMEDIATE",
@@ -114,7 +87,7 @@ static const char *const stmt_sql[ST_COUNT] = {
                    " VALUES(?1, ?2, ?3, ?4, NULL)",
     [ST_PUT_RANGE] = "INSERT OR REPLACE INTO object_ranges(stream, start, end, key, size, max_ts,"
                      " records) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-    [ST_DEL_BATCHES_UPLOADED] = "DELETE FROM batches WHERE lsn < ?1",
+    [ST_DEL_BATCHES_UPLOADED] = "DELETE FROM batches WHERE log = 0 AND lsn < ?1",
     [ST_RETIRE_OBJ] = "UPDATE objects SET delete_after = ?2 WHERE key = ?1",
     [ST_DEL_OBJ_RANGES] = "DELETE FROM object_ranges WHERE key = ?1",
     [ST_DEL_OBJ] = "DELETE FROM objects WHERE key = ?1",
@@ -125,26 +98,14 @@ static const char *const stmt_sql[ST_COUNT] = {
         " AND part = ?2) AND end < ?3",
 };
 
-struct sk_store {
-    char *path;
-    sqlite3 *db; /* the writer connection: start-up thread, then the store thread */
-    sqlite3_stmt *st[ST_COUNT];
-    wal_lsn applied;
-    bool empty;
-    sk_workq *q;
-    pthread_mutex_t rlock;
-    sqlite3 *readers[MAX_READERS];
-    int nreaders_free;
-    int nreaders_open;
-};
 
-static int db_err(sqlite3 *db, const char *what)
+int db_err(sqlite3 *db, const char *what)
 {
     SK_ERROR("store", "%s: %s", what, sqlite3_errmsg(db));
     return SK_ERR_IO;
 }
 
-static int exec(sqlite3 *db, const char *sql)
+int exec(sqlite3 *db, const char *sql)
 {
     char *msg = NULL;
     if (sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK) {
@@ -155,14 +116,14 @@ static int exec(sqlite3 *db, const char *sql)
     return 0;
 }
 
-static sqlite3_stmt *S(sk_store *s, int i)
+sqlite3_stmt *S(sk_store *s, int i)
 {
     sqlite3_reset(s->st[i]);
     sqlite3_clear_bindings(s->st[i]);
     return s->st[i];
 }
 
-static int step_done(sk_store *s, sqlite3_stmt *st)
+int step_done(sk_store *s, sqlite3_stmt *st)
 {
     int rc = sqlite3_step(st);
     if (rc != SQLITE_DONE && rc != SQLITE_ROW)
@@ -170,7 +131,7 @@ static int step_done(sk_store *s, sqlite3_stmt *st)
     return 0;
 }
 
-static int kv_get_i64(sqlite3 *db, const char *k, int64_t *v, bool *found)
+int kv_get_i64(sqlite3 *db, const char *k, int64_t *v, bool *found)
 {
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(db, "SELECT v FROM kv WHERE k = ?1", -1, &st, NULL) != SQLITE_OK)
@@ -185,7 +146,16 @@ static int kv_get_i64(sqlite3 *db, const char *k, int64_t *v, bool *found)
     return 0;
 }
 
-static int set_kv_i64(sk_store *s, const char *k, int64_t v)
+/* Before the statements are prepared (schema migrations). */
+static int set_kv_i64_db(sqlite3 *db, const char *k, int64_t v)
+{
+    char sql[128];
+    snprintf(sql, sizeof sql, "INSERT OR REPLACE INTO kv(k, v) VALUES('%s', %lld)", k,
+             (long long)v);
+    return exec(db, sql);
+}
+
+int set_kv_i64(sk_store *s, const char *k, int64_t v)
 {
     sqlite3_stmt *st = S(s, ST_SET_KV);
     sqlite3_bind_text(st, 1, k, -1, SQLITE_STATIC);
@@ -278,6 +248,11 @@ sk_store *sk_store_open(const char *path, char *why, size_t whylen)
     bool found;
     if (kv_get_i64(s->db, "schema", &ver, &found))
         goto fail_msg;
+    if (found && ver == 2) {
+        if (exec(s->db, migrate_2_3) || set_kv_i64_db(s->db, "schema", SCHEMA_VERSION))
+            goto fail_msg;
+        ver = SCHEMA_VERSION;
+    }
     if (found && ver != SCHEMA_VERSION) {
         snprintf(why, whylen, "the SQLite view %s has schema %lld, this skiffd needs %d", path,
                  (long long)ver, SCHEMA_VERSION);
@@ -325,7 +300,7 @@ int sk_store_reset(sk_store *s)
 {
     int rc = exec(s->db, "BEGIN IMMEDIATE; DELETE FROM topics; DELETE FROM partitions;"
                          "DELETE FROM batches; DELETE FROM producers; DELETE FROM group_offsets;"
-                         "DELETE FROM objects; DELETE FROM object_ranges;"
+                         "DELETE FROM objects; DELETE FROM object_ranges; DELETE FROM handoffs;"
                          "DELETE FROM kv WHERE k <> 'schema';"
                          "COMMIT");
     if (rc == 0) {
@@ -510,7 +485,7 @@ static int topic_nparts(sk_store *s, const kc_uuid *id, int32_t *n)
     return 0;
 }
 
-static int apply_group(sk_store *s, const uint8_t *body, size_t len)
+int apply_group(sk_store *s, const uint8_t *body, size_t len)
 {
     sk_grec g;
     if (sk_grec_init(&g, body, len) != 0)
@@ -681,6 +656,12 @@ static int apply_meta(sk_store *s, const sk_store_rec *r)
         return set_kv_blob(s, "broker_config", m.configs, m.configs_len);
     case SK_META_GROUP:
         return apply_group(s, m.body, m.body_len);
+    case SK_META_HANDOFF:
+        return apply_handoff(s, m.body, m.body_len, r->lsn);
+    case SK_META_ADOPT:
+        return apply_adopt(s, m.body, m.body_len);
+    case SK_META_DROP:
+        return apply_drop(s, &m.id, m.part);
     case SK_META_OBJECTS:
         return apply_objects(s, m.body, m.body_len);
     case SK_META_OBJECT_GONE: {
@@ -1058,7 +1039,7 @@ void sk_store_drain(sk_store *s)
 
 /* ---- reads ---- */
 
-static sqlite3 *reader_get(sk_store *s)
+sqlite3 *reader_get(sk_store *s)
 {
     pthread_mutex_lock(&s->rlock);
     sqlite3 *db = s->nreaders_free ? s->readers[--s->nreaders_free] : NULL;
@@ -1068,7 +1049,7 @@ static sqlite3 *reader_get(sk_store *s)
     return db;
 }
 
-static void reader_put(sk_store *s, sqlite3 *db)
+void reader_put(sk_store *s, sqlite3 *db)
 {
     pthread_mutex_lock(&s->rlock);
     if (s->nreaders_free < MAX_READERS) {
@@ -1087,6 +1068,7 @@ static void loc_from_row(sqlite3_stmt *st, sk_batch_loc *l)
     l->lsn = (wal_lsn)sqlite3_column_int64(st, 2);
     l->len = (uint32_t)sqlite3_column_int64(st, 3);
     l->max_ts = sqlite3_column_int64(st, 4);
+    l->log = sqlite3_column_int64(st, 5);
 }
 
 int sk_store_read_batches(sk_store *s, const kc_uuid *id, int32_t part, int64_t from,
@@ -1099,7 +1081,7 @@ int sk_store_read_batches(sk_store *s, const kc_uuid *id, int32_t part, int64_t 
     int n = 0;
     /* The batch holding `from` is the last one starting at or before it. */
     if (sqlite3_prepare_v2(db,
-                           "SELECT base, last, lsn, len, max_ts FROM batches WHERE topic = ?1"
+                           "SELECT base, last, lsn, len, max_ts, log FROM batches WHERE topic = ?1"
                            " AND part = ?2 AND base >= coalesce((SELECT max(base) FROM batches"
                            " WHERE topic = ?1 AND part = ?2 AND base <= ?3), ?3)"
                            " ORDER BY base LIMIT ?4",
@@ -1137,7 +1119,7 @@ int sk_store_find_ts(sk_store *s, const kc_uuid *id, int32_t part, int64_t ts, i
     sqlite3_stmt *st;
     int found = 0;
     if (sqlite3_prepare_v2(db,
-                           "SELECT base, last, lsn, len, max_ts FROM batches WHERE topic = ?1"
+                           "SELECT base, last, lsn, len, max_ts, log FROM batches WHERE topic = ?1"
                            " AND part = ?2 AND base < ?4 AND max_ts >= ?3 ORDER BY base LIMIT 1",
                            -1, &st, NULL) != SQLITE_OK) {
         db_err(db, "find ts");
@@ -1166,7 +1148,7 @@ int sk_store_find_offset(sk_store *s, const kc_uuid *id, int32_t part, int64_t o
     sqlite3_stmt *st;
     int found = 0;
     if (sqlite3_prepare_v2(db,
-                           "SELECT base, last, lsn, len, max_ts FROM batches WHERE topic = ?1"
+                           "SELECT base, last, lsn, len, max_ts, log FROM batches WHERE topic = ?1"
                            " AND part = ?2 AND base <= ?3 ORDER BY base DESC LIMIT 1",
                            -1, &st, NULL) != SQLITE_OK) {
         db_err(db, "find offset");
@@ -1192,7 +1174,7 @@ int sk_store_min_lsn(sk_store *s, wal_lsn *out)
         return SK_ERR_IO;
     sqlite3_stmt *st;
     *out = UINT64_MAX;
-    if (sqlite3_prepare_v2(db, "SELECT min(lsn) FROM batches", -1, &st, NULL) != SQLITE_OK) {
+    if (sqlite3_prepare_v2(db, "SELECT min(lsn) FROM batches WHERE log = 0", -1, &st, NULL) != SQLITE_OK) {
         db_err(db, "min lsn");
         reader_put(s, db);
         return SK_ERR_IO;

@@ -91,6 +91,7 @@ void sk_store_drain(sk_store *s);
 
 typedef struct sk_batch_loc {
     int64_t base, last, max_ts;
+    int64_t log; /* 0: this log's WAL; else the id of the log whose WAL holds it */
     wal_lsn lsn;
     uint32_t len;
 } sk_batch_loc;
@@ -156,6 +157,22 @@ int sk_store_object_known(sk_store *s, const char *key);
 /* Copies the view into a new SQLite file at dest (online, from a worker
  * thread) and gives the WAL position the copy reflects. */
 int sk_store_backup(sk_store *s, const char *dest, wal_lsn *applied);
+
+/* ---- partitions moving between logs (store_handoff.c) ---- */
+
+/* Picks the consumer groups whose committed offsets travel with a partition
+ * (those that hash to an offsets partition). */
+typedef bool (*sk_store_group_filter)(void *arg, const char *group, size_t len);
+/* Encodes the partition's whole state as the view holds it now (hstate.h's
+ * format, source fields 0) into out; batches of this log are given log id
+ * own_log. Worker threads. SK_ERR_NOENT when the view has no such partition. */
+int sk_store_encode_state(sk_store *s, const kc_uuid *id, int32_t part, int64_t own_log,
+                          sk_store_group_filter want, void *arg, sk_buf *out);
+/* Where this log's HANDOFF of the partition is (SK_ERR_NOENT: none). */
+int sk_store_handoff_lsn(sk_store *s, const kc_uuid *id, int32_t part, wal_lsn *lsn);
+/* The partitions this view holds. */
+int sk_store_owned_partitions(sk_store *s, void (*fn)(void *arg, const kc_uuid *id, int32_t part),
+                              void *arg);
 
 /* Calls fn for every partition with the bytes of its retained batches. */
 int sk_store_partition_bytes(sk_store *s,

@@ -27,4 +27,13 @@ static inline int64_t sk_mono_ms(void)
     return sk_mono_us() / 1000;
 }
 
+/* The clock of leases: it keeps counting while the machine is suspended,
+ * when a monotonic clock would stop and stretch a lease. */
+static inline int64_t sk_boot_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_BOOTTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 #endif
