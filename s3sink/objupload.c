@@ -1,0 +1,238 @@
+#include "objupload.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "sk_err.h"
+#include "sk_time.h"
+
+#define FIRST_BYTES (4u << 20)
+#define FIRST_BATCHES 1024
+
+struct objup_set {
+    uint64_t limit;
+    objup_batch *b;
+    size_t n, cap;
+    uint8_t *bytes;
+    size_t len, bcap;
+};
+
+objup_set *objup_set_new(uint64_t limit)
+{
+    objup_set *s = calloc(1, sizeof *s);
+    if (s)
+        s->limit = limit;
+    return s;
+}
+
+void objup_set_destroy(objup_set *s)
+{
+    if (!s)
+        return;
+    free(s->b);
+    free(s->bytes);
+    free(s);
+}
+
+bool objup_set_full(const objup_set *s)
+{
+    return s->limit > 0 && s->len >= s->limit;
+}
+
+uint64_t objup_set_bytes(const objup_set *s)
+{
+    return s->len;
+}
+
+size_t objup_set_count(const objup_set *s)
+{
+    return s->n;
+}
+
+/* Room for `more` bytes: doubling, but never past the limit plus the batch
+ * that crosses it. */
+static int reserve_bytes(objup_set *s, size_t more)
+{
+    if (s->len + more <= s->bcap)
+        return 0;
+    size_t nc = s->bcap ? s->bcap * 2 : FIRST_BYTES;
+    while (nc < s->len + more)
+        nc *= 2;
+    if (s->limit > 0 && nc > s->limit + more)
+        nc = (size_t)s->limit + more;
+    uint8_t *nb = realloc(s->bytes, nc);
+    if (!nb)
+        return SK_ERR_NOMEM;
+    s->bytes = nb;
+    s->bcap = nc;
+    return 0;
+}
+
+static int reserve_batch(objup_set *s)
+{
+    if (s->n < s->cap)
+        return 0;
+    size_t nc = s->cap ? s->cap * 2 : FIRST_BATCHES;
+    objup_batch *nb = realloc(s->b, nc * sizeof *nb);
+    if (!nb)
+        return SK_ERR_NOMEM;
+    s->b = nb;
+    s->cap = nc;
+    return 0;
+}
+
+int objup_set_add(objup_set *s, const objup_batch *b, const void *bytes)
+{
+    if (objup_set_full(s))
+        return SK_ERR_NOMEM;
+    int rc = reserve_bytes(s, b->size);
+    if (rc == 0)
+        rc = reserve_batch(s);
+    if (rc != 0)
+        return rc;
+    memcpy(s->bytes + s->len, bytes, b->size);
+    s->b[s->n] = *b;
+    s->b[s->n++].off = s->len;
+    s->len += b->size;
+    return 0;
+}
+
+/* ---- the split rule ---- */
+
+static int batch_cmp(const void *a, const void *b)
+{
+    const objup_batch *x = a, *y = b;
+    if (x->stream != y->stream)
+        return x->stream < y->stream ? -1 : 1;
+    return (x->base > y->base) - (x->base < y->base);
+}
+
+void objup_sort(objup_batch *b, size_t n)
+{
+    if (n > 1)
+        qsort(b, n, sizeof *b, batch_cmp);
+}
+
+size_t objup_split(const objup_batch *b, size_t n, uint64_t split_bytes, objup_run *out)
+{
+    size_t nruns = 0;
+    for (size_t i = 0; i < n;) {
+        objup_run r = {i, 0, 0, false};
+        while (i < n && b[i].stream == b[r.first].stream)
+            r.bytes += b[i++].size;
+        r.n = i - r.first;
+        r.own = r.bytes >= split_bytes;
+        out[nruns++] = r;
+    }
+    return nruns;
+}
+
+/* ---- writing ---- */
+
+/* The registry's ranges of a written object: objfmt's streams, with the
+ * largest timestamp of each stream's batches (b is sorted, like the
+ * streams). */
+static int ranges_of(const objfmt_writer *w, const objup_batch *b, size_t n, objreg_object *o)
+{
+    size_t ns;
+    const objfmt_stream *ss = objfmt_writer_streams(w, &ns);
+    o->ranges = calloc(ns ? ns : 1, sizeof *o->ranges);
+    if (!o->ranges)
+        return SK_ERR_NOMEM;
+    size_t i = 0;
+    for (size_t k = 0; k < ns; k++) {
+        objreg_range *r = &o->ranges[k];
+        r->stream = ss[k].stream_id;
+        r->start = ss[k].start_offset;
+        r->end = ss[k].end_offset;
+        r->size = ss[k].size;
+        r->records = ss[k].record_count;
+        r->max_ts = -1;
+        while (i < n && b[i].stream < r->stream)
+            i++;
+        for (; i < n && b[i].stream == r->stream; i++)
+            if (b[i].max_ts > r->max_ts)
+                r->max_ts = b[i].max_ts;
+    }
+    o->nranges = (uint32_t)ns;
+    return 0;
+}
+
+static int write_batches(objfmt_writer *w, const objup_batch *b, size_t n, const uint8_t *bytes)
+{
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        objfmt_batch ob = {(uint64_t)b[i].base, (uint64_t)b[i].last, b[i].records, b[i].size};
+        rc = objfmt_writer_add(w, b[i].stream, &ob, bytes + b[i].off);
+    }
+    return rc;
+}
+
+/* Writes one object of the sorted batches b[0..n) and PUTs it. */
+static int put_object(objstore *os, const objup_params *p, objfmt_kind kind, const objup_batch *b,
+                      size_t n, const uint8_t *bytes, objreg_objects *out)
+{
+    int64_t now = sk_now_ms();
+    objfmt_writer *w = objfmt_writer_new(kind, p->block_bytes, now);
+    if (!w)
+        return SK_ERR_NOMEM;
+    objreg_object o = {.kind = kind, .created_ms = now};
+    const struct iovec *iov;
+    int iovcnt;
+    int rc = write_batches(w, b, n, bytes);
+    if (rc == 0)
+        rc = objfmt_writer_finish(w, &iov, &iovcnt, &o.size);
+    if (rc == 0)
+        rc = objfmt_make_key(o.key, sizeof o.key, "", kind, p->node_id, now);
+    if (rc == 0)
+        rc = objstore_put_sync(os, o.key, iov, iovcnt);
+    if (rc == 0)
+        rc = ranges_of(w, b, n, &o);
+    if (rc == 0)
+        rc = objreg_objects_push(out, &o);
+    if (rc != 0)
+        free(o.ranges);
+    objfmt_writer_destroy(w);
+    return rc;
+}
+
+/* The StreamObjects of the runs that have their own, in order, then one
+ * StreamSetObject of the others (their batches gathered, still sorted). */
+static int put_runs(objstore *os, const objup_params *p, const objup_batch *b,
+                    const objup_run *runs, size_t nruns, const uint8_t *bytes,
+                    objreg_objects *out)
+{
+    objup_batch *small = NULL;
+    size_t nsmall = 0;
+    int rc = 0;
+    for (size_t r = 0; r < nruns && rc == 0; r++) {
+        const objup_run *run = &runs[r];
+        if (run->own) {
+            rc = put_object(os, p, OBJFMT_SO, b + run->first, run->n, bytes, out);
+            continue;
+        }
+        if (!small && !(small = malloc((runs[nruns - 1].first + runs[nruns - 1].n) *
+                                       sizeof *small)))
+            return SK_ERR_NOMEM;
+        memcpy(small + nsmall, b + run->first, run->n * sizeof *b);
+        nsmall += run->n;
+    }
+    if (rc == 0 && nsmall)
+        rc = put_object(os, p, OBJFMT_SSO, small, nsmall, bytes, out);
+    free(small);
+    return rc;
+}
+
+int objup_put(objup_set *s, objstore *os, const objup_params *p, objreg_objects *out)
+{
+    if (s->n == 0)
+        return 0;
+    objup_sort(s->b, s->n);
+    objup_run *runs = malloc(s->n * sizeof *runs);
+    if (!runs)
+        return SK_ERR_NOMEM;
+    size_t nruns = objup_split(s->b, s->n, p->split_bytes, runs);
+    int rc = put_runs(os, p, s->b, runs, nruns, s->bytes, out);
+    free(runs);
+    return rc;
+}

@@ -1,0 +1,96 @@
+/*
+ * objupload: from batches of many streams to objects in the object store.
+ *
+ * The caller collects batches into a set (objup_set: the batches' fields and
+ * a copy of their bytes), then objup_put sorts them by (stream, offset),
+ * cuts them into runs of one stream, and writes (objfmt) and PUTs:
+ *  - a StreamObject for each stream with at least p->split_bytes bytes
+ *    (every stream when split_bytes is 0), in stream order,
+ *  - then one StreamSetObject for all the other streams, if any.
+ * The split rule alone is objup_split, a pure function. For each object put
+ * it gives the key, kind, size, creation time and one objreg_range per
+ * stream (offsets, bytes, records, largest timestamp): what the caller
+ * registers.
+ *
+ * Memory: a set made with a limit refuses batches once it holds `limit`
+ * bytes, and its buffer never grows past limit plus the batch that crossed
+ * it; the caller stops adding when objup_set_full says so. Writing an object
+ * copies no payload (objfmt's iovecs point into the set).
+ *
+ * Threads: a set belongs to one thread at a time. objup_put blocks on the
+ * object store (its *_sync calls): never on the loop thread.
+ *
+ * Ownership: the set copies the bytes it is given; objup_put borrows the
+ * objstore; the objects it appends to `out` are the caller's
+ * (objreg_objects_free).
+ *
+ * Errors: SK_ERR_NOMEM (allocation, or a full set), SK_ERR_INVAL (batches
+ * that objfmt refuses, such as overlapping offsets in one stream), and the
+ * objstore's errors of a failed PUT. Objects put before a failure stay in
+ * `out` (they are in the store, but nobody registers them: the orphan GC
+ * collects them).
+ */
+#ifndef OBJUPLOAD_H
+#define OBJUPLOAD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "objreg.h"
+#include "objstore.h"
+
+typedef struct objup_batch {
+    uint64_t stream;
+    int64_t base, last;    /* offsets; last inclusive */
+    int64_t max_ts;        /* largest timestamp in the batch; -1 when unknown */
+    uint32_t records;
+    uint32_t size;         /* payload bytes */
+    size_t off;            /* of the bytes in the set (objup_set_add sets it) */
+} objup_batch;
+
+typedef struct objup_params {
+    uint64_t split_bytes; /* a stream with at least this many bytes gets its own SO; 0: all */
+    uint32_t block_bytes; /* objfmt block size; 0: OBJFMT_DEFAULT_BLOCK_SIZE */
+    uint32_t node_id;     /* writer's node, in the objects' keys */
+} objup_params;
+
+/* ---- batch sets ---- */
+
+typedef struct objup_set objup_set;
+
+/* limit: bytes after which the set is full; 0: no limit. */
+objup_set *objup_set_new(uint64_t limit);
+/* Copies a batch of b->size bytes in (b->off is ignored). */
+int objup_set_add(objup_set *s, const objup_batch *b, const void *bytes)
+    __attribute__((warn_unused_result));
+/* The limit is reached: the next add would be refused. */
+bool objup_set_full(const objup_set *s);
+uint64_t objup_set_bytes(const objup_set *s);
+size_t objup_set_count(const objup_set *s);
+void objup_set_destroy(objup_set *s);
+
+/* ---- the split rule ---- */
+
+/* One stream's batches in a sorted array: b[first .. first + n). */
+typedef struct objup_run {
+    size_t first, n;
+    uint64_t bytes; /* payload bytes of the run */
+    bool own;       /* gets a StreamObject of its own; the others share one SSO */
+} objup_run;
+
+/* Sorts by (stream, base offset). */
+void objup_sort(objup_batch *b, size_t n);
+/* For batches sorted by objup_sort: their runs, in order, and which get
+ * their own StreamObject (bytes >= split_bytes). out has room for n runs;
+ * returns how many were written. */
+size_t objup_split(const objup_batch *b, size_t n, uint64_t split_bytes, objup_run *out);
+
+/* ---- writing ---- */
+
+/* Sorts the set's batches, writes and PUTs its objects by the split rule,
+ * and appends them to out. An empty set puts nothing. */
+int objup_put(objup_set *s, objstore *os, const objup_params *p, objreg_objects *out)
+    __attribute__((warn_unused_result));
+
+#endif

@@ -1,0 +1,196 @@
+/* objupload: the split rule (streams at the threshold get a StreamObject,
+ * the rest share one StreamSetObject, threshold 0 splits every stream),
+ * sorting, the batch set's memory cap, and objup_put against a file store:
+ * the objects' kinds, keys, ranges (offsets, sizes, records, largest
+ * timestamps) and bytes read back through objfmt. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "objfmt.h"
+#include "objstore.h"
+#include "objupload.h"
+#include "s3sink_fx.c"
+#include "sk_err.h"
+
+static objup_batch mk(uint64_t stream, int64_t base, uint32_t size)
+{
+    return (objup_batch){stream, base, base + 9, base * 10, 10, size, 0};
+}
+
+static void test_split_rule(void **state)
+{
+    (void)state;
+    /* stream 1: 300 bytes, 2: 100, 3: 250, 4: 50 */
+    objup_batch b[] = {mk(1, 0, 100), mk(1, 10, 200), mk(2, 0, 100), mk(3, 0, 125),
+                       mk(3, 10, 125), mk(4, 5, 50)};
+    objup_run r[6];
+    size_t n = objup_split(b, 6, 250, r);
+    assert_int_equal(n, 4);
+    assert_true(r[0].first == 0 && r[0].n == 2 && r[0].bytes == 300 && r[0].own);
+    assert_true(r[1].first == 2 && r[1].n == 1 && r[1].bytes == 100 && !r[1].own);
+    assert_true(r[2].first == 3 && r[2].n == 2 && r[2].bytes == 250 && r[2].own); /* >= */
+    assert_true(r[3].first == 5 && r[3].n == 1 && r[3].bytes == 50 && !r[3].own);
+    /* 0: every stream its own StreamObject */
+    n = objup_split(b, 6, 0, r);
+    for (size_t i = 0; i < n; i++)
+        assert_true(r[i].own);
+    /* above everything: one StreamSetObject */
+    n = objup_split(b, 6, 1000, r);
+    for (size_t i = 0; i < n; i++)
+        assert_false(r[i].own);
+    assert_int_equal(objup_split(b, 0, 1, r), 0);
+}
+
+static void test_sort(void **state)
+{
+    (void)state;
+    objup_batch b[] = {mk(3, 20, 1), mk(1, 10, 1), mk(3, 0, 1), mk(2, 0, 1), mk(1, 0, 1)};
+    objup_sort(b, 5);
+    uint64_t want[][2] = {{1, 0}, {1, 10}, {2, 0}, {3, 0}, {3, 20}};
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(b[i].stream, want[i][0]);
+        assert_int_equal(b[i].base, want[i][1]);
+    }
+}
+
+static void test_set_cap(void **state)
+{
+    (void)state;
+    uint8_t payload[3000];
+    memset(payload, 7, sizeof payload);
+    objup_set *s = objup_set_new(5000);
+    assert_non_null(s);
+    objup_batch b = mk(1, 0, 2000);
+    assert_int_equal(objup_set_add(s, &b, payload), 0);
+    assert_false(objup_set_full(s));
+    b = mk(1, 10, 2000);
+    assert_int_equal(objup_set_add(s, &b, payload), 0);
+    assert_false(objup_set_full(s));
+    b = mk(1, 20, 3000); /* crosses the limit: taken */
+    assert_int_equal(objup_set_add(s, &b, payload), 0);
+    assert_true(objup_set_full(s));
+    assert_int_equal(objup_set_bytes(s), 7000);
+    b = mk(1, 30, 1);
+    assert_int_equal(objup_set_add(s, &b, payload), SK_ERR_NOMEM);
+    assert_int_equal(objup_set_count(s), 3);
+    objup_set_destroy(s);
+    /* no limit */
+    s = objup_set_new(0);
+    for (int i = 0; i < 3000; i++) {
+        b = mk(1, i * 10, 3000);
+        assert_int_equal(objup_set_add(s, &b, payload), 0);
+    }
+    assert_false(objup_set_full(s));
+    assert_int_equal(objup_set_bytes(s), 9000000);
+    objup_set_destroy(s);
+}
+
+/* Batches of streams 10 (big), 20 and 30 (small), added out of order. */
+static objup_set *sample_set(void)
+{
+    objup_set *s = objup_set_new(0);
+    int64_t next[3] = {0, 0, 0};
+    for (int i = 0; i < 60; i++) {
+        int k = i % 5 < 3 ? 0 : 1 + i % 2;
+        uint32_t size = k == 0 ? 4000 : 300;
+        uint8_t *p = fx_payload(10 + 10 * (uint64_t)k, next[k], size);
+        /* timestamps peak in the middle: the largest is not the last */
+        int64_t ts = 1000 + (i < 30 ? i : 60 - i);
+        objup_batch b = {10 + 10 * (uint64_t)k, next[k], next[k] + 4, ts, 5, size, 0};
+        assert_int_equal(objup_set_add(s, &b, p), 0);
+        next[k] += 5;
+        free(p);
+    }
+    return s;
+}
+
+static void test_put_split(void **state)
+{
+    fx *f = *state;
+    objup_set *s = sample_set();
+    objup_params p = {50000, 16384, 7};
+    objreg_objects out = {0};
+    assert_int_equal(objup_put(s, f->os, &p, &out), 0);
+    /* stream 10: 36 x 4000 bytes, its own SO; 20 and 30 in one SSO, last */
+    assert_int_equal(out.n, 2);
+    assert_int_equal(out.v[0].kind, OBJFMT_SO);
+    assert_int_equal(out.v[1].kind, OBJFMT_SSO);
+    assert_int_equal(out.v[0].nranges, 1);
+    assert_int_equal(out.v[1].nranges, 2);
+    const objreg_range *r = &out.v[0].ranges[0];
+    assert_true(r->stream == 10 && r->start == 0 && r->end == 36 * 5 - 1 &&
+                r->records == 36 * 5);
+    assert_int_equal(r->max_ts, 1000 + 30); /* i = 30, a big batch */
+    r = &out.v[1].ranges[0];
+    assert_true(r->stream == 20 && r->start == 0 && r->end == 12 * 5 - 1);
+    assert_int_equal(r->max_ts, 1000 + 28); /* i = 28 */
+    r = &out.v[1].ranges[1];
+    assert_true(r->stream == 30 && r->start == 0 && r->end == 12 * 5 - 1);
+    assert_int_equal(r->max_ts, 1000 + 29); /* i = 29 */
+    for (size_t i = 0; i < out.n; i++) {
+        objfmt_kind kind;
+        uint32_t node;
+        int64_t created;
+        assert_int_equal(objfmt_parse_key(out.v[i].key, &kind, &node, &created), 0);
+        assert_true(kind == out.v[i].kind && node == 7 && created == out.v[i].created_ms);
+    }
+    assert_int_equal(fx_check_object(f, &out.v[0]) + fx_check_object(f, &out.v[1]), 60);
+    objreg_objects_free(&out);
+    objup_set_destroy(s);
+}
+
+static void test_put_all_own_and_empty(void **state)
+{
+    fx *f = *state;
+    objup_set *s = sample_set();
+    objup_params p = {0, 0, 3};
+    objreg_objects out = {0};
+    assert_int_equal(objup_put(s, f->os, &p, &out), 0);
+    assert_int_equal(out.n, 3);
+    for (size_t i = 0; i < out.n; i++) {
+        assert_int_equal(out.v[i].kind, OBJFMT_SO);
+        assert_int_equal(out.v[i].ranges[0].stream, 10 + 10 * i);
+        fx_check_object(f, &out.v[i]);
+    }
+    objreg_objects_free(&out);
+    objup_set_destroy(s);
+    s = objup_set_new(0);
+    assert_int_equal(objup_put(s, f->os, &p, &out), 0);
+    assert_int_equal(out.n, 0);
+    objup_set_destroy(s);
+}
+
+static void test_put_refused(void **state)
+{
+    fx *f = *state;
+    objup_set *s = objup_set_new(0);
+    uint8_t p[10] = {0};
+    objup_batch a = mk(1, 0, 10), b = mk(1, 5, 10); /* overlapping offsets */
+    assert_int_equal(objup_set_add(s, &a, p), 0);
+    assert_int_equal(objup_set_add(s, &b, p), 0);
+    objup_params prm = {0, 0, 1};
+    objreg_objects out = {0};
+    assert_int_equal(objup_put(s, f->os, &prm, &out), SK_ERR_INVAL);
+    assert_int_equal(out.n, 0);
+    objup_set_destroy(s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_split_rule),
+        cmocka_unit_test(test_sort),
+        cmocka_unit_test(test_set_cap),
+        cmocka_unit_test_setup_teardown(test_put_split, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_put_all_own_and_empty, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_put_refused, fx_setup, fx_teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
