@@ -6,6 +6,7 @@
 #include "groups.h"
 #include "handlers.h"
 #include "kmsg.h"
+#include "krpc.h"
 #include "net.h"
 #include "sk_arena.h"
 #include "sk_err.h"
@@ -46,8 +47,17 @@ static sk_api_entry table[] = {
     {44, 0, 1, 0, 0, h_incremental_alter_configs, NULL},
     {47, 0, 0, 0, 0, h_offset_delete, NULL},
     {60, 0, 2, 0, 0, h_describe_cluster, NULL},
+    /* Skiff's node-to-node RPCs (proto/rpc): served, never advertised. */
+    {KR_HANDOFF_READY, 0, 0, 0, 0, h_handoff_ready, NULL},
 };
 #define NTABLE ((int)(sizeof table / sizeof table[0]))
+
+/* Keys from KRPC_KEY_MIN on are Skiff's own RPCs, described by krpc; no
+ * client may see them in ApiVersions. */
+static bool internal_api(int16_t key)
+{
+    return key >= KRPC_KEY_MIN;
+}
 
 static void table_init(void)
 {
@@ -55,8 +65,14 @@ static void table_init(void)
     if (done)
         return;
     done = true;
+    /* The key alone tells the two apart only while Kafka's stay below. */
+    if (kc_api_max_key() >= KRPC_KEY_MIN) {
+        SK_ERROR("dispatch", "Kafka API key %d reaches the internal range", kc_api_max_key());
+        abort();
+    }
     for (int i = 0; i < NTABLE; i++) {
-        const kc_api *api = kc_api_get(table[i].key);
+        int16_t key = table[i].key;
+        const kc_api *api = internal_api(key) ? krpc_api_get(key) : kc_api_get(key);
         if (!api) {
             SK_ERROR("dispatch", "API %d has no generated descriptors", table[i].key);
             abort();
@@ -202,12 +218,16 @@ static void api_versions_fill(sk_req *r, kp_ApiVersionsResponse *resp, int16_t e
         sk_req_array(r, &kp_ApiVersionsResponse_ApiVersion_desc, NTABLE);
     if (!v)
         return;
+    int n = 0;
     for (int i = 0; i < NTABLE; i++) {
-        v[i].api_key = table[i].key;
-        v[i].min_version = table[i].min;
-        v[i].max_version = table[i].max;
+        if (internal_api(table[i].key))
+            continue;
+        v[n].api_key = table[i].key;
+        v[n].min_version = table[i].min;
+        v[n].max_version = table[i].max;
+        n++;
     }
-    resp->api_keys.n = NTABLE;
+    resp->api_keys.n = n;
     resp->api_keys.v = v;
     resp->finalized_features_epoch = -1;
 }
@@ -352,4 +372,57 @@ void sk_dispatch(sk_req *r)
         return;
     }
     e->handler(r);
+}
+
+/* ---- items of a request ---- */
+
+sk_item *sk_item_new(sk_req *r, int16_t *error_code, kc_str *error_message)
+{
+    sk_item *it = sk_arena_alloc(r->arena, sizeof *it);
+    if (it) {
+        it->r = r;
+        it->error_code = error_code;
+        it->error_message = error_message;
+    }
+    return it;
+}
+
+int16_t sk_change_error(int err, const char **msg)
+{
+    switch (err) {
+    case SK_ERR_TIMEOUT:
+        *msg = "the change was not confirmed in time; it may still take effect";
+        return SK_KAFKA_REQUEST_TIMED_OUT;
+    case SK_ERR_AGAIN:
+    case SK_ERR_NOMEM:
+        *msg = "the node is busy; try again";
+        return SK_KAFKA_REQUEST_TIMED_OUT;
+    case SK_ERR_IO:
+        *msg = "the change could not be recorded durably";
+        return SK_KAFKA_KAFKA_STORAGE_ERROR;
+    case SK_ERR_CLOSED:
+        *msg = "the node is shutting down";
+        return SK_KAFKA_NOT_CONTROLLER;
+    default:
+        *msg = NULL;
+        return sk_err_to_kafka(err);
+    }
+}
+
+void sk_item_done(void *arg, int err)
+{
+    sk_item *it = arg;
+    sk_req *r = it->r;
+    if (err) {
+        const char *msg = NULL;
+        *it->error_code = sk_change_error(err, &msg);
+        if (it->error_message && msg)
+            *it->error_message = sk_req_str(r, msg);
+    }
+    if (--r->pending == 0) {
+        if (r->on_done)
+            r->on_done(r);
+        else
+            sk_req_respond(r);
+    }
 }

@@ -43,6 +43,21 @@ void sk_req_close(sk_req *r, const char *why);
 const sk_api_entry *sk_api_table(int *n);
 const sk_api_entry *sk_api_lookup(int16_t key);
 
+/* One asynchronous change among several of a request (a topic of
+ * CreateTopics, a resource of AlterConfigs...): sk_item_done records its
+ * error in the item's fields, then answers the request once r->pending drops
+ * to 0 (through r->on_done when set). NULL on arena exhaustion. */
+typedef struct sk_item {
+    sk_req *r;
+    int16_t *error_code;
+    kc_str *error_message;
+} sk_item;
+sk_item *sk_item_new(sk_req *r, int16_t *error_code, kc_str *error_message);
+void sk_item_done(void *arg, int err);
+/* The one mapping of internal errors of metadata changes to a Kafka code
+ * and a message. */
+int16_t sk_change_error(int err, const char **msg);
+
 /* Arena helpers for handlers building responses. */
 kc_str sk_req_str(sk_req *r, const char *s);
 void *sk_req_array(sk_req *r, const kc_struct *elem, int32_t n);

@@ -1,12 +1,13 @@
 /*
  * Topic administration: CreateTopics, DeleteTopics, CreatePartitions,
- * DescribeConfigs, and InitProducerId. Changes are answered once their WAL
- * record is durable.
+ * DescribeConfigs, and InitProducerId. Changes go through cmeta.h and are
+ * answered once durable and visible.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cmeta.h"
 #include "config.h"
 #include "dispatch.h"
 #include "dynconf.h"
@@ -38,24 +39,32 @@ enum {
 
 #define MAX_PARTITIONS 100000
 
-/* Common completion: answer when every durable change of the request is. */
-static void change_done(void *arg, int err)
-{
-    sk_req *r = arg;
-    (void)err;
-    if (--r->pending == 0)
-        sk_req_respond(r);
-}
-
 static void finish(sk_req *r)
 {
     if (--r->pending == 0)
         sk_req_respond(r);
 }
 
-static int16_t wal_code(int rc)
+/* Starts one change of the request; its result lands in (code, msg). */
+static bool item_start(sk_req *r, int16_t *code, kc_str *msg, sk_item **out)
 {
-    return rc == SK_ERR_AGAIN ? SK_KAFKA_REQUEST_TIMED_OUT : SK_KAFKA_KAFKA_STORAGE_ERROR;
+    *out = sk_item_new(r, code, msg);
+    if (!*out) {
+        *code = SK_KAFKA_REQUEST_TIMED_OUT;
+        return false;
+    }
+    r->pending++;
+    return true;
+}
+
+/* A change that could not start: undo item_start and say why. */
+static void item_refused(sk_req *r, int rc, int16_t *code, kc_str *msg)
+{
+    r->pending--;
+    const char *m = NULL;
+    *code = sk_change_error(rc, &m);
+    if (m && msg)
+        *msg = sk_req_str(r, m);
 }
 
 /* ---- CreateTopics ---- */
@@ -235,17 +244,17 @@ void h_create_topics(sk_req *r)
             sk_tconf_free(&conf);
             continue;
         }
-        sk_topic *t = NULL;
-        r->pending++;
-        rc = sk_node_create_topic(n, ct->name.p, (size_t)ct->name.len, nparts, rf, &conf,
-                                  change_done, r, &t);
-        if (rc != 0) {
-            r->pending--;
+        sk_item *it;
+        if (!item_start(r, &res->error_code, &res->error_message, &it)) {
             sk_tconf_free(&conf);
-            create_error(r, res, wal_code(rc), "the write-ahead log cannot take the change");
             continue;
         }
-        res->topic_id = t->id;
+        sk_topic_spec spec = {ct->name.p, (size_t)ct->name.len, nparts, rf, &conf, false};
+        rc = sk_cmeta_create_topic(n, &spec, sk_item_done, it, &res->topic_id);
+        if (rc != 0) {
+            sk_tconf_free(&conf);
+            item_refused(r, rc, &res->error_code, &res->error_message);
+        }
     }
     resp->topics.n = nres;
     finish(r);
@@ -302,13 +311,12 @@ void h_delete_topics(sk_req *r)
             continue;
         }
         rs[i].topic_id = t->id;
-        r->pending++;
-        int rc = sk_node_delete_topic(n, t, change_done, r);
-        if (rc != 0) {
-            r->pending--;
-            rs[i].error_code = wal_code(rc);
-            rs[i].error_message = sk_req_str(r, "the write-ahead log cannot take the change");
-        }
+        sk_item *it;
+        if (!item_start(r, &rs[i].error_code, &rs[i].error_message, &it))
+            continue;
+        int rc = sk_cmeta_delete_topic(n, t, sk_item_done, it);
+        if (rc != 0)
+            item_refused(r, rc, &rs[i].error_code, &rs[i].error_message);
     }
     finish(r);
 }
@@ -373,13 +381,12 @@ void h_create_partitions(sk_req *r)
         }
         if (req->validate_only)
             continue;
-        r->pending++;
-        int rc = sk_node_add_partitions(n, t, ct->count, change_done, r);
-        if (rc != 0) {
-            r->pending--;
-            rs[i].error_code = wal_code(rc);
-            rs[i].error_message = sk_req_str(r, "the write-ahead log cannot take the change");
-        }
+        sk_item *it;
+        if (!item_start(r, &rs[i].error_code, &rs[i].error_message, &it))
+            continue;
+        int rc = sk_cmeta_add_partitions(n, t, ct->count, sk_item_done, it);
+        if (rc != 0)
+            item_refused(r, rc, &rs[i].error_code, &rs[i].error_message);
     }
     finish(r);
 }
@@ -570,14 +577,18 @@ void h_describe_configs(sk_req *r)
 
 /* ---- InitProducerId ---- */
 
-static void pid_durable(void *arg, int err)
+static void pid_taken(void *arg, int err, int64_t pid)
 {
     sk_req *r = arg;
     kp_InitProducerIdResponse *resp = r->resp;
     if (err) {
-        resp->error_code = SK_KAFKA_KAFKA_STORAGE_ERROR;
+        const char *msg;
+        resp->error_code = sk_change_error(err, &msg);
         resp->producer_id = -1;
         resp->producer_epoch = -1;
+    } else {
+        resp->producer_id = pid;
+        resp->producer_epoch = 0;
     }
     sk_req_respond(r);
 }
@@ -601,13 +612,10 @@ void h_init_producer_id(sk_req *r)
     }
     /* Idempotent producers always get a fresh id (even when asking to bump
      * an epoch), so that no state of an old one can interfere. */
-    int64_t pid;
-    int rc = sk_node_alloc_pid(r->node, &pid, pid_durable, r);
+    int rc = sk_cmeta_alloc_pid(r->node, pid_taken, r);
     if (rc != 0) {
-        resp->error_code = wal_code(rc);
+        const char *msg;
+        resp->error_code = sk_change_error(rc, &msg);
         sk_req_respond(r);
-        return;
     }
-    resp->producer_id = pid;
-    resp->producer_epoch = 0;
 }

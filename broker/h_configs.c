@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/statvfs.h>
 
+#include "cmeta.h"
 #include "config.h"
 #include "dispatch.h"
 #include "dynconf.h"
@@ -121,12 +122,20 @@ static void apply_set(sk_req *r, int8_t type, kc_str name, struct cset *c, bool 
             sk_tconf_free(&conf);
             return;
         }
+        sk_item *it = sk_item_new(r, o.error_code, o.error_message);
+        if (!it) {
+            sk_tconf_free(&conf);
+            fail(r, o, SK_KAFKA_REQUEST_TIMED_OUT, "out of memory");
+            return;
+        }
         r->pending++;
-        rc = sk_node_set_topic_config(n, t, &conf, alter_done, r);
+        rc = sk_cmeta_set_topic_config(n, t, &conf, sk_item_done, it);
         if (rc != 0) {
             r->pending--;
             sk_tconf_free(&conf);
-            fail(r, o, SK_KAFKA_KAFKA_STORAGE_ERROR, "the write-ahead log cannot take the change");
+            const char *m = NULL;
+            int16_t code = sk_change_error(rc, &m);
+            fail(r, o, code, m ? m : "the change cannot be recorded");
         }
         return;
     }
@@ -143,11 +152,19 @@ static void apply_set(sk_req *r, int8_t type, kc_str name, struct cset *c, bool 
     }
     if (validate_only)
         return;
+    sk_item *it = sk_item_new(r, o.error_code, o.error_message);
+    if (!it) {
+        fail(r, o, SK_KAFKA_REQUEST_TIMED_OUT, "out of memory");
+        return;
+    }
     r->pending++;
-    int rc = sk_dynconf_commit(n, c->n, c->names, c->nl, c->values, c->vl, alter_done, r);
+    int rc = sk_cmeta_set_broker_config(n, c->n, c->names, c->nl, c->values, c->vl,
+                                        sk_item_done, it);
     if (rc != 0) {
         r->pending--;
-        fail(r, o, SK_KAFKA_KAFKA_STORAGE_ERROR, "the write-ahead log cannot take the change");
+        const char *m = NULL;
+        int16_t code = sk_change_error(rc, &m);
+        fail(r, o, code, m ? m : "the change cannot be recorded");
     }
 }
 

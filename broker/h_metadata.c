@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cmeta.h"
 #include "config.h"
 #include "dispatch.h"
 #include "handlers.h"
@@ -175,9 +176,10 @@ void h_metadata(sk_req *r)
          * LEADER_NOT_AVAILABLE, which is also the answer if the WAL fails. */
         mt->error_code = SK_KAFKA_LEADER_NOT_AVAILABLE;
         r->pending++;
-        if (sk_node_create_topic(n, rt->name.p, (size_t)rt->name.len, n->cfg->num_partitions,
-                                 n->cfg->default_replication_factor, &conf, created, r,
-                                 NULL) != 0) {
+        sk_topic_spec spec = {rt->name.p, (size_t)rt->name.len, n->cfg->num_partitions,
+                              n->cfg->default_replication_factor, &conf, false};
+        kc_uuid id;
+        if (sk_cmeta_create_topic(n, &spec, created, r, &id) != 0) {
             r->pending--;
             sk_tconf_free(&conf);
         }

@@ -10,6 +10,7 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 
+#include "cmeta.h"
 #include "config.h"
 #include "dynconf.h"
 #include "groups.h"
@@ -106,7 +107,7 @@ int sk_node_read_job(sk_node *n, void (*fn)(void *), void (*done)(void *), void 
     return sk_workq_submit(n->readers, fn, done, arg);
 }
 
-/* ---- metadata changes ---- */
+/* ---- partition metadata ---- */
 
 static int append_meta(sk_node *n, sk_buf *b, sk_durable_fn fn, void *arg)
 {
@@ -117,95 +118,6 @@ static int append_meta(sk_node *n, sk_buf *b, sk_durable_fn fn, void *arg)
     struct iovec iov = {b->data, b->len};
     int rc = sk_node_append(n, SK_WAL_META, &iov, 1, fn, arg, NULL);
     sk_buf_free(b);
-    return rc;
-}
-
-static void random_uuid(kc_uuid *u)
-{
-    if (getrandom(u->b, 16, 0) != 16) {
-        for (int i = 0; i < 16; i++)
-            u->b[i] = (uint8_t)rand();
-    }
-    u->b[6] = (uint8_t)((u->b[6] & 0x0f) | 0x40);
-    u->b[8] = (uint8_t)((u->b[8] & 0x3f) | 0x80);
-}
-
-int sk_node_create_topic(sk_node *n, const char *name, size_t len, int32_t nparts, int16_t rf,
-                         sk_tconf *conf, sk_durable_fn fn, void *arg, sk_topic **out)
-{
-    kc_uuid id;
-    do
-        random_uuid(&id);
-    while (sk_topic_get_id(n, &id));
-    /* Build the record from a stack topic, append, then register. */
-    uint64_t first_stream = n->next_stream;
-    sk_topic tmp = {.name = (char *)name, .id = id, .nparts = nparts, .conf = *conf,
-                    .replication_factor = rf, .first_stream = first_stream};
-    char *nm = strndup(name, len);
-    if (!nm)
-        return SK_ERR_NOMEM;
-    tmp.name = nm;
-    sk_buf b;
-    sk_buf_init(&b, 1 << 20);
-    sk_meta_topic_create(&b, &tmp);
-    free(nm);
-    int rc = append_meta(n, &b, fn, arg);
-    if (rc != 0)
-        return rc;
-    n->next_stream = first_stream + (uint64_t)nparts;
-    sk_topic *t = sk_topic_new(n, &id, name, len, nparts, rf, conf, first_stream, SK_OWN_ACTIVE);
-    if (!t) {
-        SK_ERROR("node", "out of memory registering topic %.*s", (int)len, name);
-        return SK_ERR_NOMEM;
-    }
-    SK_INFO("node", "created topic %s with %d partitions", t->name, nparts);
-    if (out)
-        *out = t;
-    return 0;
-}
-
-int sk_node_delete_topic(sk_node *n, sk_topic *t, sk_durable_fn fn, void *arg)
-{
-    sk_buf b;
-    sk_buf_init(&b, 1024);
-    sk_meta_topic_delete(&b, &t->id);
-    int rc = append_meta(n, &b, fn, arg);
-    if (rc == 0) {
-        SK_INFO("node", "deleted topic %s", t->name);
-        sk_groups_topic_deleted(n->groups, t->name);
-        sk_topic_remove(n, t);
-    }
-    return rc;
-}
-
-int sk_node_add_partitions(sk_node *n, sk_topic *t, int32_t nparts, sk_durable_fn fn, void *arg)
-{
-    sk_buf b;
-    sk_buf_init(&b, 1024);
-    uint64_t first_stream = n->next_stream;
-    sk_meta_partitions(&b, &t->id, nparts, first_stream);
-    int rc = append_meta(n, &b, fn, arg);
-    if (rc == 0) {
-        n->next_stream = first_stream + (uint64_t)(nparts - t->nparts);
-        rc = sk_topic_grow(t, nparts, first_stream, SK_OWN_ACTIVE);
-    }
-    return rc;
-}
-
-int sk_node_set_topic_config(sk_node *n, sk_topic *t, sk_tconf *conf, sk_durable_fn fn,
-                             void *arg)
-{
-    sk_topic tmp = *t;
-    tmp.conf = *conf;
-    sk_buf b;
-    sk_buf_init(&b, 1 << 20);
-    sk_meta_topic_config(&b, &tmp);
-    int rc = append_meta(n, &b, fn, arg);
-    if (rc == 0) {
-        sk_tconf_free(&t->conf);
-        t->conf = *conf;
-        memset(conf, 0, sizeof *conf);
-    }
     return rc;
 }
 
@@ -223,20 +135,6 @@ int sk_node_set_log_start(sk_node *n, sk_part *p, int64_t offset, sk_durable_fn 
             p->max_ts = -1;
             p->max_ts_base = -1;
         }
-    }
-    return rc;
-}
-
-int sk_node_alloc_pid(sk_node *n, int64_t *pid, sk_durable_fn fn, void *arg)
-{
-    int64_t id = n->next_pid;
-    sk_buf b;
-    sk_buf_init(&b, 64);
-    sk_meta_pid(&b, id + 1);
-    int rc = append_meta(n, &b, fn, arg);
-    if (rc == 0) {
-        n->next_pid = id + 1;
-        *pid = id;
     }
     return rc;
 }
@@ -400,7 +298,7 @@ static void make_cluster_id(char *out, size_t len)
     static const char b64[] =
         "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     kc_uuid u;
-    random_uuid(&u);
+    sk_random_uuid(&u);
     size_t k = 0;
     uint32_t acc = 0;
     int bits = 0;
@@ -444,6 +342,7 @@ sk_node *sk_node_new(sk_config *cfg, char *why, size_t whylen)
         return NULL;
     }
     n->cfg = cfg;
+    n->cmeta = &sk_cmeta_local;
     n->started_ms = sk_now_ms();
     evthread_use_pthreads();
     n->base = event_base_new();

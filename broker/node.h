@@ -51,16 +51,10 @@ bool sk_node_wal_full(const sk_node *n);
 /* Runs fn on a reader thread, then done on the loop. */
 int sk_node_read_job(sk_node *n, void (*fn)(void *), void (*done)(void *), void *arg);
 
-/* Metadata changes, each appended to the WAL and applied in memory. `fn`
- * runs when durable. They return 0 or a Kafka error (with why). */
-int sk_node_create_topic(sk_node *n, const char *name, size_t len, int32_t nparts, int16_t rf,
-                         sk_tconf *conf, sk_durable_fn fn, void *arg, sk_topic **out);
-int sk_node_delete_topic(sk_node *n, sk_topic *t, sk_durable_fn fn, void *arg);
-int sk_node_add_partitions(sk_node *n, sk_topic *t, int32_t nparts, sk_durable_fn fn, void *arg);
-int sk_node_set_topic_config(sk_node *n, sk_topic *t, sk_tconf *conf, sk_durable_fn fn,
-                             void *arg);
+/* Moves a partition's log start (retention, DeleteRecords): appended to the
+ * WAL and applied in memory; `fn` runs when durable. Topics, producer ids
+ * and configurations change through cmeta.h. */
 int sk_node_set_log_start(sk_node *n, sk_part *p, int64_t offset, sk_durable_fn fn, void *arg);
-int sk_node_alloc_pid(sk_node *n, int64_t *pid, sk_durable_fn fn, void *arg);
 
 /* Runs retention now (tests and the periodic timer). */
 void sk_node_retention(sk_node *n);

@@ -189,6 +189,7 @@ struct sk_node {
     struct zone_map *zones;
     struct sk_tier *tier;
     struct sk_cluster *cluster; /* NULL for a single node */
+    const struct sk_cmeta_ops *cmeta; /* where metadata changes go (cmeta.h) */
 
     char cluster_id[32];
     int64_t next_pid;

@@ -1,0 +1,78 @@
+/*
+ * cmeta: changes of the cluster's metadata, one interface with two
+ * implementations (docs/cluster.md, "What lives where"):
+ *  - a single node records them in its own log (cmeta_local.c: WAL records
+ *    that the SQLite view and every segment's snapshot keep);
+ *  - a cluster member writes them to etcd (cmeta_etcd.c) with
+ *    compare-and-swap transactions, and every node, itself included, applies
+ *    them from its watch.
+ * Either way, `fn` runs once the change is durable and this node's memory
+ * shows it (topics, configurations): with 0, or a Kafka error code (>= 0)
+ * or an internal error (< 0; map it with sk_err_to_kafka).
+ *
+ * The metadata: topics (id, name, partition count, configuration overrides,
+ * replication factor), producer ids, and the broker properties changed at
+ * runtime. Partition state (offsets, batches, producers' sequences, object
+ * ranges, committed offsets) is not metadata: it is in the partition's log.
+ *
+ * Thread: the event loop. A non-zero return means fn will not run.
+ */
+#ifndef CMETA_H
+#define CMETA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "types.h"
+
+typedef void (*sk_cmeta_fn)(void *arg, int err);
+typedef void (*sk_cmeta_pid_fn)(void *arg, int err, int64_t pid);
+
+typedef struct sk_topic_spec {
+    const char *name;
+    size_t len;
+    int32_t nparts;
+    int16_t rf;
+    sk_tconf *conf; /* taken on success */
+    bool internal;  /* __consumer_offsets */
+} sk_topic_spec;
+
+typedef struct sk_cmeta_ops {
+    const char *name;
+    /* *id is the new topic's id (known at once). */
+    int (*create_topic)(sk_node *n, const sk_topic_spec *spec, sk_cmeta_fn fn, void *arg,
+                        kc_uuid *id);
+    int (*delete_topic)(sk_node *n, sk_topic *t, sk_cmeta_fn fn, void *arg);
+    int (*add_partitions)(sk_node *n, sk_topic *t, int32_t nparts, sk_cmeta_fn fn, void *arg);
+    /* conf: the complete set of overrides (taken on success). */
+    int (*set_topic_config)(sk_node *n, sk_topic *t, sk_tconf *conf, sk_cmeta_fn fn, void *arg);
+    int (*alloc_pid)(sk_node *n, sk_cmeta_pid_fn fn, void *arg);
+    /* The complete set of broker properties changed at runtime. */
+    int (*set_broker_config)(sk_node *n, int count, const char *const *names,
+                             const size_t *nlens, const char *const *values, const size_t *vlens,
+                             sk_cmeta_fn fn, void *arg);
+} sk_cmeta_ops;
+
+extern const sk_cmeta_ops sk_cmeta_local;
+extern const sk_cmeta_ops sk_cmeta_etcd;
+
+int sk_cmeta_create_topic(sk_node *n, const sk_topic_spec *spec, sk_cmeta_fn fn, void *arg,
+                          kc_uuid *id) __attribute__((warn_unused_result));
+int sk_cmeta_delete_topic(sk_node *n, sk_topic *t, sk_cmeta_fn fn, void *arg)
+    __attribute__((warn_unused_result));
+int sk_cmeta_add_partitions(sk_node *n, sk_topic *t, int32_t nparts, sk_cmeta_fn fn, void *arg)
+    __attribute__((warn_unused_result));
+int sk_cmeta_set_topic_config(sk_node *n, sk_topic *t, sk_tconf *conf, sk_cmeta_fn fn, void *arg)
+    __attribute__((warn_unused_result));
+int sk_cmeta_alloc_pid(sk_node *n, sk_cmeta_pid_fn fn, void *arg)
+    __attribute__((warn_unused_result));
+int sk_cmeta_set_broker_config(sk_node *n, int count, const char *const *names,
+                               const size_t *nlens, const char *const *values,
+                               const size_t *vlens, sk_cmeta_fn fn, void *arg)
+    __attribute__((warn_unused_result));
+
+/* A fresh random (version 4) topic id. */
+void sk_random_uuid(kc_uuid *u);
+
+#endif
