@@ -28,6 +28,8 @@ void h_incremental_alter_configs(sk_req *r);
 void h_delete_records(sk_req *r);
 void h_describe_cluster(sk_req *r);
 void h_describe_log_dirs(sk_req *r);
+/* Skiff's node-to-node RPCs (h_rpc.c). */
+void h_handoff_ready(sk_req *r);
 
 /* A fetch parked on a partition whose high watermark moved (or which went
  * away): re-evaluate it. */

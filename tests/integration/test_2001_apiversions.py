@@ -47,6 +47,10 @@ FORBIDDEN = {71, 72, 68, 69, 76, 77, 78, 79, 90, 91, 92, 88, 89, 27,
              52, 53, 54, 56, 57, 58, 59, 62, 63, 64, 67, 70, 73, 80, 81, 82, 83,
              84, 85, 86, 87, 4, 5, 6, 7}
 
+# Skiff's node-to-node RPCs (proto/rpc) take keys from here on: served to other nodes,
+# never advertised to clients.
+INTERNAL_KEY_MIN = 10000
+
 # librdkafka < 2.11.1 enables a feature only if the advertised range contains these.
 FEATURE_VERSIONS = {0: (3, 7), 1: (4, 10), 10: (0,), 2: (1,), 22: (0,), 18: (0,),
                     17: (0, 1), 36: (0,), 8: (2,), 9: (1,), 11: (0,), 12: (0,),
@@ -90,6 +94,54 @@ def test_all_versions_agree(broker):
         seen = [ranges(k.api_versions(c, v)) for v in range(5)]
     for r in seen[1:]:
         assert r == seen[0]
+
+
+@pytest.mark.parametrize("version", [0, 1, 2, 3, 4])
+def test_no_internal_api_advertised(broker, version):
+    """No client may see a key of Skiff's internal RPCs, in any ApiVersions version."""
+    with k.Conn(broker.bootstrap) as c:
+        r = ranges(k.api_versions(c, version))
+    assert 18 in r and 3 in r, "the answer lists the public APIs"
+    internal = sorted(key for key in r if key >= INTERNAL_KEY_MIN)
+    assert not internal, "internal API keys advertised: %r" % internal
+
+
+def _handoff_ready_body(parts):
+    """HandoffReadyRequest v0 (flexible): compact array of (topic id, partition, epoch,
+    source log, source LSN), each with an empty tag section, then the body's."""
+    out = k.uvarint(len(parts) + 1)
+    for topic, part, epoch, log, lsn in parts:
+        out += topic + struct.pack(">iiqq", part, epoch, log, lsn) + b"\x00"
+    return out + b"\x00"
+
+
+@skiff_only
+def test_internal_rpc_served_but_not_advertised(broker):
+    """HandoffReady (key 10000) is served through the same dispatch table: response
+    header v1, one entry per partition in the request's order. A node without etcd
+    adopts nothing, so each partition carries an error."""
+    parts = [(bytes(range(16)), 3, 7, 42, 1000), (bytes(range(16, 32)), 0, 2, 42, 1001)]
+    with k.Conn(broker.bootstrap) as c:
+        c.send_frame(k.request_header(INTERNAL_KEY_MIN, 0, 515, "skiff-node-9", flexible=True)
+                     + _handoff_ready_body(parts))
+        rd = k.Reader(c.recv_frame())
+        assert rd.int32() == 515
+        assert rd.uvarint() == 0  # header v1: empty tag section
+        assert rd.int32() == 0    # ThrottleTimeMs
+        assert rd.int16() == k.NONE
+        n = rd.uvarint() - 1
+        got = []
+        for _ in range(n):
+            topic, part, err = rd.uuid(), rd.int32(), rd.int16()
+            assert rd.uvarint() == 0
+            got.append((topic, part, err))
+        assert rd.uvarint() == 0
+        assert rd.remaining() == 0
+        assert [(t, p) for t, p, _ in got] == [(t, p) for t, p, _, _, _ in parts]
+        assert all(err != k.NONE for _, _, err in got), got
+        # the connection stays usable, and ApiVersions still hides the key
+        r = ranges(k.api_versions(c, 3))
+        assert INTERNAL_KEY_MIN not in r
 
 
 @pytest.mark.parametrize("version", [5, 127, 32767])
