@@ -291,7 +291,8 @@ static void conn_close(rpc_client *c, rpc_conn *k)
         rpc_lookup *l = k->lookup;
         k->lookup = NULL;
         l->conn = NULL; /* its callback, now or later, only frees it */
-        evdns_getaddrinfo_cancel(l->req);
+        if (l->req)
+            evdns_getaddrinfo_cancel(l->req);
     }
     if (k->bev) {
         bufferevent_free(k->bev);
