@@ -18,6 +18,12 @@
  * (a timeout, a broken connection after sending) is NOT retried: its callback
  * gets SK_ERR_TIMEOUT and the caller must treat it as "possibly applied"
  * (read back, or make the retry idempotent with a compare).
+ * Ranges and keep-alives change nothing that a second copy would change
+ * again, so they alone are tried again after such a failure, within their
+ * timeout: measure a lease's deadline from the keep-alive call, not from
+ * its callback. Requests ask etcd for a leader (the "hasleader" metadata,
+ * as clientv3's WithRequireLeader): a member without one answers at once
+ * and ends its watch streams, and the client moves on.
  *
  * Watches: a watch is a long-lived streaming request. The client resumes a
  * broken watch by itself, on the next endpoint, from the revision after the
@@ -29,12 +35,25 @@
  * Bounds: request bodies and responses are capped (etcd_opts.max_response);
  * a bigger response fails with SK_ERR_NOMEM. Requests wait in one queue
  * whose length is capped (SK_ERR_AGAIN beyond it).
+ * max_queued counts unary requests, not watches; a body over
+ * the cap is refused by the call itself. A watch message over the cap ends
+ * the watch with SK_ERR_NOMEM (etcd sends a watch that catches up up to
+ * 1000 revisions in one message). A watch whose caller's loop falls behind
+ * stops reading its stream once a quarter of max_response bytes of events
+ * wait for the loop, and reads on once they were delivered.
  *
  * Errors: SK_ERR_TIMEOUT (no answer within the request timeout: possibly
  * applied), SK_ERR_IO (no endpoint reachable, or an HTTP/gRPC error; the
  * message is logged), SK_ERR_COMPACTED (watch), SK_ERR_NOENT (lease not
  * found), SK_ERR_NOMEM, SK_ERR_AGAIN, SK_ERR_CLOSED (the client is being
  * destroyed: every pending callback runs with it).
+ * a call either returns 0 and calls back exactly once, or
+ * returns an error and never calls back; SK_ERR_INVAL for an empty key, a
+ * NULL callback, an unknown compare or op. Result pointers passed to
+ * callbacks are never NULL (an empty result with an error). A range at a
+ * compacted revision fails with SK_ERR_COMPACTED; a put under a lease that
+ * is gone, and a revoke of one, with SK_ERR_NOENT. The lease callback of a
+ * failed keep-alive or revoke gets the id it asked about and TTL 0.
  */
 #ifndef ETCD_H
 #define ETCD_H
@@ -81,6 +100,7 @@ const char *etcd_endpoint(const etcd *c);
 typedef struct etcd_stats {
     uint64_t requests, errors, timeouts, endpoint_switches, watch_resumes;
     uint64_t latency_us_sum, latency_count; /* unary requests that got an answer */
+    uint64_t watch_pauses; /* a watch stopped reading: its events waited for the loop */
 } etcd_stats;
 void etcd_get_stats(const etcd *c, etcd_stats *st);
 
@@ -201,7 +221,8 @@ typedef struct etcd_event {
 typedef void (*etcd_watch_cb)(void *arg, int err, int64_t revision, const etcd_event *evs,
                               size_t n);
 
-/* Watches [key, range_end) from start_revision (0: from now on). */
+/* Watches [key, range_end) from start_revision (0: from now on). NULL when
+ * the client is closing, the key is empty or memory ran out. */
 etcd_watch *etcd_watch_start(etcd *c, const uint8_t *key, size_t klen, const uint8_t *range_end,
                              size_t relen, int64_t start_revision, etcd_watch_cb cb, void *arg);
 /* Ends a watch; its callback is not called again. */
