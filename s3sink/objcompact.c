@@ -104,30 +104,31 @@ uint64_t objcompact_split_bytes(const objcompact_plan *plan, uint64_t upload_spl
 
 /* ---- the run ---- */
 
-static bool inside(const objcompact_source *s, uint64_t stream, const objfmt_batch *b)
+static bool inside(const objreg_range *live, size_t nlive, uint64_t stream, const objfmt_batch *b)
 {
-    for (size_t k = 0; k < s->nlive; k++)
-        if (s->live[k].stream == stream && b->base_offset >= s->live[k].start &&
-            b->last_offset <= s->live[k].end)
+    for (size_t k = 0; k < nlive; k++)
+        if (live[k].stream == stream && b->base_offset >= live[k].start &&
+            b->last_offset <= live[k].end)
             return true;
     return false;
 }
 
-/* Adds the batches of one verified block that lie inside live ranges. */
-static int keep_block(const objcompact_source *s, const objfmt_entry *e, const uint8_t *data,
-                      objcompact_ts_fn ts, objup_set *set)
+/* Adds the batches of one block that lie inside live ranges, checking the
+ * block first. */
+static int keep_block(const objcompact_env *env, const objreg_range *live, size_t nlive,
+                      const objfmt_entry *e, const uint8_t *data, objup_set *set)
 {
     objfmt_iter it;
     int rc = objfmt_iter_init(&it, e, data, e->size);
     objfmt_batch b;
     const uint8_t *payload;
     while (rc == 0 && objfmt_iter_next(&it, &b, &payload) == 1) {
-        if (!inside(s, e->stream_id, &b))
+        if (!inside(live, nlive, e->stream_id, &b))
             continue;
         objup_batch ub = {e->stream_id,
                           (int64_t)b.base_offset,
                           (int64_t)b.last_offset,
-                          ts ? ts(payload, b.size) : -1,
+                          env->ts ? env->ts(payload, b.size) : -1,
                           b.record_count,
                           b.size,
                           0};
@@ -136,14 +137,14 @@ static int keep_block(const objcompact_source *s, const objfmt_entry *e, const u
     return rc;
 }
 
-/* GETs a source whole and adds its live batches to the set. */
-static int load_source(objstore *os, const objcompact_source *s, objcompact_ts_fn ts,
-                       objup_set *set)
+/* GETs a whole object and adds the batches inside live ranges to the set. */
+static int keep_live(const objcompact_env *env, const char *key, const objreg_range *live,
+                     size_t nlive, objup_set *set)
 {
     uint8_t *data = NULL;
     size_t got = 0;
     uint64_t size = 0;
-    int rc = objstore_get_sync(os, s->key, 0, OBJSTORE_TO_END, NULL, &data, &got, &size);
+    int rc = objstore_get_sync(env->os, key, 0, OBJSTORE_TO_END, NULL, &data, &got, &size);
     objfmt_reader *r = NULL;
     uint64_t need_off;
     size_t need_len;
@@ -152,14 +153,27 @@ static int load_source(objstore *os, const objcompact_source *s, objcompact_ts_f
     size_t nb = 0;
     const objfmt_entry *bl = rc == 0 ? objfmt_reader_blocks(r, &nb) : NULL;
     for (size_t i = 0; rc == 0 && i < nb; i++)
-        rc = keep_block(s, &bl[i], data + bl[i].position, ts, set);
+        rc = keep_block(env, live, nlive, &bl[i], data + bl[i].position, set);
     objfmt_reader_destroy(r);
     free(data);
     return rc;
 }
 
-int objcompact_run(objstore *os, const objcompact_plan *plan, const objcompact_source *src,
-                   const objup_params *up, objcompact_ts_fn ts, objreg_objects *out)
+/* The registry is asked right before the read, so that what retention
+ * dropped meanwhile is left out. */
+static int load_source(const objcompact_env *env, const char *key, objup_set *set)
+{
+    objreg_range *live = NULL;
+    size_t nlive = 0;
+    int rc = env->live(env->live_arg, key, &live, &nlive);
+    if (rc == 0)
+        rc = keep_live(env, key, live, nlive, set);
+    free(live);
+    return rc;
+}
+
+int objcompact_run(const objcompact_env *env, const objcompact_plan *plan,
+                   const char *const *keys, objreg_objects *out)
 {
     if (plan->what == OBJCOMPACT_NONE || plan->nsrc == 0)
         return 0;
@@ -169,11 +183,11 @@ int objcompact_run(objstore *os, const objcompact_plan *plan, const objcompact_s
         return SK_ERR_NOMEM;
     int rc = 0;
     for (size_t i = 0; i < plan->nsrc && rc == 0; i++)
-        rc = load_source(os, &src[i], ts, set);
-    objup_params p = *up;
-    p.split_bytes = objcompact_split_bytes(plan, up->split_bytes);
+        rc = load_source(env, keys[i], set);
+    objup_params p = env->up;
+    p.split_bytes = objcompact_split_bytes(plan, env->up.split_bytes);
     if (rc == 0)
-        rc = objup_put(set, os, &p, out);
+        rc = objup_put(set, env->os, &p, out);
     objup_set_destroy(set);
     return rc;
 }

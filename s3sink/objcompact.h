@@ -20,10 +20,10 @@
  *     bytes forever.
  *  3. Else nothing (OBJCOMPACT_NONE).
  *
- * The run (objcompact_run) GETs each source whole, keeps the batches that
- * lie inside the source's live ranges (retention may have dropped a
- * stream's old ranges, deletion a whole topic), and writes and PUTs the
- * result with objupload. The caller then registers the new objects and
+ * The run (objcompact_run) asks the registry for each source's live ranges,
+ * GETs the source whole and keeps the batches that lie inside those ranges
+ * (retention may have dropped a stream's old ranges, deletion a whole
+ * topic), then writes and PUTs the result with objupload. The caller then registers the new objects and
  * retires the sources in one step.
  *
  * Memory: the kept batches (at most the plan's bytes, which the plan keeps
@@ -33,11 +33,12 @@
  * objcompact_run blocks on the object store: never the loop thread.
  *
  * Ownership: the plan borrows nothing (its source indexes refer to the
- * listing it was made from). objcompact_run borrows the store and the
- * sources; the objects it appends to `out` are the caller's.
+ * listing it was made from). objcompact_run borrows env and keys; the
+ * objects it appends to `out` are the caller's.
  *
- * Errors: SK_ERR_NOMEM; from the run also the objstore's errors,
- * SK_ERR_CORRUPT for a source that fails objfmt's checks, and objupload's.
+ * Errors: SK_ERR_NOMEM; from the run also env->live's errors, the
+ * objstore's, SK_ERR_CORRUPT for a source that fails objfmt's checks, and
+ * objupload's.
  */
 #ifndef OBJCOMPACT_H
 #define OBJCOMPACT_H
@@ -83,22 +84,27 @@ bool objcompact_wants_ranges(const objreg_info *o, const objcompact_params *p);
  * per stream) when splitting SSOs or merging SOs, else upload_split. */
 uint64_t objcompact_split_bytes(const objcompact_plan *plan, uint64_t upload_split);
 
-/* One source: its key and the live ranges the registry holds for it. */
-typedef struct objcompact_source {
-    const char *key;
-    const objreg_range *live;
-    size_t nlive;
-} objcompact_source;
+/* The live ranges the registry holds now for a source: *ranges malloc'd
+ * (the run frees it), *n of them; 0 or an error. */
+typedef int (*objcompact_live_fn)(void *arg, const char *key, objreg_range **ranges, size_t *n);
 
 /* A batch's largest timestamp, read from its payload (-1 when unknown):
  * payloads are opaque to s3sink. */
 typedef int64_t (*objcompact_ts_fn)(const void *payload, uint32_t size);
 
-/* Carries out the plan: src has plan->nsrc entries, in the plan's order; up
- * gives block size and node (its split_bytes is replaced by
- * objcompact_split_bytes). ts may be NULL (timestamps unknown). */
-int objcompact_run(objstore *os, const objcompact_plan *plan, const objcompact_source *src,
-                   const objup_params *up, objcompact_ts_fn ts, objreg_objects *out)
+/* What a run reads from and writes to. */
+typedef struct objcompact_env {
+    objstore *os;            /* sources are read and results put here */
+    objcompact_live_fn live; /* asked for each source just before it is read */
+    void *live_arg;
+    objcompact_ts_fn ts;     /* NULL: timestamps unknown */
+    objup_params up;         /* the upload's; objcompact_split_bytes adapts its split */
+} objcompact_env;
+
+/* Carries out the plan: keys holds the plan->nsrc sources' keys, in the
+ * plan's order. */
+int objcompact_run(const objcompact_env *env, const objcompact_plan *plan,
+                   const char *const *keys, objreg_objects *out)
     __attribute__((warn_unused_result));
 
 #endif

@@ -164,6 +164,34 @@ static int64_t ts_of(const void *payload, uint32_t size)
     return size;
 }
 
+/* The registry of the run tests: the live ranges of each key. */
+struct registry {
+    const char *keys[4];
+    objreg_range live[4][2];
+    size_t nlive[4];
+    int asked;
+};
+
+static int live_of(void *arg, const char *key, objreg_range **ranges, size_t *n)
+{
+    struct registry *r = arg;
+    r->asked++;
+    for (int i = 0; i < 4; i++) {
+        if (!r->keys[i] || strcmp(r->keys[i], key) != 0)
+            continue;
+        *n = r->nlive[i];
+        *ranges = malloc((*n ? *n : 1) * sizeof **ranges);
+        memcpy(*ranges, r->live[i], *n * sizeof **ranges);
+        return 0;
+    }
+    return SK_ERR_IO;
+}
+
+static objcompact_env env_of(fx *f, struct registry *r, objcompact_ts_fn ts)
+{
+    return (objcompact_env){f->os, live_of, r, ts, {1 << 20, 0, 2}};
+}
+
 /* Puts one object of `kind` with batches of the given streams (5 batches
  * each, offsets 0, 10, ..., 40, sizes 100 + stream * 10 + offset). */
 static objreg_object put_src(fx *f, objfmt_kind kind, const uint64_t *streams, size_t n)
@@ -195,20 +223,21 @@ static void test_run_merge_keeps_live(void **state)
     objreg_object b = put_src(f, OBJFMT_SSO, (uint64_t[]){3}, 1);
     /* live: stream 1 from offset 20 (retention), stream 2 gone (a deleted
      * topic), stream 3 whole */
-    objreg_range la[] = {{1, 20, 49, 0, 0, 30}};
-    objcompact_source src[] = {{a.key, la, 1}, {b.key, b.ranges, b.nranges}};
+    struct registry r = {{a.key, b.key}, {{{1, 20, 49, 0, 0, 30}}, {b.ranges[0]}}, {1, 1}, 0};
+    const char *keys[] = {a.key, b.key};
     objcompact_plan p = {OBJCOMPACT_MERGE_SSO, (size_t[]){0, 1}, 2, a.size + b.size};
-    objup_params up = {1 << 20, 0, 2};
+    objcompact_env env = env_of(f, &r, ts_of);
     objreg_objects out = {0};
-    assert_int_equal(objcompact_run(f->os, &p, src, &up, ts_of, &out), 0);
+    assert_int_equal(objcompact_run(&env, &p, keys, &out), 0);
+    assert_int_equal(r.asked, 2);
     assert_int_equal(out.n, 1);
     assert_int_equal(out.v[0].kind, OBJFMT_SSO);
     assert_int_equal(out.v[0].nranges, 2);
-    const objreg_range *r = out.v[0].ranges;
-    assert_true(r[0].stream == 1 && r[0].start == 20 && r[0].end == 49 && r[0].records == 30);
-    assert_int_equal(r[0].max_ts, 100 + 10 + 40);
-    assert_true(r[1].stream == 3 && r[1].start == 0 && r[1].end == 49);
-    assert_int_equal(r[1].max_ts, 100 + 30 + 40);
+    const objreg_range *rg = out.v[0].ranges;
+    assert_true(rg[0].stream == 1 && rg[0].start == 20 && rg[0].end == 49 && rg[0].records == 30);
+    assert_int_equal(rg[0].max_ts, 100 + 10 + 40);
+    assert_true(rg[1].stream == 3 && rg[1].start == 0 && rg[1].end == 49);
+    assert_int_equal(rg[1].max_ts, 100 + 30 + 40);
     assert_int_equal(fx_check_object(f, &out.v[0]), 3 + 5);
     objreg_objects_free(&out);
     free(a.ranges);
@@ -219,25 +248,27 @@ static void test_run_split_and_merge_so(void **state)
 {
     fx *f = *state;
     objreg_object a = put_src(f, OBJFMT_SSO, (uint64_t[]){1, 2, 3}, 3);
-    objcompact_source src[] = {{a.key, a.ranges, a.nranges}};
+    struct registry r = {{a.key}, {{a.ranges[0], a.ranges[1]}}, {2}, 0};
+    const char *keys[] = {a.key};
     objcompact_plan p = {OBJCOMPACT_SPLIT_SSO, (size_t[]){0}, 1, a.size};
-    objup_params up = {1 << 20, 0, 2};
+    objcompact_env env = env_of(f, &r, NULL);
     objreg_objects out = {0};
-    assert_int_equal(objcompact_run(f->os, &p, src, &up, NULL, &out), 0);
-    assert_int_equal(out.n, 3); /* one StreamObject per stream, small as they are */
-    for (size_t i = 0; i < 3; i++) {
+    assert_int_equal(objcompact_run(&env, &p, keys, &out), 0);
+    assert_int_equal(out.n, 2); /* stream 3 is not live: one StreamObject each for 1 and 2 */
+    for (size_t i = 0; i < 2; i++) {
         assert_int_equal(out.v[i].kind, OBJFMT_SO);
         assert_int_equal(out.v[i].ranges[0].stream, i + 1);
         assert_int_equal(out.v[i].ranges[0].max_ts, -1);
         assert_int_equal(fx_check_object(f, &out.v[i]), 5);
     }
-    /* the StreamObjects of stream 2 and 3: merging two of one stream... */
-    objreg_range l2 = out.v[1].ranges[0];
-    objcompact_source two[] = {{out.v[1].key, &l2, 1}};
+    /* merging StreamObjects of one stream gives a StreamObject, never an
+     * SSO below the split size */
+    struct registry r2 = {{out.v[1].key}, {{out.v[1].ranges[0]}}, {1}, 0};
+    const char *keys2[] = {out.v[1].key};
     objcompact_plan m = {OBJCOMPACT_MERGE_SO, (size_t[]){0}, 1, out.v[1].size};
+    env = env_of(f, &r2, ts_of);
     objreg_objects merged = {0};
-    assert_int_equal(objcompact_run(f->os, &m, two, &up, ts_of, &merged), 0);
-    /* ...gives a StreamObject, never an SSO below the split size */
+    assert_int_equal(objcompact_run(&env, &m, keys2, &merged), 0);
     assert_int_equal(merged.n, 1);
     assert_int_equal(merged.v[0].kind, OBJFMT_SO);
     assert_int_equal(fx_check_object(f, &merged.v[0]), 5);
@@ -249,21 +280,26 @@ static void test_run_split_and_merge_so(void **state)
 static void test_run_errors(void **state)
 {
     fx *f = *state;
-    objreg_range l = {1, 0, 100, 0, 0, 0};
-    objcompact_source src[] = {{"data/00000000000000000000000000000000/so-1-1.obj", &l, 1}};
+    const char *key = "data/00000000000000000000000000000000/so-1-1.obj";
+    struct registry r = {{key}, {{{1, 0, 100, 0, 0, 0}}}, {1}, 0};
     objcompact_plan p = {OBJCOMPACT_MERGE_SO, (size_t[]){0}, 1, 1000};
-    objup_params up = {0, 0, 2};
+    objcompact_env env = env_of(f, &r, NULL);
     objreg_objects out = {0};
-    assert_int_equal(objcompact_run(f->os, &p, src, &up, NULL, &out), SK_ERR_NOENT);
+    assert_int_equal(objcompact_run(&env, &p, &key, &out), SK_ERR_NOENT);
     /* not an object */
     struct iovec iov = {"not an object, not at all", 25};
-    assert_int_equal(objstore_put_sync(f->os, src[0].key, &iov, 1), 0);
-    assert_int_equal(objcompact_run(f->os, &p, src, &up, NULL, &out), SK_ERR_CORRUPT);
+    assert_int_equal(objstore_put_sync(f->os, key, &iov, 1), 0);
+    assert_int_equal(objcompact_run(&env, &p, &key, &out), SK_ERR_CORRUPT);
+    /* the registry fails: nothing is read */
+    const char *unknown = "data/00000000000000000000000000000000/so-1-2.obj";
+    assert_int_equal(objcompact_run(&env, &p, &unknown, &out), SK_ERR_IO);
     assert_int_equal(out.n, 0);
     /* nothing planned: nothing done */
     objcompact_plan none = {0};
-    assert_int_equal(objcompact_run(f->os, &none, NULL, &up, NULL, &out), 0);
+    r.asked = 0;
+    assert_int_equal(objcompact_run(&env, &none, NULL, &out), 0);
     assert_int_equal(out.n, 0);
+    assert_int_equal(r.asked, 0);
 }
 
 int main(void)
