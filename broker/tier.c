@@ -15,9 +15,13 @@
 #include "kbatch.h"
 #include "meta.h"
 #include "node.h"
+#include "objcompact.h"
 #include "objfmt.h"
+#include "objgc.h"
 #include "objindex.h"
+#include "objreg.h"
 #include "objstore.h"
+#include "objupload.h"
 #include "plog.h"
 #include "sk_err.h"
 #include "sk_log.h"
@@ -44,8 +48,7 @@ struct sk_tier {
     wal_lsn snapshot_lsn; /* the newest view snapshot in the store reflects this */
     int64_t last_upload_ms;
     /* orphan GC: candidates of the previous pass */
-    char **orphans;
-    size_t norphans;
+    objreg_keys orphans;
     sk_tier_stats st;
 };
 
@@ -146,22 +149,6 @@ struct smap {
     uint64_t stream;
 };
 
-struct ent {
-    uint64_t stream;
-    int64_t base, last, max_ts;
-    uint32_t records, size;
-    size_t off; /* in the job's blob */
-};
-
-struct newobj {
-    char key[SK_OBJ_KEY_MAX];
-    int kind;
-    uint64_t size;
-    int64_t created;
-    sk_orange *ranges;
-    uint32_t nranges;
-};
-
 struct job {
     sk_tier *t;
     enum job_kind kind;
@@ -173,23 +160,21 @@ struct job {
     struct smap *map;
     size_t nmap;
     uint64_t limit;
-    /* built objects (upload, compaction) */
-    struct newobj *objs;
-    size_t nobjs;
+    /* objects put (upload, compaction), to register */
+    objreg_objects objs;
     /* compaction: sources retired */
-    char **retired;
-    size_t nretired;
+    objreg_keys retired;
     uint64_t bytes_in;
     /* snapshot */
     wal_lsn snap_lsn;
     /* registration: where its record ends */
     wal_lsn reg_end;
-    /* listing (GC) */
-    sk_obj_info *infos;
+    /* registry listing (GC, compaction); ranges[i] owns infos[i].ranges */
+    objreg_info *infos;
+    objreg_range **ranges;
     size_t ninfos, capinfos;
     /* orphan GC */
-    char **cands;
-    size_t ncands;
+    objreg_keys cands;
     size_t deleted;
 };
 
@@ -197,18 +182,64 @@ static void job_free(struct job *j)
 {
     free(j->segs);
     free(j->map);
-    for (size_t i = 0; i < j->nobjs; i++)
-        free(j->objs[i].ranges);
-    free(j->objs);
-    for (size_t i = 0; i < j->nretired; i++)
-        free(j->retired[i]);
-    free(j->retired);
+    objreg_objects_free(&j->objs);
+    objreg_keys_free(&j->retired);
+    for (size_t i = 0; i < j->ninfos; i++)
+        free(j->ranges[i]);
+    free(j->ranges);
     free(j->infos);
-    for (size_t i = 0; i < j->ncands; i++)
-        free(j->cands[i]);
-    free(j->cands);
+    objreg_keys_free(&j->cands);
     free(j);
 }
+
+static objup_params upload_params(const sk_tier *t)
+{
+    const sk_config *cfg = t->n->cfg;
+    return (objup_params){(uint64_t)cfg->s3_split_size, (uint32_t)cfg->s3_block_bytes,
+                          (uint32_t)cfg->node_id};
+}
+
+/* The registry's ranges (meta.h) and s3sink's: the same fields, copied one
+ * by one; a field added to one must be added to the other. */
+_Static_assert(sizeof(sk_orange) == sizeof(objreg_range), "sk_orange and objreg_range differ");
+static objreg_range range_from_meta(const sk_orange *r)
+{
+    return (objreg_range){r->stream, r->start, r->end, r->size, r->max_ts, r->records};
+}
+
+static sk_orange range_to_meta(const objreg_range *r)
+{
+    return (sk_orange){r->stream, r->start, r->end, r->size, r->max_ts, r->records};
+}
+
+/* The live ranges the view holds for an object (malloc'd, *n of them). */
+static int live_ranges(sk_store *s, const char *key, objreg_range **out, size_t *n)
+{
+    sk_orange *or;
+    int rc = sk_store_object_ranges(s, key, &or, n);
+    *out = rc == 0 ? calloc(*n ? *n : 1, sizeof **out) : NULL;
+    if (rc == 0 && !*out)
+        rc = SK_ERR_NOMEM;
+    for (size_t i = 0; rc == 0 && i < *n; i++)
+        (*out)[i] = range_from_meta(&or[i]);
+    free(or);
+    if (rc != 0)
+        *n = 0;
+    return rc;
+}
+
+static void count_puts(sk_tier *t, const objreg_objects *objs)
+{
+    for (size_t i = 0; i < objs->n; i++) {
+        t->st.objects_put++;
+        if (objs->v[i].kind == OBJFMT_SO)
+            t->st.so_put++;
+        else
+            t->st.sso_put++;
+    }
+}
+
+/* ---- upload (tier thread) ---- */
 
 static int smap_cmp(const void *a, const void *b)
 {
@@ -219,108 +250,6 @@ static int smap_cmp(const void *a, const void *b)
     return (x->part > y->part) - (x->part < y->part);
 }
 
-static int ent_cmp(const void *a, const void *b)
-{
-    const struct ent *x = a, *y = b;
-    if (x->stream != y->stream)
-        return x->stream < y->stream ? -1 : 1;
-    return (x->base > y->base) - (x->base < y->base);
-}
-
-/* Writes one object of the given entries and PUTs it. */
-static int put_object(struct job *j, objfmt_kind kind, const struct ent *es, size_t n,
-                      const uint8_t *blob)
-{
-    sk_tier *t = j->t;
-    const sk_config *cfg = t->n->cfg;
-    int64_t now = sk_now_ms();
-    objfmt_writer *w = objfmt_writer_new(kind, (uint32_t)cfg->s3_block_bytes, now);
-    if (!w)
-        return SK_ERR_NOMEM;
-    int rc = 0;
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        objfmt_batch b = {(uint64_t)es[i].base, (uint64_t)es[i].last, es[i].records, es[i].size};
-        rc = objfmt_writer_add(w, es[i].stream, &b, blob + es[i].off);
-    }
-    const struct iovec *iov;
-    int iovcnt;
-    uint64_t size;
-    if (rc == 0)
-        rc = objfmt_writer_finish(w, &iov, &iovcnt, &size);
-    struct newobj no = {0};
-    if (rc == 0)
-        rc = objfmt_make_key(no.key, sizeof no.key, "", kind, (uint32_t)cfg->node_id, now);
-    if (rc == 0)
-        rc = objstore_put_sync(t->os, no.key, iov, iovcnt);
-    if (rc == 0) {
-        size_t ns;
-        const objfmt_stream *ss = objfmt_writer_streams(w, &ns);
-        no.kind = kind;
-        no.size = size;
-        no.created = now;
-        no.ranges = calloc(ns ? ns : 1, sizeof *no.ranges);
-        if (!no.ranges)
-            rc = SK_ERR_NOMEM;
-        for (size_t k = 0; rc == 0 && k < ns; k++) {
-            sk_orange *r = &no.ranges[k];
-            r->stream = ss[k].stream_id;
-            r->start = ss[k].start_offset;
-            r->end = ss[k].end_offset;
-            r->size = ss[k].size;
-            r->records = ss[k].record_count;
-            r->max_ts = -1;
-            for (size_t i = 0; i < n; i++)
-                if (es[i].stream == r->stream && es[i].max_ts > r->max_ts)
-                    r->max_ts = es[i].max_ts;
-        }
-        no.nranges = (uint32_t)ns;
-        struct newobj *nobjs = rc == 0 ? realloc(j->objs, (j->nobjs + 1) * sizeof *nobjs) : NULL;
-        if (!nobjs) {
-            free(no.ranges);
-            rc = rc ? rc : SK_ERR_NOMEM;
-        } else {
-            j->objs = nobjs;
-            j->objs[j->nobjs++] = no;
-            t->st.objects_put++;
-            if (kind == OBJFMT_SO)
-                t->st.so_put++;
-            else
-                t->st.sso_put++;
-        }
-    }
-    objfmt_writer_destroy(w);
-    return rc;
-}
-
-/* Writes SOs for streams of at least split bytes, one SSO for the rest. */
-static int put_objects(struct job *j, struct ent *es, size_t n, const uint8_t *blob)
-{
-    uint64_t split = (uint64_t)j->t->n->cfg->s3_split_size;
-    qsort(es, n, sizeof *es, ent_cmp);
-    struct ent *small = malloc((n ? n : 1) * sizeof *small);
-    if (!small)
-        return SK_ERR_NOMEM;
-    size_t nsmall = 0;
-    int rc = 0;
-    for (size_t i = 0; i < n && rc == 0;) {
-        size_t k = i;
-        uint64_t bytes = 0;
-        while (k < n && es[k].stream == es[i].stream)
-            bytes += es[k++].size;
-        if (bytes >= split) {
-            rc = put_object(j, OBJFMT_SO, es + i, k - i, blob);
-        } else {
-            memcpy(small + nsmall, es + i, (k - i) * sizeof *es);
-            nsmall += k - i;
-        }
-        i = k;
-    }
-    if (rc == 0 && nsmall)
-        rc = put_object(j, OBJFMT_SSO, small, nsmall, blob);
-    free(small);
-    return rc;
-}
-
 static bool is_segment_start(const struct job *j, wal_lsn lsn)
 {
     for (size_t i = 0; i < j->nsegs; i++)
@@ -329,96 +258,88 @@ static bool is_segment_start(const struct job *j, wal_lsn lsn)
     return false;
 }
 
-static void upload_work(void *arg)
+/* Reads the record at lsn into *rec, growing it when the record is larger. */
+static int read_record(wal *w, wal_lsn lsn, uint8_t *type, uint8_t **rec, uint32_t *cap,
+                       uint32_t *len)
 {
-    struct job *j = arg;
-    sk_tier *t = j->t;
-    wal *w = t->n->wal;
+    int rc = wal_read_record(w, lsn, type, *rec, *cap, len);
+    if (rc != SK_ERR_NOMEM || *len <= *cap)
+        return rc;
+    uint8_t *nr = realloc(*rec, *len);
+    if (!nr)
+        return rc;
+    *rec = nr;
+    *cap = *len;
+    return wal_read_record(w, lsn, type, *rec, *cap, len);
+}
+
+/* Adds a DATA record's batch to the set. Batches of topics deleted since the
+ * job started, and records that do not parse, are not uploaded. */
+static int add_data(const struct job *j, objup_set *set, const uint8_t *rec, uint32_t len)
+{
+    kc_uuid id;
+    int32_t part;
+    const uint8_t *batch;
+    size_t blen;
+    kb_header h;
+    if (sk_data_decode(rec, len, &id, &part, &batch, &blen) != 0 ||
+        kb_parse_header(batch, blen, &h) != 0)
+        return 0;
+    struct smap key = {id, part, 0};
+    const struct smap *m = bsearch(&key, j->map, j->nmap, sizeof key, smap_cmp);
+    if (!m)
+        return 0;
+    objup_batch b = {m->stream,
+                     h.base_offset,
+                     h.base_offset + h.last_offset_delta,
+                     h.max_timestamp,
+                     (uint32_t)h.records_count,
+                     (uint32_t)blen,
+                     0};
+    return objup_set_add(set, &b, batch);
+}
+
+/* Reads the WAL from j->from until j->to or a full set; j->end is where it
+ * stopped. */
+static int read_wal(struct job *j, objup_set *set)
+{
+    wal *w = j->t->n->wal;
     uint32_t cap = 1 << 20;
     uint8_t *rec = malloc(cap);
-    uint8_t *blob = NULL;
-    size_t blen = 0, bcap = 0;
-    struct ent *es = NULL;
-    size_t n = 0, ecap = 0;
     int rc = rec ? 0 : SK_ERR_NOMEM;
     wal_lsn lsn = j->from;
-    while (rc == 0 && lsn < j->to && blen < j->limit) {
+    while (rc == 0 && lsn < j->to && !objup_set_full(set)) {
         if (is_segment_start(j, lsn)) {
             lsn += WAL_SEGMENT_HEADER;
             continue;
         }
         uint8_t type;
         uint32_t len;
-        rc = wal_read_record(w, lsn, &type, rec, cap, &len);
-        if (rc == SK_ERR_NOMEM && len > cap) {
-            uint8_t *nr = realloc(rec, len);
-            if (!nr)
-                break;
-            rec = nr;
-            cap = len;
-            rc = wal_read_record(w, lsn, &type, rec, cap, &len);
-        }
-        if (rc != 0)
-            break;
-        wal_lsn next = lsn + WAL_RECORD_HEADER + len;
-        kc_uuid id;
-        int32_t part;
-        const uint8_t *batch;
-        size_t blen1;
-        kb_header h;
-        if (type == SK_WAL_DATA && sk_data_decode(rec, len, &id, &part, &batch, &blen1) == 0 &&
-            kb_parse_header(batch, blen1, &h) == 0) {
-            struct smap key = {id, part, 0};
-            struct smap *m = bsearch(&key, j->map, j->nmap, sizeof key, smap_cmp);
-            if (m) { /* a deleted topic's batches are not uploaded */
-                if (blen + blen1 > bcap) {
-                    size_t nc = bcap ? bcap * 2 : (4u << 20);
-                    while (nc < blen + blen1)
-                        nc *= 2;
-                    /* The loop stops once limit bytes are in: never hold more
-                     * than that and the one batch that crossed it. */
-                    if (nc > j->limit + blen1)
-                        nc = (size_t)j->limit + blen1;
-                    uint8_t *nb = realloc(blob, nc);
-                    if (!nb) {
-                        rc = SK_ERR_NOMEM;
-                        break;
-                    }
-                    blob = nb;
-                    bcap = nc;
-                }
-                if (n == ecap) {
-                    size_t nc = ecap ? ecap * 2 : 1024;
-                    struct ent *ne = realloc(es, nc * sizeof *ne);
-                    if (!ne) {
-                        rc = SK_ERR_NOMEM;
-                        break;
-                    }
-                    es = ne;
-                    ecap = nc;
-                }
-                memcpy(blob + blen, batch, blen1);
-                es[n++] = (struct ent){m->stream,
-                                       h.base_offset,
-                                       h.base_offset + h.last_offset_delta,
-                                       h.max_timestamp,
-                                       (uint32_t)h.records_count,
-                                       (uint32_t)blen1,
-                                       blen};
-                blen += blen1;
-            }
-        }
-        lsn = next;
+        rc = read_record(w, lsn, &type, &rec, &cap, &len);
+        if (rc == 0 && type == SK_WAL_DATA)
+            rc = add_data(j, set, rec, len);
+        if (rc == 0)
+            lsn += WAL_RECORD_HEADER + len;
     }
     j->end = lsn < j->to ? lsn : j->to;
-    if (rc == 0 && n > 0)
-        rc = put_objects(j, es, n, blob);
-    j->bytes_in = blen;
-    j->err = rc;
     free(rec);
-    free(blob);
-    free(es);
+    return rc;
 }
+
+static void upload_work(void *arg)
+{
+    struct job *j = arg;
+    objup_set *set = objup_set_new(j->limit);
+    int rc = set ? read_wal(j, set) : SK_ERR_NOMEM;
+    objup_params p = upload_params(j->t);
+    if (rc == 0)
+        rc = objup_put(set, j->t->os, &p, &j->objs);
+    j->bytes_in = set ? objup_set_bytes(set) : 0;
+    j->err = rc;
+    objup_set_destroy(set);
+}
+
+/* ---- view snapshot (tier thread) ---- */
 
 static void snapshot_work(void *arg)
 {
@@ -469,18 +390,31 @@ static void snapshot_work(void *arg)
     j->err = rc;
 }
 
+/* ---- registry listing, compaction, orphans (tier thread) ---- */
+
 static void list_cb(void *arg, const sk_obj_info *o)
 {
     struct job *j = arg;
     if (j->ninfos == j->capinfos) {
         size_t nc = j->capinfos ? j->capinfos * 2 : 64;
-        sk_obj_info *ni = realloc(j->infos, nc * sizeof *ni);
+        objreg_info *ni = realloc(j->infos, nc * sizeof *ni);
         if (!ni)
             return;
         j->infos = ni;
+        objreg_range **nr = realloc(j->ranges, nc * sizeof *nr);
+        if (!nr)
+            return;
+        j->ranges = nr;
         j->capinfos = nc;
     }
-    j->infos[j->ninfos++] = *o;
+    objreg_info *i = &j->infos[j->ninfos];
+    *i = (objreg_info){.kind = (objfmt_kind)o->kind,
+                       .size = o->size,
+                       .created_ms = o->created_ms,
+                       .delete_after_ms = o->delete_after_ms,
+                       .nranges = o->nranges};
+    snprintf(i->key, sizeof i->key, "%s", o->key);
+    j->ranges[j->ninfos++] = NULL;
 }
 
 static void list_work(void *arg)
@@ -489,249 +423,79 @@ static void list_work(void *arg)
     j->err = sk_store_list_objects(j->t->n->store, list_cb, j);
 }
 
-/* ---- compaction (tier thread) ---- */
+static objcompact_params compact_params(const sk_config *cfg)
+{
+    return (objcompact_params){(uint64_t)cfg->s3_compaction_small_bytes,
+                               (uint64_t)cfg->s3_compaction_max_bytes, cfg->s3_force_split_ms};
+}
 
-/* Reads a source object and adds its live batches to es/blob. */
-static int load_source(struct job *j, const char *key, struct ent **es, size_t *n, size_t *ecap,
-                       uint8_t **blob, size_t *blen, size_t *bcap)
+/* Loads the ranges the plan reads. An object whose ranges cannot be read,
+ * or are gone by now, is left without: the plan skips it. */
+static void load_plan_ranges(struct job *j, const objcompact_params *p)
+{
+    for (size_t i = 0; i < j->ninfos; i++) {
+        objreg_info *o = &j->infos[i];
+        size_t n;
+        if (!objcompact_wants_ranges(o, p) ||
+            live_ranges(j->t->n->store, o->key, &j->ranges[i], &n) != 0 || n == 0)
+            continue;
+        o->ranges = j->ranges[i];
+        o->nranges = (uint32_t)n;
+    }
+}
+
+static int64_t batch_max_ts(const void *payload, uint32_t size)
+{
+    kb_header h;
+    return kb_parse_header(payload, size, &h) == 0 ? h.max_timestamp : -1;
+}
+
+static int source_live(void *arg, const char *key, objreg_range **ranges, size_t *n)
+{
+    return live_ranges(arg, key, ranges, n);
+}
+
+/* Rewrites the plan's sources, which the registration retires. */
+static int compact_sources(struct job *j, const objcompact_plan *plan)
 {
     sk_tier *t = j->t;
-    sk_orange *live;
-    size_t nlive;
-    int rc = sk_store_object_ranges(t->n->store, key, &live, &nlive);
-    if (rc != 0)
-        return rc;
-    uint8_t *data = NULL;
-    size_t got = 0;
-    uint64_t size = 0;
-    rc = objstore_get_sync(t->os, key, 0, OBJSTORE_TO_END, NULL, &data, &got, &size);
-    objfmt_reader *r = NULL;
-    uint64_t need_off;
-    size_t need_len;
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < plan->nsrc; i++)
+        rc = objreg_keys_push(&j->retired, j->infos[plan->src[i]].key);
+    objcompact_env env = {t->os, source_live, t->n->store, batch_max_ts, upload_params(t)};
     if (rc == 0)
-        rc = objfmt_reader_from_tail(data, got, got, &r, &need_off, &need_len);
-    size_t nb = 0;
-    const objfmt_entry *bl = rc == 0 ? objfmt_reader_blocks(r, &nb) : NULL;
-    for (size_t b = 0; rc == 0 && b < nb; b++) {
-        objfmt_iter it;
-        rc = objfmt_iter_init(&it, &bl[b], data + bl[b].position, bl[b].size);
-        objfmt_batch ob;
-        const uint8_t *payload;
-        while (rc == 0 && objfmt_iter_next(&it, &ob, &payload) == 1) {
-            /* Only what the registry still holds: retention may have
-             * dropped a partition's old ranges, deletion a whole topic. */
-            bool keep = false;
-            for (size_t k = 0; k < nlive && !keep; k++)
-                keep = live[k].stream == bl[b].stream_id && ob.base_offset >= live[k].start &&
-                       ob.last_offset <= live[k].end;
-            if (!keep)
-                continue;
-            if (*blen + ob.size > *bcap) {
-                size_t nc = *bcap ? *bcap * 2 : (4u << 20);
-                while (nc < *blen + ob.size)
-                    nc *= 2;
-                uint8_t *nbuf = realloc(*blob, nc);
-                if (!nbuf) {
-                    rc = SK_ERR_NOMEM;
-                    break;
-                }
-                *blob = nbuf;
-                *bcap = nc;
-            }
-            if (*n == *ecap) {
-                size_t nc = *ecap ? *ecap * 2 : 1024;
-                struct ent *ne = realloc(*es, nc * sizeof *ne);
-                if (!ne) {
-                    rc = SK_ERR_NOMEM;
-                    break;
-                }
-                *es = ne;
-                *ecap = nc;
-            }
-            memcpy(*blob + *blen, payload, ob.size);
-            kb_header h;
-            int64_t max_ts = kb_parse_header(payload, ob.size, &h) == 0 ? h.max_timestamp : -1;
-            (*es)[(*n)++] = (struct ent){bl[b].stream_id, (int64_t)ob.base_offset,
-                                         (int64_t)ob.last_offset, max_ts, ob.record_count,
-                                         ob.size, *blen};
-            *blen += ob.size;
-        }
-    }
-    objfmt_reader_destroy(r);
-    free(data);
-    free(live);
+        rc = objcompact_run(&env, plan, (const char *const *)j->retired.v, &j->objs);
     return rc;
 }
 
-/* The compaction plan is made on the tier thread from the registry listing
- * the loop took just before (j->infos). */
+/* The plan is made from the registry listing the loop took just before. */
 static void compact_work(void *arg)
 {
     struct job *j = arg;
-    sk_tier *t = j->t;
-    const sk_config *cfg = t->n->cfg;
-    int64_t now = sk_now_ms();
-    uint64_t small = (uint64_t)cfg->s3_compaction_small_bytes;
-    uint64_t budget = (uint64_t)cfg->s3_compaction_max_bytes;
-    char **pick = calloc(j->ninfos + 1, sizeof *pick);
-    size_t npick = 0;
-    uint64_t total = 0;
-    bool split_all = false;
-    bool merge_so = false; /* StreamObjects of one stream: the result is one too */
-    if (!pick) {
-        j->err = SK_ERR_NOMEM;
-        return;
+    objcompact_params p = compact_params(j->t->n->cfg);
+    load_plan_ranges(j, &p);
+    objcompact_plan plan;
+    int rc = objcompact_plan_make(j->infos, j->ninfos, &p, sk_now_ms(), &plan);
+    if (rc == 0 && plan.nsrc > 0) {
+        j->bytes_in = plan.bytes;
+        rc = compact_sources(j, &plan);
     }
-    /* 1. StreamSetObjects: the old ones are split, small ones merged. */
-    for (size_t i = 0; i < j->ninfos; i++) {
-        const sk_obj_info *o = &j->infos[i];
-        if (o->delete_after_ms >= 0 || o->kind != OBJFMT_SSO || o->nranges == 0)
-            continue;
-        bool old = now - o->created_ms >= cfg->s3_force_split_ms;
-        if ((old || o->size < small) && total + o->size <= budget) {
-            pick[npick++] = strdup(o->key);
-            total += o->size;
-            split_all |= old;
-        }
-    }
-    /* One small SSO alone is not worth rewriting unless it is old. */
-    if (npick == 1 && !split_all) {
-        free(pick[0]);
-        npick = 0;
-        total = 0;
-    }
-    /* 2. Else: small StreamObjects of one stream, merged. Objects are listed
-     * by key (random), so group by stream through their ranges. */
-    if (npick == 0) {
-        for (size_t i = 0; i < j->ninfos && npick == 0; i++) {
-            const sk_obj_info *o = &j->infos[i];
-            if (o->delete_after_ms >= 0 || o->kind != OBJFMT_SO || o->size >= small ||
-                o->nranges == 0)
-                continue;
-            sk_orange *ri;
-            size_t nri;
-            if (sk_store_object_ranges(t->n->store, o->key, &ri, &nri) != 0 || nri == 0) {
-                free(ri);
-                continue;
-            }
-            uint64_t stream = ri[0].stream;
-            free(ri);
-            for (size_t k = 0; k < j->ninfos; k++) {
-                const sk_obj_info *p = &j->infos[k];
-                if (p->delete_after_ms >= 0 || p->kind != OBJFMT_SO || p->size >= small ||
-                    p->nranges == 0 || total + p->size > budget)
-                    continue;
-                sk_orange *rp;
-                size_t nrp;
-                if (sk_store_object_ranges(t->n->store, p->key, &rp, &nrp) == 0 && nrp &&
-                    rp[0].stream == stream) {
-                    pick[npick++] = strdup(p->key);
-                    total += p->size;
-                }
-                free(rp);
-            }
-            if (npick < 2) {
-                for (size_t k = 0; k < npick; k++)
-                    free(pick[k]);
-                npick = 0;
-                total = 0;
-            }
-            merge_so = npick > 0;
-        }
-    }
-    if (npick == 0) {
-        free(pick);
-        return;
-    }
-    struct ent *es = NULL;
-    size_t n = 0, ecap = 0, blen = 0, bcap = 0;
-    uint8_t *blob = NULL;
-    int rc = 0;
-    for (size_t i = 0; i < npick && rc == 0; i++)
-        rc = load_source(j, pick[i], &es, &n, &ecap, &blob, &blen, &bcap);
-    if (rc == 0 && n > 0) {
-        if (split_all) {
-            /* Every stream of old data gets its own object. */
-            qsort(es, n, sizeof *es, ent_cmp);
-            for (size_t i = 0; i < n && rc == 0;) {
-                size_t k = i;
-                while (k < n && es[k].stream == es[i].stream)
-                    k++;
-                rc = put_object(j, OBJFMT_SO, es + i, k - i, blob);
-                i = k;
-            }
-        } else if (merge_so) {
-            /* Not put_objects: below the split size it would write a
-             * StreamSetObject, which later splits back into StreamObjects
-             * that merge again, rewriting the same bytes forever. */
-            qsort(es, n, sizeof *es, ent_cmp);
-            rc = put_object(j, OBJFMT_SO, es, n, blob);
-        } else {
-            rc = put_objects(j, es, n, blob);
-        }
-    }
+    objcompact_plan_free(&plan);
     j->err = rc;
-    j->retired = pick;
-    j->nretired = npick;
-    j->bytes_in = total;
-    free(es);
-    free(blob);
+}
+
+static int object_known(void *arg, const char *key)
+{
+    return sk_store_object_known(arg, key);
 }
 
 static void orphans_work(void *arg)
 {
     struct job *j = arg;
     sk_tier *t = j->t;
-    const sk_config *cfg = t->n->cfg;
-    int64_t now = sk_now_ms();
-    char *token = NULL;
-    size_t cap = 0;
-    int rc = 0;
-    do {
-        objstore_list_page page;
-        rc = objstore_list_sync(t->os, "data/", token, 1000, &page);
-        free(token);
-        token = NULL;
-        if (rc != 0)
-            break;
-        for (size_t i = 0; i < page.n; i++) {
-            const objstore_entry *e = &page.entries[i];
-            objfmt_kind kind;
-            uint32_t node;
-            int64_t created;
-            /* Only this node's objects, and only old ones: an upload or a
-             * compaction in flight has not registered its objects yet. */
-            if (objfmt_parse_key(e->key, &kind, &node, &created) != 0 ||
-                node != (uint32_t)cfg->node_id || now - e->mtime_ms < cfg->s3_orphan_min_age_ms)
-                continue;
-            if (sk_store_object_known(t->n->store, e->key) != 0)
-                continue;
-            if (j->ncands == cap) {
-                size_t nc = cap ? cap * 2 : 16;
-                char **nn = realloc(j->cands, nc * sizeof *nn);
-                if (!nn)
-                    break;
-                j->cands = nn;
-                cap = nc;
-            }
-            j->cands[j->ncands++] = strdup(e->key);
-        }
-        token = page.next_token ? strdup(page.next_token) : NULL;
-        objstore_list_page_free(&page);
-    } while (token);
-    free(token);
-    /* Delete those that were candidates in the previous pass too (and are
-     * still unknown: the check above ran again). */
-    for (size_t i = 0; i < j->ncands; i++) {
-        bool before = false;
-        for (size_t k = 0; k < t->norphans && !before; k++)
-            before = t->orphans[k] && strcmp(t->orphans[k], j->cands[i]) == 0;
-        if (before && objstore_delete_sync(t->os, j->cands[i]) == 0) {
-            SK_INFO("tier", "deleted orphan object %s", j->cands[i]);
-            j->deleted++;
-        }
-    }
-    j->err = rc;
+    objgc_orphan_params p = {(uint32_t)t->n->cfg->node_id, t->n->cfg->s3_orphan_min_age_ms};
+    j->err = objgc_orphans_pass(t->os, &p, sk_now_ms(), object_known, t->n->store, &t->orphans,
+                                &j->cands, &j->deleted);
 }
 
 /* ---- completions on the loop ---- */
@@ -753,21 +517,16 @@ static void registered(void *arg, int err)
     } else {
         SK_WARN("tier", "registration of %zu objects failed (%s); they will be collected as "
                 "orphans",
-                j->nobjs, sk_err_name(err));
+                j->objs.n, sk_err_name(err));
     }
     job_free(j);
     t->busy = false;
     start_next_job(t);
 }
 
-/* Appends the OBJECTS record for a finished upload or compaction. Ranges of
- * streams gone meanwhile, or below their partition's log start now, are
- * left out. */
-static void register_objects(struct job *j)
+/* stream -> partition, of the partitions there are now. */
+static sk_map *live_streams(sk_node *n)
 {
-    sk_tier *t = j->t;
-    sk_node *n = t->n;
-    /* stream -> partition, for the check */
     sk_map *live = sk_map_new();
     size_t it = 0;
     void *v;
@@ -776,27 +535,47 @@ static void register_objects(struct job *j)
         for (int32_t i = 0; i < tp->nparts; i++)
             sk_map_put(live, &tp->parts[i]->stream, sizeof(uint64_t), tp->parts[i]);
     }
+    return live;
+}
+
+/* One new object in an OBJECTS record, without the ranges of streams gone
+ * meanwhile or below their partition's log start now. */
+static void encode_object(sk_buf *b, objreg_object *o, sk_map *live)
+{
+    uint32_t nr = 0;
+    for (uint32_t k = 0; k < o->nranges; k++) {
+        sk_part *p = live ? sk_map_get(live, &o->ranges[k].stream, sizeof(uint64_t)) : NULL;
+        if (p && (int64_t)o->ranges[k].end >= p->log_start)
+            o->ranges[nr++] = o->ranges[k];
+    }
+    o->nranges = nr;
+    sk_oobj oo = {o->key, strlen(o->key), (uint8_t)o->kind, o->size, o->created_ms, nr};
+    sk_meta_objects_obj(b, &oo);
+    for (uint32_t k = 0; k < nr; k++) {
+        sk_orange r = range_to_meta(&o->ranges[k]);
+        sk_meta_objects_range(b, &r);
+    }
+}
+
+static void encode_retired(sk_buf *b, const objreg_keys *keys, int64_t after)
+{
+    sk_meta_objects_retired(b, (uint32_t)keys->n);
+    for (size_t i = 0; i < keys->n; i++)
+        sk_meta_objects_retire(b, keys->v[i], strlen(keys->v[i]), after);
+}
+
+/* Appends the OBJECTS record for a finished upload or compaction. */
+static void register_objects(struct job *j)
+{
+    sk_tier *t = j->t;
+    sk_node *n = t->n;
+    sk_map *live = live_streams(n);
     sk_buf b;
     sk_buf_init(&b, 0);
-    sk_meta_objects_begin(&b, j->kind == JOB_UPLOAD ? j->end : 0, (uint32_t)j->nobjs);
-    for (size_t i = 0; i < j->nobjs; i++) {
-        struct newobj *o = &j->objs[i];
-        uint32_t nr = 0;
-        for (uint32_t k = 0; k < o->nranges; k++) {
-            sk_part *p = live ? sk_map_get(live, &o->ranges[k].stream, sizeof(uint64_t)) : NULL;
-            if (p && (int64_t)o->ranges[k].end >= p->log_start)
-                o->ranges[nr++] = o->ranges[k];
-        }
-        o->nranges = nr;
-        sk_oobj oo = {o->key, strlen(o->key), (uint8_t)o->kind, o->size, o->created, nr};
-        sk_meta_objects_obj(&b, &oo);
-        for (uint32_t k = 0; k < nr; k++)
-            sk_meta_objects_range(&b, &o->ranges[k]);
-    }
-    sk_meta_objects_retired(&b, (uint32_t)j->nretired);
-    int64_t after = sk_now_ms() + n->cfg->s3_delete_delay_ms;
-    for (size_t i = 0; i < j->nretired; i++)
-        sk_meta_objects_retire(&b, j->retired[i], strlen(j->retired[i]), after);
+    sk_meta_objects_begin(&b, j->kind == JOB_UPLOAD ? j->end : 0, (uint32_t)j->objs.n);
+    for (size_t i = 0; i < j->objs.n; i++)
+        encode_object(&b, &j->objs.v[i], live);
+    encode_retired(&b, &j->retired, sk_now_ms() + n->cfg->s3_delete_delay_ms);
     sk_map_destroy(live);
     int rc = SK_ERR_NOMEM;
     if (!sk_buf_failed(&b)) {
@@ -832,54 +611,99 @@ static void deleted_cb(void *arg, int err)
     free(d);
 }
 
+static void delete_object(sk_tier *t, const char *key)
+{
+    struct delctx *d = calloc(1, sizeof *d);
+    if (!d)
+        return;
+    d->t = t;
+    snprintf(d->key, sizeof d->key, "%s", key);
+    objstore_delete(t->os, key, deleted_cb, d);
+}
+
+/* Retires objects with one OBJECTS record that registers nothing. */
+static void retire_objects(sk_tier *t, const objreg_keys *keys, int64_t after)
+{
+    sk_buf b;
+    sk_buf_init(&b, 0);
+    sk_meta_objects_begin(&b, 0, 0);
+    encode_retired(&b, keys, after);
+    struct iovec iov = {b.data, b.len};
+    if (!sk_buf_failed(&b))
+        sk_node_append(t->n, SK_WAL_META, &iov, 1, NULL, NULL, NULL);
+    sk_buf_free(&b);
+}
+
 /* After a registry listing: delete retired objects whose time has come,
- * retire live ones left without any range, then compact. */
+ * retire live ones left without any range. */
 static void listed(struct job *j)
 {
     sk_tier *t = j->t;
-    sk_node *n = t->n;
     int64_t now = sk_now_ms();
-    struct job *retire = calloc(1, sizeof *retire);
+    objreg_keys retire = {0};
     for (size_t i = 0; i < j->ninfos; i++) {
-        const sk_obj_info *o = &j->infos[i];
-        if (o->delete_after_ms >= 0 && o->delete_after_ms <= now && !t->stopping) {
-            struct delctx *d = calloc(1, sizeof *d);
-            if (!d)
-                continue;
-            d->t = t;
-            snprintf(d->key, sizeof d->key, "%s", o->key);
-            objstore_delete(t->os, o->key, deleted_cb, d);
-        } else if (o->delete_after_ms < 0 && o->nranges == 0 && retire) {
-            char **nr = realloc(retire->retired, (retire->nretired + 1) * sizeof *nr);
-            if (nr) {
-                retire->retired = nr;
-                retire->retired[retire->nretired++] = strdup(o->key);
-            }
-        }
+        const objreg_info *o = &j->infos[i];
+        objgc_action a = objgc_decide(o, now);
+        if (a == OBJGC_DELETE && !t->stopping)
+            delete_object(t, o->key);
+        else if (a == OBJGC_RETIRE && objreg_keys_push(&retire, o->key) != 0)
+            SK_WARN("tier", "no memory to retire %s; next time", o->key);
     }
-    if (retire && retire->nretired > 0) {
-        retire->t = t;
-        retire->kind = JOB_LIST;
-        sk_buf b;
-        sk_buf_init(&b, 0);
-        sk_meta_objects_begin(&b, 0, 0);
-        sk_meta_objects_retired(&b, (uint32_t)retire->nretired);
-        for (size_t i = 0; i < retire->nretired; i++)
-            sk_meta_objects_retire(&b, retire->retired[i], strlen(retire->retired[i]),
-                                   now + n->cfg->s3_delete_delay_ms);
-        struct iovec iov = {b.data, b.len};
-        if (!sk_buf_failed(&b))
-            sk_node_append(n, SK_WAL_META, &iov, 1, NULL, NULL, NULL);
-        sk_buf_free(&b);
+    if (retire.n > 0)
+        retire_objects(t, &retire, now + t->n->cfg->s3_delete_delay_ms);
+    objreg_keys_free(&retire);
+}
+
+static void upload_done(struct job *j)
+{
+    sk_tier *t = j->t;
+    t->last_upload_ms = sk_mono_ms();
+    if (j->err != 0) {
+        SK_WARN("tier", "upload of WAL %" PRIu64 "..%" PRIu64 " failed: %s; retrying later",
+                (uint64_t)j->from, (uint64_t)j->to, sk_err_name(j->err));
+    } else if (j->objs.n == 0) {
+        /* Nothing but metadata: no object to register (registering would
+         * itself append a record, and the next upload find it). The range
+         * needs no upload, so the WAL may be trimmed past it. */
+        if (j->end > t->uploaded)
+            t->uploaded = j->end;
+    } else {
+        t->st.uploads++;
+        t->st.upload_bytes += j->bytes_in;
+        SK_INFO("tier", "uploaded WAL %" PRIu64 "..%" PRIu64 ": %zu objects, %" PRIu64 " bytes",
+                (uint64_t)j->from, (uint64_t)j->end, j->objs.n, j->bytes_in);
+        register_objects(j);
+        return;
     }
-    if (retire)
-        job_free(retire);
+    job_free(j);
+    t->busy = false;
+    start_next_job(t);
+}
+
+static void compact_done(struct job *j)
+{
+    sk_tier *t = j->t;
+    if (j->err != 0)
+        SK_WARN("tier", "compaction failed: %s", sk_err_name(j->err));
+    if (j->err == 0 && j->retired.n > 0) {
+        t->st.compactions++;
+        t->st.compacted_in += j->retired.n;
+        t->st.compacted_out += j->objs.n;
+        SK_INFO("tier", "compacted %zu objects (%" PRIu64 " bytes) into %zu", j->retired.n,
+                j->bytes_in, j->objs.n);
+        register_objects(j);
+        return;
+    }
+    job_free(j);
+    t->busy = false;
+    start_next_job(t);
 }
 
 static void job_done(void *arg)
 {
     struct job *j = arg;
     sk_tier *t = j->t;
+    count_puts(t, &j->objs);
     if (t->stopping) {
         /* Objects put meanwhile stay unregistered: the data is still in the
          * WAL, the next start uploads it again and the GC takes these. */
@@ -889,25 +713,10 @@ static void job_done(void *arg)
     }
     switch (j->kind) {
     case JOB_UPLOAD:
-        t->last_upload_ms = sk_mono_ms();
-        if (j->err != 0) {
-            SK_WARN("tier", "upload of WAL %" PRIu64 "..%" PRIu64 " failed: %s; retrying later",
-                    (uint64_t)j->from, (uint64_t)j->to, sk_err_name(j->err));
-            break;
-        }
-        if (j->nobjs == 0) {
-            /* Nothing but metadata: no object to register (registering would
-             * itself append a record, and the next upload find it). The
-             * range needs no upload, so the WAL may be trimmed past it. */
-            if (j->end > t->uploaded)
-                t->uploaded = j->end;
-            break;
-        }
-        t->st.uploads++;
-        t->st.upload_bytes += j->bytes_in;
-        SK_INFO("tier", "uploaded WAL %" PRIu64 "..%" PRIu64 ": %zu objects, %" PRIu64 " bytes",
-                (uint64_t)j->from, (uint64_t)j->end, j->nobjs, j->bytes_in);
-        register_objects(j);
+        upload_done(j);
+        return;
+    case JOB_COMPACT:
+        compact_done(j);
         return;
     case JOB_SNAPSHOT:
         if (j->err == 0 && j->snap_lsn > t->snapshot_lsn) {
@@ -921,7 +730,7 @@ static void job_done(void *arg)
         }
         break;
     case JOB_LIST:
-        if (j->err == 0 && !t->stopping) {
+        if (j->err == 0) {
             listed(j);
             /* Compaction works on the same listing. */
             j->kind = JOB_COMPACT;
@@ -929,29 +738,11 @@ static void job_done(void *arg)
                 return;
         }
         break;
-    case JOB_COMPACT:
-        if (j->err != 0) {
-            SK_WARN("tier", "compaction failed: %s", sk_err_name(j->err));
-            break;
-        }
-        if (j->nretired == 0)
-            break;
-        t->st.compactions++;
-        t->st.compacted_in += j->nretired;
-        t->st.compacted_out += j->nobjs;
-        SK_INFO("tier", "compacted %zu objects (%" PRIu64 " bytes) into %zu", j->nretired,
-                j->bytes_in, j->nobjs);
-        register_objects(j);
-        return;
     case JOB_ORPHANS:
         t->st.orphans_deleted += j->deleted;
-        for (size_t i = 0; i < t->norphans; i++)
-            free(t->orphans[i]);
-        free(t->orphans);
+        objreg_keys_free(&t->orphans);
         t->orphans = j->cands;
-        t->norphans = j->ncands;
-        j->cands = NULL;
-        j->ncands = 0;
+        j->cands = (objreg_keys){0};
         break;
     }
     job_free(j);
@@ -1371,9 +1162,7 @@ void sk_tier_destroy(sk_tier *t)
         objindex_destroy(t->ix);
     if (t->os)
         objstore_destroy(t->os);
-    for (size_t i = 0; i < t->norphans; i++)
-        free(t->orphans[i]);
-    free(t->orphans);
+    objreg_keys_free(&t->orphans);
     free(t);
 }
 

@@ -26,6 +26,14 @@
  * StreamObjects of a stream; the orphan GC deletes objects the registry does
  * not know, in two passes.
  *
+ * This module is the node's side of it: scheduling on the loop and the
+ * tier thread, reading the WAL, the registry (OBJECTS and OBJECT_GONE
+ * records, the SQLite view), view snapshots, reads for fetches. What is
+ * done to objects is s3sink's: objupload (batches to objects: sort, split
+ * rule, writing, PUT), objcompact (the compaction plan, a pure function of
+ * a registry listing, and the rewrite), objgc (which objects to delete or
+ * retire, and the two-pass orphan collector).
+ *
  * Threads: the loop, except sk_tier_restore_view (start-up, before the
  * loop runs). Jobs run on the tier's own thread.
  */
