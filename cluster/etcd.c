@@ -34,7 +34,7 @@
 #define MOD "etcd"
 #define MAX_ENDPOINTS 16
 #define MAX_ACTIVE 32          /* unary transfers at once; the rest wait in order */
-#define BACKOFF_MIN_MS 50      /* after every endpoint failed once, or a watch broke twice */
+#define BACKOFF_MIN_MS 50      /* after every endpoint failed once, or a short-lived watch stream */
 #define BACKOFF_MAX_MS 1000
 #define POLL_MAX_MS 1000
 #define WATCH_STABLE_MS 1000   /* a watch stream that lived this long resumes at once */
@@ -298,12 +298,13 @@ static bool contains(const char *s, const char *what)
  * out, stopped, leader changed), when it may still be applied. */
 static enum verdict classify_error(int code, const char *msg, int *err)
 {
-    if (contains(msg, "no leader") || contains(msg, "not capable") ||
-        contains(msg, "too many requests") || contains(msg, "proposal dropped"))
+    if (contains(msg, "no leader") || contains(msg, "not leader") ||
+        contains(msg, "not capable") || contains(msg, "too many requests") ||
+        contains(msg, "proposal dropped"))
         return V_RETRY;
     if (contains(msg, "timed out") || contains(msg, "deadline exceeded") ||
         contains(msg, "stopped") || contains(msg, "leader changed") ||
-        contains(msg, "transport is closing"))
+        contains(msg, "cancel") || contains(msg, "transport is closing"))
         return V_MAYBE;
     if (code == 11 && contains(msg, "compacted")) {
         *err = SK_ERR_COMPACTED;
