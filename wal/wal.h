@@ -189,6 +189,10 @@ int wal_reader_read(wal_reader *r, wal_lsn lsn, uint8_t *type, void *buf, uint32
                     uint32_t *len);
 void wal_reader_close(wal_reader *r);
 
+/* Deletes every segment and owner file of the WAL at `url` (a dead log
+ * nobody needs any more). Blocking, any thread; nobody may own the WAL. */
+int wal_destroy_files(struct event_base *base, const char *url, char *why, size_t whylen);
+
 /* Finishes the in-flight and pending commits and removals, then frees
  * everything; the remaining done callbacks run (with their result) before it
  * returns. Appends made from those callbacks get SK_ERR_CLOSED. */

@@ -96,3 +96,27 @@ void wal_reader_close(wal_reader *r)
     free(r->segs);
     free(r);
 }
+
+int wal_destroy_files(struct event_base *base, const char *url, char *why, size_t whylen)
+{
+    wal_storage *st = wal_storage_open(base, url, why, whylen);
+    if (!st)
+        return SK_ERR_IO;
+    uint64_t *v = NULL;
+    size_t n = 0;
+    int rc = st->ops->list(st, &v, &n);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = st->ops->discard(st, v[i]);
+    free(v);
+    v = NULL;
+    n = 0;
+    if (rc == 0)
+        rc = st->ops->owner_list(st, &v, &n);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = st->ops->owner_remove(st, v[i]);
+    free(v);
+    if (rc)
+        snprintf(why, whylen, "cannot delete the WAL's files: %s", sk_err_name(rc));
+    st->ops->destroy(st);
+    return rc;
+}
