@@ -1209,16 +1209,18 @@ int sk_store_retention_point(sk_store *s, const kc_uuid *id, int32_t part, uint6
     if (sqlite3_step(st) == SQLITE_ROW)
         total = sqlite3_column_int64(st, 0);
     sqlite3_finalize(st);
-    /* Object ranges first (older), then batches still in the WAL: delete
-     * from the oldest while past the time cutoff (stopping at the first
-     * that is not, like Kafka's segments) or while the rest would still
-     * hold max_bytes (never the newest piece for size). The unit deleted is
-     * a whole range or a whole batch. */
+    /* Object ranges and the batches still in a WAL, in offset order (an
+     * adopted partition's batches in another log's WAL can be older than the
+     * ranges it uploaded since): delete from the oldest while past the time
+     * cutoff (stopping at the first that is not, like Kafka's segments) or
+     * while the rest would still hold max_bytes (never the newest piece for
+     * size). The unit deleted is a whole range or a whole batch. */
     if (sqlite3_prepare_v2(db,
                            "SELECT start, end, size, max_ts FROM object_ranges WHERE stream = ?3"
-                           " UNION ALL SELECT base, last, len, max_ts FROM batches WHERE topic = ?1"
-                           " AND part = ?2 AND base > coalesce((SELECT max(end) FROM object_ranges"
-                           " WHERE stream = ?3), -1) ORDER BY 1",
+                           " UNION ALL SELECT base, last, len, max_ts FROM batches b WHERE"
+                           " topic = ?1 AND part = ?2 AND NOT EXISTS (SELECT 1 FROM object_ranges"
+                           " r WHERE r.stream = ?3 AND r.start <= b.base AND r.end >= b.last)"
+                           " ORDER BY 1",
                            -1, &st, NULL) != SQLITE_OK) {
         db_err(db, "retention");
         reader_put(s, db);
