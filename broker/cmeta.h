@@ -72,6 +72,10 @@ int sk_cmeta_set_broker_config(sk_node *n, int count, const char *const *names,
                                const size_t *vlens, sk_cmeta_fn fn, void *arg)
     __attribute__((warn_unused_result));
 
+/* Cluster: creates the internal topic `name` (__consumer_offsets) unless a
+ * creation is under way; its outcome is logged. */
+int sk_cmeta_create_internal(sk_node *n, const char *name, int32_t nparts);
+
 /* A fresh random (version 4) topic id. */
 void sk_random_uuid(kc_uuid *u);
 

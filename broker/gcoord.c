@@ -1036,8 +1036,13 @@ static void group_free(sk_gc_group *g, int16_t err)
 
 void sk_gc_remove(sk_gc *gc, sk_gc_group *g)
 {
+    sk_gc_evict(gc, g, SK_KAFKA_UNKNOWN_MEMBER_ID);
+}
+
+void sk_gc_evict(sk_gc *gc, sk_gc_group *g, int16_t error)
+{
     sk_map_del(gc->groups, g->id, strlen(g->id));
-    group_free(g, SK_KAFKA_UNKNOWN_MEMBER_ID);
+    group_free(g, error);
 }
 
 void sk_gc_destroy(sk_gc *gc, int16_t error)

@@ -143,5 +143,8 @@ void sk_gc_group_member(const sk_gc_group *g, int i, sk_gc_member_view *v);
 sk_gc_group *sk_gc_next(const sk_gc *gc, size_t *it);
 /* Forgets an empty group (DeleteGroups). */
 void sk_gc_remove(sk_gc *gc, sk_gc_group *g);
+/* Forgets a group whose coordination moved away: members waiting in a join
+ * or a sync are answered `error` (NOT_COORDINATOR). */
+void sk_gc_evict(sk_gc *gc, sk_gc_group *g, int16_t error);
 
 #endif

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "cluster.h"
 #include "config.h"
 #include "dispatch.h"
 #include "gcoord.h"
@@ -278,6 +279,45 @@ void sk_groups_topic_deleted(sk_groups *gs, const char *topic)
     }
 }
 
+void sk_groups_release(sk_groups *gs, bool (*in)(void *arg, const char *g, size_t len), void *arg)
+{
+    /* Collect first: removing changes the maps being walked. */
+    size_t it = 0, n = 0;
+    sk_gc_group *g, **gone = NULL;
+    while ((g = sk_gc_next(gs->gc, &it))) {
+        const char *id = sk_gc_group_id(g);
+        if (!in(arg, id, strlen(id)))
+            continue;
+        sk_gc_group **ng = realloc(gone, (n + 1) * sizeof *ng);
+        if (!ng)
+            break;
+        gone = ng;
+        gone[n++] = g;
+    }
+    for (size_t i = 0; i < n; i++)
+        sk_gc_evict(gs->gc, gone[i], SK_KAFKA_NOT_COORDINATOR);
+    free(gone);
+    gstate **drop = NULL;
+    size_t nd = 0;
+    void *v;
+    it = 0;
+    while (sk_map_next(gs->states, &it, NULL, NULL, &v)) {
+        gstate *s = v;
+        if (!in(arg, s->id, strlen(s->id)))
+            continue;
+        gstate **nx = realloc(drop, (nd + 1) * sizeof *nx);
+        if (!nx)
+            break;
+        drop = nx;
+        drop[nd++] = s;
+    }
+    for (size_t i = 0; i < nd; i++) {
+        sk_map_del(gs->states, drop[i]->id, strlen(drop[i]->id));
+        gstate_free(drop[i]);
+    }
+    free(drop);
+}
+
 /* ---- timers ---- */
 
 static void tick_cb(evutil_socket_t fd, short what, void *arg)
@@ -494,10 +534,27 @@ static void join_answer(void *arg, const sk_gc_join_result *res)
     sk_req_respond(r);
 }
 
+/* In a cluster, a node coordinates the groups whose partition of
+ * __consumer_offsets it serves; others are answered NOT_COORDINATOR and the
+ * client asks FindCoordinator again. */
+static bool coordinates(sk_req *r, kc_str group)
+{
+    sk_node *n = r->node;
+    if (!n->cluster || group.len <= 0)
+        return true; /* an empty group id gets its own error */
+    return sk_part_serving(sk_cluster_group_part(n->cluster, group.p, (size_t)group.len));
+}
+
 void h_join_group(sk_req *r)
 {
     kp_JoinGroupRequest *req = r->body;
     sk_groups *gs = r->node->groups;
+    if (!coordinates(r, req->group_id)) {
+        kp_JoinGroupResponse *resp = r->resp;
+        resp->error_code = SK_KAFKA_NOT_COORDINATOR;
+        sk_req_respond(r);
+        return;
+    }
     int32_t np = req->protocols.n > 0 ? req->protocols.n : 0;
     sk_gc_protocol *protos = sk_arena_calloc(r->arena, (size_t)np + 1, sizeof *protos);
     if (!protos) {
@@ -545,6 +602,12 @@ void h_sync_group(sk_req *r)
 {
     kp_SyncGroupRequest *req = r->body;
     sk_groups *gs = r->node->groups;
+    if (!coordinates(r, req->group_id)) {
+        kp_SyncGroupResponse *resp = r->resp;
+        resp->error_code = SK_KAFKA_NOT_COORDINATOR;
+        sk_req_respond(r);
+        return;
+    }
     int32_t na = req->assignments.n > 0 ? req->assignments.n : 0;
     sk_gc_assignment *as = sk_arena_calloc(r->arena, (size_t)na + 1, sizeof *as);
     if (!as) {
@@ -572,6 +635,7 @@ void h_heartbeat(sk_req *r)
     kp_HeartbeatRequest *req = r->body;
     kp_HeartbeatResponse *resp = r->resp;
     resp->error_code =
+        !coordinates(r, req->group_id) ? SK_KAFKA_NOT_COORDINATOR :
         sk_gc_heartbeat(r->node->groups->gc, req->group_id, req->member_id,
                         r->version >= 3 ? req->group_instance_id : (kc_str){NULL, -1},
                         req->generation_id, sk_mono_ms());
@@ -584,8 +648,9 @@ void h_leave_group(sk_req *r)
     kp_LeaveGroupResponse *resp = r->resp;
     sk_gc *gc = r->node->groups->gc;
     int64_t now = sk_mono_ms();
-    if (req->group_id.len <= 0) {
-        resp->error_code = SK_KAFKA_INVALID_GROUP_ID;
+    if (req->group_id.len <= 0 || !coordinates(r, req->group_id)) {
+        resp->error_code =
+            req->group_id.len <= 0 ? SK_KAFKA_INVALID_GROUP_ID : SK_KAFKA_NOT_COORDINATOR;
         sk_req_respond(r);
         return;
     }
@@ -705,6 +770,11 @@ void h_describe_groups(sk_req *r)
         d->protocol_data = sk_req_str(r, "");
         if (req->include_authorized_operations)
             d->authorized_operations = GROUP_ALL_OPS;
+        if (!coordinates(r, id)) {
+            d->error_code = SK_KAFKA_NOT_COORDINATOR;
+            d->group_state = sk_req_str(r, "");
+            continue;
+        }
         sk_gc_group *g = id.len > 0 ? sk_gc_find(gs->gc, id.p, (size_t)id.len) : NULL;
         gstate *s = id.len > 0 ? state_get(gs, id.p, (size_t)id.len, false) : NULL;
         if (!g && !s) {
@@ -823,6 +893,8 @@ void h_offset_commit(sk_req *r)
     int16_t gerr = 0;
     if (req->group_id.len <= 0)
         gerr = SK_KAFKA_INVALID_GROUP_ID;
+    else if (!coordinates(r, req->group_id))
+        gerr = SK_KAFKA_NOT_COORDINATOR;
     else {
         gerr = sk_gc_check_commit(gs->gc, req->group_id, req->member_id,
                                   r->version >= 7 ? req->group_instance_id : (kc_str){NULL, -1},
@@ -1060,6 +1132,8 @@ void h_offset_fetch(sk_req *r)
         resp->topics.v = ts;
         if (req->group_id.len <= 0)
             resp->error_code = SK_KAFKA_INVALID_GROUP_ID;
+        else if (!coordinates(r, req->group_id))
+            resp->error_code = SK_KAFKA_NOT_COORDINATOR;
         sk_req_respond(r);
         return;
     }
@@ -1078,6 +1152,8 @@ void h_offset_fetch(sk_req *r)
                         : NULL;
         if (rg->group_id.len <= 0)
             gr[g].error_code = SK_KAFKA_INVALID_GROUP_ID;
+        else if (!coordinates(r, rg->group_id))
+            gr[g].error_code = SK_KAFKA_NOT_COORDINATOR;
         OFETCH_WANT(r, rg->topics, names, parts);
         int nt = ofetch_collect(r, s, rg->topics.n, names, parts, &ot);
         kp_OffsetFetchResponse_OffsetFetchResponseTopics *ts =
@@ -1159,8 +1235,9 @@ void h_offset_delete(sk_req *r)
     sk_groups *gs = r->node->groups;
     sk_gc_group *g = req->group_id.len > 0 ? sk_gc_find(gs->gc, req->group_id.p, (size_t)req->group_id.len) : NULL;
     gstate *s = req->group_id.len > 0 ? state_get(gs, req->group_id.p, (size_t)req->group_id.len, false) : NULL;
-    if (req->group_id.len <= 0) {
-        resp->error_code = SK_KAFKA_INVALID_GROUP_ID;
+    if (req->group_id.len <= 0 || !coordinates(r, req->group_id)) {
+        resp->error_code =
+            req->group_id.len <= 0 ? SK_KAFKA_INVALID_GROUP_ID : SK_KAFKA_NOT_COORDINATOR;
         sk_req_respond(r);
         return;
     }
@@ -1260,6 +1337,10 @@ void h_delete_groups(sk_req *r)
         rs[i].group_id = id;
         if (id.len <= 0) {
             rs[i].error_code = SK_KAFKA_INVALID_GROUP_ID;
+            continue;
+        }
+        if (!coordinates(r, id)) {
+            rs[i].error_code = SK_KAFKA_NOT_COORDINATOR;
             continue;
         }
         sk_gc_group *g = sk_gc_find(gs->gc, id.p, (size_t)id.len);

@@ -64,6 +64,12 @@ uint32_t sk_groups_snapshot(const sk_groups *gs, sk_buf *b);
 /* Forgets offsets of a deleted topic (the WAL record of the deletion
  * implies it; see store.c). */
 void sk_groups_topic_deleted(sk_groups *gs, const char *topic);
+/* Coordination of the groups `in` picks moved to another node (their
+ * offsets partition's HANDOFF carries the committed offsets): members
+ * waiting here are answered NOT_COORDINATOR, and membership and offsets
+ * are forgotten. */
+void sk_groups_release(sk_groups *gs, bool (*in)(void *arg, const char *g, size_t len),
+                       void *arg);
 /* Shutdown: answer every waiting join and sync. */
 void sk_groups_abort_waiters(sk_groups *gs);
 

@@ -441,8 +441,9 @@ void h_delete_records(sk_req *r)
             o->partition_index = dp->partition_index;
             o->low_watermark = -1;
             sk_part *p = sk_part_get(topic, dp->partition_index);
-            if (!p) {
-                o->error_code = SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION;
+            if (!sk_part_serving(p)) {
+                o->error_code =
+                    p ? SK_KAFKA_NOT_LEADER_OR_FOLLOWER : SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION;
                 continue;
             }
             /* -1 means "up to the high watermark". */
@@ -483,21 +484,25 @@ void h_describe_cluster(sk_req *r)
         sk_req_respond(r);
         return;
     }
-    const sk_listener *adv = sk_conn_advertised(r->conn);
+    sk_broker *bs;
+    int nb = sk_brokers_for(r, &bs);
     kp_DescribeClusterResponse_DescribeClusterBroker *b =
-        sk_req_array(r, &kp_DescribeClusterResponse_DescribeClusterBroker_desc, 1);
-    if (!b) {
+        nb >= 0 ? sk_req_array(r, &kp_DescribeClusterResponse_DescribeClusterBroker_desc, nb)
+                : NULL;
+    if (nb < 0 || (nb && !b)) {
         sk_req_close(r, "out of memory");
         return;
     }
-    b->broker_id = n->cfg->node_id;
-    b->host = sk_req_str(r, adv->host);
-    b->port = adv->port;
-    b->rack = n->cfg->broker_rack[0] ? sk_req_str(r, n->cfg->broker_rack) : (kc_str){NULL, -1};
+    for (int i = 0; i < nb; i++) {
+        b[i].broker_id = bs[i].id;
+        b[i].host = sk_req_str(r, bs[i].host);
+        b[i].port = bs[i].port;
+        b[i].rack = bs[i].rack ? sk_req_str(r, bs[i].rack) : (kc_str){NULL, -1};
+    }
     resp->endpoint_type = 1;
     resp->cluster_id = sk_req_str(r, n->cluster_id);
-    resp->controller_id = n->cfg->node_id;
-    resp->brokers.n = 1;
+    resp->controller_id = sk_controller_for(r);
+    resp->brokers.n = nb;
     resp->brokers.v = b;
     if (req->include_cluster_authorized_operations)
         resp->cluster_authorized_operations =

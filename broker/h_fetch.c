@@ -185,7 +185,7 @@ static void disk_work(void *arg)
             }
             uint8_t type;
             uint32_t len;
-            int rc = wal_read_record(n->wal, locs[k].lsn, &type, tmp, cap, &len);
+            int rc = sk_node_read_batch(n, &locs[k], &type, tmp, cap, &len);
             if (rc != 0 || type != SK_WAL_DATA || len != need) {
                 /* A trimmed segment ends the read: what came before is
                  * still good. */
@@ -333,8 +333,10 @@ static void fetch_eval(sk_fwait *w)
             pd->records = (kc_records){NULL, 0, 0, NULL};
             pd->error_code = 0;
             sk_part *p = sk_part_get(t, fp->partition);
-            if (!p) {
-                pd->error_code = SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION;
+            if (!sk_part_serving(p)) {
+                /* Not here (any more): the client refreshes its metadata. */
+                pd->error_code = p ? SK_KAFKA_NOT_LEADER_OR_FOLLOWER
+                                   : SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION;
                 pd->high_watermark = pd->last_stable_offset = pd->log_start_offset = -1;
                 any_error = true;
                 continue;

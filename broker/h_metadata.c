@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cmeta.h"
+#include "cluster.h"
 #include "config.h"
 #include "dispatch.h"
 #include "handlers.h"
@@ -24,33 +25,109 @@
 #define CLUSTER_ALL_OPS                                                                       \
     ((1 << 4) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 12))
 
+/* ---- brokers ---- */
+
+static const char *listener_name(sk_req *r)
+{
+    return sk_conn_advertised(r->conn)->name;
+}
+
+int sk_brokers_for(sk_req *r, sk_broker **out)
+{
+    sk_node *n = r->node;
+    if (!n->cluster) {
+        const sk_listener *adv = sk_conn_advertised(r->conn);
+        sk_broker *b = sk_arena_alloc(r->arena, sizeof *b);
+        if (!b)
+            return -1;
+        *b = (sk_broker){n->cfg->node_id, adv->host, adv->port,
+                         n->cfg->broker_rack[0] ? n->cfg->broker_rack : NULL};
+        *out = b;
+        return 1;
+    }
+    size_t nn;
+    const cm_node *nodes = cm_nodes(sk_cluster_model(n->cluster), &nn);
+    sk_broker *bs = sk_arena_alloc(r->arena, (nn ? nn : 1) * sizeof *bs);
+    if (!bs)
+        return -1;
+    int k = 0;
+    for (size_t i = 0; i < nn; i++)
+        if (sk_broker_addr(r, nodes[i].id, &bs[k]))
+            k++;
+    *out = bs;
+    return k;
+}
+
+bool sk_broker_addr(sk_req *r, int32_t node, sk_broker *out)
+{
+    sk_node *n = r->node;
+    if (!n->cluster) {
+        if (node != n->cfg->node_id)
+            return false;
+        const sk_listener *adv = sk_conn_advertised(r->conn);
+        *out = (sk_broker){node, adv->host, adv->port,
+                           n->cfg->broker_rack[0] ? n->cfg->broker_rack : NULL};
+        return true;
+    }
+    const char *host, *rack;
+    int32_t port;
+    if (!sk_cluster_node_addr(n->cluster, node, listener_name(r), &host, &port, &rack))
+        return false;
+    *out = (sk_broker){node, host, port, rack && rack[0] ? rack : NULL};
+    return true;
+}
+
+int32_t sk_controller_for(sk_req *r)
+{
+    sk_node *n = r->node;
+    return n->cluster ? sk_cluster_controller(n->cluster) : n->cfg->node_id;
+}
+
+/* ---- topics ---- */
+
+/* The partition's leader as clients see it: this node (a single node), or
+ * its main when that node is live (-1 between two mains). */
+static int32_t leader_of(sk_req *r, const sk_part *p)
+{
+    sk_node *n = r->node;
+    if (!n->cluster)
+        return n->cfg->node_id;
+    if (p->main_node < 0 || !cm_node_get(sk_cluster_model(n->cluster), p->main_node))
+        return -1;
+    return p->main_node;
+}
+
 static void fill_topic(sk_req *r, kp_MetadataRequest *req,
                        kp_MetadataResponse_MetadataResponseTopic *mt, const sk_topic *t)
 {
-    int32_t node = r->node->cfg->node_id;
     mt->error_code = 0;
     mt->name = sk_req_str(r, t->name);
     mt->topic_id = t->id;
-    mt->is_internal = false;
+    mt->is_internal = t->internal;
     if (req->include_topic_authorized_operations)
         mt->topic_authorized_operations = TOPIC_ALL_OPS;
     kp_MetadataResponse_MetadataResponsePartition *ps =
         sk_req_array(r, &kp_MetadataResponse_MetadataResponsePartition_desc, t->nparts);
-    int32_t *one = sk_arena_alloc(r->arena, sizeof *one);
-    if (!ps || !one) {
+    int32_t *ids = sk_arena_alloc(r->arena, (size_t)(t->nparts ? t->nparts : 1) * sizeof *ids);
+    if (!ps || !ids) {
         mt->error_code = -1; /* UNKNOWN_SERVER_ERROR: never a silently empty topic */
         return;
     }
-    *one = node;
     for (int32_t i = 0; i < t->nparts; i++) {
+        int32_t leader = leader_of(r, t->parts[i]);
+        ids[i] = leader;
         ps[i].partition_index = i;
-        ps[i].leader_id = node;
+        ps[i].leader_id = leader;
         ps[i].leader_epoch = t->parts[i]->leader_epoch;
-        ps[i].replica_nodes.n = 1;
-        ps[i].replica_nodes.v = one;
-        ps[i].isr_nodes.n = 1;
-        ps[i].isr_nodes.v = one;
+        /* The shared volume is the replica: the leader is the one node. */
+        int32_t nrep = leader >= 0 ? 1 : 0;
+        ps[i].replica_nodes.n = nrep;
+        ps[i].replica_nodes.v = &ids[i];
+        ps[i].isr_nodes.n = nrep;
+        ps[i].isr_nodes.v = &ids[i];
         ps[i].offline_replicas.n = 0;
+        if (leader < 0)
+            ps[i].error_code = SK_KAFKA_LEADER_NOT_AVAILABLE;
     }
     mt->partitions.n = t->nparts;
     mt->partitions.v = ps;
@@ -88,22 +165,25 @@ void h_metadata(sk_req *r)
     sk_node *n = r->node;
     kp_MetadataRequest *req = r->body;
     kp_MetadataResponse *resp = r->resp;
-    const sk_listener *adv = sk_conn_advertised(r->conn);
 
+    sk_broker *bs;
+    int nb = sk_brokers_for(r, &bs);
     kp_MetadataResponse_MetadataResponseBroker *b =
-        sk_req_array(r, &kp_MetadataResponse_MetadataResponseBroker_desc, 1);
-    if (!b) {
+        nb >= 0 ? sk_req_array(r, &kp_MetadataResponse_MetadataResponseBroker_desc, nb) : NULL;
+    if (nb < 0 || (nb && !b)) {
         sk_req_close(r, "out of memory");
         return;
     }
-    b->node_id = n->cfg->node_id;
-    b->host = sk_req_str(r, adv->host);
-    b->port = adv->port;
-    b->rack = n->cfg->broker_rack[0] ? sk_req_str(r, n->cfg->broker_rack) : (kc_str){NULL, -1};
-    resp->brokers.n = 1;
+    for (int i = 0; i < nb; i++) {
+        b[i].node_id = bs[i].id;
+        b[i].host = sk_req_str(r, bs[i].host);
+        b[i].port = bs[i].port;
+        b[i].rack = bs[i].rack ? sk_req_str(r, bs[i].rack) : (kc_str){NULL, -1};
+    }
+    resp->brokers.n = nb;
     resp->brokers.v = b;
     resp->cluster_id = sk_req_str(r, n->cluster_id);
-    resp->controller_id = n->cfg->node_id;
+    resp->controller_id = sk_controller_for(r);
     if (req->include_cluster_authorized_operations)
         resp->cluster_authorized_operations = CLUSTER_ALL_OPS;
 
@@ -188,12 +268,27 @@ void h_metadata(sk_req *r)
         metadata_finish(r);
 }
 
-void h_find_coordinator(sk_req *r)
+/* The coordinator of group `key`: this node (a single node), or the main of
+ * the group's partition of __consumer_offsets. */
+static int16_t coordinator_of(sk_req *r, kc_str key, sk_broker *out)
 {
     sk_node *n = r->node;
+    int32_t node = n->cfg->node_id;
+    if (n->cluster) {
+        sk_part *p = key.len >= 0
+                         ? sk_cluster_group_part(n->cluster, key.p ? key.p : "", (size_t)key.len)
+                         : NULL;
+        node = p ? leader_of(r, p) : -1;
+    }
+    if (node < 0 || !sk_broker_addr(r, node, out))
+        return SK_KAFKA_COORDINATOR_NOT_AVAILABLE;
+    return 0;
+}
+
+void h_find_coordinator(sk_req *r)
+{
     kp_FindCoordinatorRequest *req = r->body;
     kp_FindCoordinatorResponse *resp = r->resp;
-    const sk_listener *adv = sk_conn_advertised(r->conn);
     /* Key type 0 is a group; transactions (1) and share groups (2) are not
      * served. */
     int16_t err = req->key_type == 0 ? 0 : SK_KAFKA_COORDINATOR_NOT_AVAILABLE;
@@ -205,11 +300,14 @@ void h_find_coordinator(sk_req *r)
         msg = req->key_type == 2 ? "share groups are not supported" : "unknown coordinator key type";
     }
     if (r->version < 4) {
+        sk_broker c = {0};
+        if (!err)
+            err = coordinator_of(r, req->key, &c);
         resp->error_code = err;
         resp->error_message = msg ? sk_req_str(r, msg) : (kc_str){NULL, -1};
-        resp->node_id = err ? -1 : n->cfg->node_id;
-        resp->host = sk_req_str(r, err ? "" : adv->host);
-        resp->port = err ? -1 : adv->port;
+        resp->node_id = err ? -1 : c.id;
+        resp->host = sk_req_str(r, err ? "" : c.host);
+        resp->port = err ? -1 : c.port;
         sk_req_respond(r);
         return;
     }
@@ -221,12 +319,14 @@ void h_find_coordinator(sk_req *r)
         return;
     }
     for (int32_t i = 0; i < nk; i++) {
+        sk_broker c = {0};
+        int16_t e = err ? err : coordinator_of(r, req->coordinator_keys.v[i], &c);
         cs[i].key = req->coordinator_keys.v[i];
-        cs[i].error_code = err;
+        cs[i].error_code = e;
         cs[i].error_message = msg ? sk_req_str(r, msg) : (kc_str){NULL, -1};
-        cs[i].node_id = err ? -1 : n->cfg->node_id;
-        cs[i].host = sk_req_str(r, err ? "" : adv->host);
-        cs[i].port = err ? -1 : adv->port;
+        cs[i].node_id = e ? -1 : c.id;
+        cs[i].host = sk_req_str(r, e ? "" : c.host);
+        cs[i].port = e ? -1 : c.port;
     }
     resp->coordinators.n = nk;
     resp->coordinators.v = cs;

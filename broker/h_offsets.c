@@ -89,7 +89,7 @@ static bool read_and_scan(sk_node *n, const sk_batch_loc *loc, int64_t target, i
         return false;
     uint8_t type;
     uint32_t len;
-    bool ok = wal_read_record(n->wal, loc->lsn, &type, buf, cap, &len) == 0 &&
+    bool ok = sk_node_read_batch(n, loc, &type, buf, cap, &len) == 0 &&
               type == SK_WAL_DATA && len == cap &&
               scan_batch(buf + SK_DATA_HEADER, loc->len, target, off, ts);
     free(buf);
@@ -262,8 +262,9 @@ void h_list_offsets(sk_req *r)
             out->offset = -1;
             out->timestamp = -1;
             sk_part *p = sk_part_get(t, lp->partition_index);
-            if (!p) {
-                out->error_code = SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION;
+            if (!sk_part_serving(p)) {
+                out->error_code =
+                    p ? SK_KAFKA_NOT_LEADER_OR_FOLLOWER : SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION;
                 continue;
             }
             if (lp->current_leader_epoch >= 0 && lp->current_leader_epoch != p->leader_epoch) {
@@ -357,8 +358,9 @@ void h_offset_for_leader_epoch(sk_req *r)
             out->leader_epoch = -1;
             out->end_offset = -1;
             sk_part *p = sk_part_get(t, lp->partition);
-            if (!p) {
-                out->error_code = SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION;
+            if (!sk_part_serving(p)) {
+                out->error_code =
+                    p ? SK_KAFKA_NOT_LEADER_OR_FOLLOWER : SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION;
                 continue;
             }
             if (lp->current_leader_epoch >= 0 && lp->current_leader_epoch != p->leader_epoch) {
@@ -367,10 +369,12 @@ void h_offset_for_leader_epoch(sk_req *r)
                                       : SK_KAFKA_FENCED_LEADER_EPOCH;
                 continue;
             }
-            /* A partition has had one leader epoch on this node: everything
-             * up to the high watermark belongs to it. */
-            if (lp->leader_epoch == p->leader_epoch) {
-                out->leader_epoch = p->leader_epoch;
+            /* Skiff never truncates a log: whatever epoch a client last saw,
+             * every offset it fetched is still there. The end of an earlier
+             * epoch is answered as the end of the log, which is never below
+             * it, so that a client checking for truncation finds none. */
+            if (lp->leader_epoch >= 0 && lp->leader_epoch <= p->leader_epoch) {
+                out->leader_epoch = lp->leader_epoch;
                 out->end_offset = p->hw;
             }
         }

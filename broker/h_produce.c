@@ -121,6 +121,8 @@ static void append_durable(void *arg, int err)
     struct pappend *pa = arg;
     untrack(pa);
     sk_part *p = sk_part_get(sk_topic_get_id(pa->n, &pa->id), pa->part);
+    if (p && p->own == SK_OWN_NONE)
+        p = NULL; /* handed over meanwhile: its state went with its HANDOFF */
     if (err == 0 && p && pa->last + 1 > p->hw) {
         p->hw = pa->last + 1;
         sk_part_wake(p);
@@ -194,6 +196,11 @@ static bool produce_partition(sk_req *r, int16_t acks, sk_topic *t,
     if (!p) {
         set_error(r, pr, SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION,
                   "This server does not host this topic-partition.");
+        return false;
+    }
+    if (!sk_part_serving(p)) {
+        set_error(r, pr, SK_KAFKA_NOT_LEADER_OR_FOLLOWER,
+                  "This node is not the partition's leader (main) now.");
         return false;
     }
     pr->log_start_offset = p->log_start;

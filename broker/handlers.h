@@ -28,6 +28,21 @@ void h_incremental_alter_configs(sk_req *r);
 void h_delete_records(sk_req *r);
 void h_describe_cluster(sk_req *r);
 void h_describe_log_dirs(sk_req *r);
+
+/* The brokers a client on r's connection is told about (Metadata,
+ * DescribeCluster): this node alone, or a cluster's live nodes at their
+ * address on the listener the client came in on. */
+typedef struct sk_broker {
+    int32_t id;
+    const char *host;
+    int32_t port;
+    const char *rack; /* NULL: none */
+} sk_broker;
+/* An arena array; returns the count, -1 when out of memory. */
+int sk_brokers_for(sk_req *r, sk_broker **out);
+int32_t sk_controller_for(sk_req *r);
+/* The address of `node` for r's client (false: not live). */
+bool sk_broker_addr(sk_req *r, int32_t node, sk_broker *out);
 /* Skiff's node-to-node RPCs (h_rpc.c). */
 void h_handoff_ready(sk_req *r);
 

@@ -1,7 +1,11 @@
 /*
  * skiffd: command line, configuration, and the node's life.
  */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,6 +14,27 @@
 #include "sk_log.h"
 
 #define SKIFF_VERSION "0.1.0"
+
+/* The cluster counted this incarnation dead: start again as a new one, with
+ * the same arguments and process id, once everything of the old one is
+ * closed (descriptors a library left open are closed by the exec). */
+static void rejoin(char **argv)
+{
+    SK_INFO("main", "starting again as a new incarnation");
+    DIR *d = opendir("/proc/self/fd");
+    if (d) {
+        int dfd = dirfd(d);
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL) {
+            int fd = atoi(e->d_name);
+            if (fd > 2 && fd != dfd)
+                fcntl(fd, F_SETFD, FD_CLOEXEC);
+        }
+        closedir(d);
+    }
+    execv("/proc/self/exe", argv);
+    SK_ERROR("main", "cannot start again: %s", strerror(errno));
+}
 
 static int usage_error(const char *argv0, const char *msg)
 {
@@ -96,5 +121,7 @@ int main(int argc, char **argv)
     int rc = sk_node_run(n);
     sk_node_destroy(n);
     sk_config_free(&cfg);
+    if (rc == SK_EXIT_REJOIN)
+        rejoin(argv);
     return rc;
 }

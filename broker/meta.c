@@ -316,6 +316,27 @@ int sk_snapshot_encode(const sk_node *n, uint8_t **out, uint32_t *len)
     return 0;
 }
 
+int sk_snapshot_empty(const sk_node *n, uint8_t **out, uint32_t *len)
+{
+    sk_buf b;
+    sk_buf_init(&b, 4096);
+    sk_buf_u8(&b, SNAP_VERSION);
+    sk_buf_str(&b, n->cluster_id, strlen(n->cluster_id));
+    sk_buf_u64(&b, 0);
+    sk_buf_u64(&b, 0);
+    sk_conf_block_put(&b, 0, NULL, NULL);
+    sk_buf_u32(&b, 0); /* topics */
+    sk_buf_u32(&b, 0); /* extra sections */
+    if (sk_buf_failed(&b)) {
+        sk_buf_free(&b);
+        return SK_ERR_NOMEM;
+    }
+    size_t l;
+    *out = sk_buf_take(&b, &l);
+    *len = (uint32_t)l;
+    return 0;
+}
+
 int sk_snapshot_visit(const uint8_t *p, size_t n, const sk_snapshot_visitor *v)
 {
     sk_rd r;

@@ -155,6 +155,11 @@ int sk_pstate_get(sk_rd *r, sk_pstate *ps);
  *              u32 nproducers | pstates
  *   then u32 nextra | extra sections (u8 kind | str body), e.g. groups. */
 int sk_snapshot_encode(const sk_node *n, uint8_t **out, uint32_t *len);
+/* The preamble of a cluster member's logs: no metadata at all. Their topics
+ * are in etcd, and a partition's state comes with its ADOPT record; a log's
+ * view is rebuilt from its snapshot in the object store and the WAL, never
+ * from a preamble (the WAL is trimmed only below the newest snapshot). */
+int sk_snapshot_empty(const sk_node *n, uint8_t **out, uint32_t *len);
 
 typedef struct sk_snap_head {
     const char *cluster_id;

@@ -8,9 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <dirent.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cmeta.h"
+#include "cluster.h"
+#include "session.h"
 #include "config.h"
 #include "dynconf.h"
 #include "groups.h"
@@ -100,6 +105,14 @@ bool sk_node_wal_full(const sk_node *n)
     return wal_end_lsn(n->wal) - wal_start_lsn(n->wal) > (uint64_t)n->cfg->wal_max_retained_bytes;
 }
 
+int sk_node_read_batch(sk_node *n, const sk_batch_loc *loc, uint8_t *type, void *buf,
+                       uint32_t cap, uint32_t *len)
+{
+    if (loc->log == 0 || !n->cluster || loc->log == sk_cluster_log_id(n->cluster))
+        return wal_read_record(n->wal, loc->lsn, type, buf, cap, len);
+    return sk_cluster_read_foreign(n->cluster, loc->log, loc->lsn, type, buf, cap, len);
+}
+
 int sk_node_read_job(sk_node *n, void (*fn)(void *), void (*done)(void *), void *arg)
 {
     if (!n->readers)
@@ -145,6 +158,12 @@ static int preamble_cb(void *arg, wal_lsn start, uint8_t **buf, uint32_t *len)
 {
     (void)start;
     return sk_snapshot_encode(arg, buf, len);
+}
+
+static int member_preamble(void *arg, wal_lsn start, uint8_t **buf, uint32_t *len)
+{
+    (void)start;
+    return sk_snapshot_empty(arg, buf, len);
 }
 
 /* ---- start-up ---- */
@@ -253,7 +272,7 @@ static int open_wal(sk_node *n, char *why, size_t whylen)
 }
 
 /* A vlog around a store, with the hooks of the node's own log. */
-static int new_own_log(sk_node *n, sk_store *store, char *why, size_t whylen);
+static int new_own_log(sk_node *n, sk_store *store, int64_t id, char *why, size_t whylen);
 
 /* Opens the view at dbpath (emptied first when `reset`) and the node's own
  * log on it; on failure neither stays open. SK_ERR_AGAIN as sk_vlog_open. */
@@ -267,7 +286,7 @@ static int try_open(sk_node *n, const char *dbpath, bool reset, char *why, size_
         sk_store_close(store);
         return SK_ERR_IO;
     }
-    int rc = new_own_log(n, store, why, whylen);
+    int rc = new_own_log(n, store, 0, why, whylen);
     if (rc == 0)
         rc = open_wal(n, why, whylen);
     if (rc) {
@@ -279,11 +298,10 @@ static int try_open(sk_node *n, const char *dbpath, bool reset, char *why, size_
     return rc;
 }
 
-static int new_own_log(sk_node *n, sk_store *store, char *why, size_t whylen);
-static int new_own_log(sk_node *n, sk_store *store, char *why, size_t whylen)
+static int new_own_log(sk_node *n, sk_store *store, int64_t id, char *why, size_t whylen)
 {
     sk_vlog_hooks h = {own_durable, own_applied, own_fenced, n};
-    n->log = sk_vlog_new(n, 0, store, &h);
+    n->log = sk_vlog_new(n, id, store, &h);
     if (!n->log) {
         sk_store_close(store);
         snprintf(why, whylen, "out of memory");
@@ -331,6 +349,164 @@ static int mkdir_p(const char *path)
     return 0;
 }
 
+/* Blocking start-up steps that wait for a service: `step` is tried again
+ * with backoff, saying what it waits for, until it succeeds. */
+static int startup_retry(sk_node *n, const char *what, int (*step)(sk_node *, void *, char *, size_t),
+                         void *arg, char *why, size_t whylen)
+{
+    int64_t backoff = 100;
+    for (int attempt = 0;; attempt++) {
+        why[0] = 0;
+        int rc = step(n, arg, why, whylen);
+        if (rc == 0 || rc == SK_ERR_INVAL)
+            return rc;
+        if (attempt == 0 || backoff == 5000)
+            SK_WARN("node", "waiting for %s: %s; retrying (every %lld ms at most)", what,
+                    why[0] ? why : sk_err_name(rc), 5000LL);
+        struct timespec ts = {backoff / 1000, (backoff % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+        backoff = backoff * 2 > 5000 ? 5000 : backoff * 2;
+    }
+}
+
+static int restore_step(sk_node *n, void *arg, char *why, size_t whylen)
+{
+    return sk_tier_restore_view(n->cfg, arg, why, whylen) ? SK_ERR_IO : 0;
+}
+
+/* A single node: its one log at wal.url, its view in data.dir/skiff.db. */
+static int open_single(sk_node *n, char *why, size_t whylen)
+{
+    const sk_config *cfg = n->cfg;
+    char dbpath[4200];
+    snprintf(dbpath, sizeof dbpath, "%s/skiff.db", cfg->data_dir);
+    /* A wiped data.dir: the view comes back from its latest snapshot in the
+     * object store, and the WAL replays from there. */
+    int rc = startup_retry(n, "the object store", restore_step, dbpath, why, whylen);
+    if (rc != 0)
+        return rc;
+    rc = try_open(n, dbpath, false, why, whylen);
+    if (rc == SK_ERR_AGAIN) {
+        /* The view missed records the WAL no longer holds. Its newest
+         * snapshot in the object store is never older than the WAL's start
+         * (the WAL is trimmed only below it): take that one first. */
+        char stale[4300];
+        snprintf(stale, sizeof stale, "%s.stale", dbpath);
+        if (rename(dbpath, stale) == 0 && sk_tier_restore_view(cfg, dbpath, why, whylen) == 0) {
+            rc = try_open(n, dbpath, false, why, whylen);
+            if (rc == 0)
+                SK_WARN("node", "the SQLite view was behind the retained WAL; restored its "
+                        "snapshot at LSN %llu",
+                        (unsigned long long)sk_store_applied(n->store));
+        }
+    }
+    if (rc == SK_ERR_AGAIN) {
+        SK_WARN("node", "the SQLite view is behind the retained WAL; rebuilding it from the WAL");
+        rc = try_open(n, dbpath, true, why, whylen);
+    }
+    if (rc != 0)
+        return rc;
+    if (!sk_store_is_empty(n->store) && sk_store_applied(n->store) > wal_end_lsn(n->wal)) {
+        snprintf(why, whylen,
+                 "the SQLite view %s reflects the WAL up to LSN %llu but the WAL at %s ends at "
+                 "LSN %llu: the WAL was replaced or truncated. Move %s away to rebuild the view "
+                 "from this WAL",
+                 dbpath, (unsigned long long)sk_store_applied(n->store), cfg->wal_url,
+                 (unsigned long long)wal_end_lsn(n->wal), dbpath);
+        return SK_ERR_IO;
+    }
+    n->store_applied = sk_store_applied(n->store);
+    n->groups = sk_groups_new(n);
+    if (!n->groups) {
+        snprintf(why, whylen, "out of memory");
+        return SK_ERR_NOMEM;
+    }
+    sk_snapshot_visitor lv = {n, load_head, load_topic, load_part, load_pstate, load_extra};
+    if (sk_store_load(n->store, &lv) != 0) {
+        snprintf(why, whylen, "cannot load state from the SQLite view %s", dbpath);
+        return SK_ERR_IO;
+    }
+    return 0;
+}
+
+/* A cluster member's storage for its own new log. */
+static int member_wal_step(sk_node *n, void *arg, char *why, size_t whylen)
+{
+    const char *url = arg;
+    wal_storage *st = wal_storage_open(n->base, url, why, whylen);
+    if (!st)
+        return SK_ERR_IO;
+    wal_opts o = {0};
+    o.segment_bytes = (uint64_t)n->cfg->wal_segment_bytes;
+    o.max_pending_bytes = (uint64_t)n->cfg->wal_max_pending_bytes +
+                          (uint64_t)n->cfg->socket_request_max_bytes + (64u << 20);
+    o.node_id = (uint32_t)n->cfg->node_id;
+    o.lease_ms = n->cfg->wal_lease_ms;
+    o.io_timeout_ms = n->cfg->wal_io_timeout_ms;
+    o.preamble = member_preamble;
+    o.preamble_arg = n;
+    int rc = sk_vlog_open(n->log, st, &o, why, whylen);
+    if (rc == 0) {
+        n->wal = sk_vlog_wal(n->log);
+        /* Nothing is acknowledged past the membership lease. */
+        wal_set_ack_deadline(n->wal, cs_deadline(sk_cluster_session(n->cluster)));
+    }
+    return rc;
+}
+
+/* Views of earlier incarnations' logs: their logs are dead, taken over by
+ * custodians that rebuild what they need from the shared volume. */
+static void remove_old_views(const sk_config *cfg, const char *keep)
+{
+    DIR *d = opendir(cfg->data_dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    char path[4400];
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, "log-", 4) != 0 && strncmp(e->d_name, "custody-", 8) != 0)
+            continue;
+        snprintf(path, sizeof path, "%s/%s", cfg->data_dir, e->d_name);
+        if (strncmp(path, keep, strlen(keep)) != 0)
+            unlink(path);
+    }
+    closedir(d);
+}
+
+/* A cluster member: joins through etcd, then opens a new log of its own. */
+static int open_member(sk_node *n, char *why, size_t whylen)
+{
+    const sk_config *cfg = n->cfg;
+    n->cluster = sk_cluster_new(n, why, whylen);
+    if (!n->cluster)
+        return SK_ERR_IO;
+    n->cmeta = &sk_cmeta_etcd;
+    int64_t log = sk_cluster_log_id(n->cluster);
+    char dbpath[4200], url[4200];
+    sk_cluster_view_path(cfg, "log", log, dbpath, sizeof dbpath);
+    remove_old_views(cfg, dbpath);
+    if (sk_cluster_log_url(cfg, log, url, sizeof url) != 0) {
+        snprintf(why, whylen, "property wal.url: too long");
+        return SK_ERR_INVAL;
+    }
+    sk_store *store = sk_store_open(dbpath, why, whylen);
+    if (!store)
+        return SK_ERR_IO;
+    int rc = new_own_log(n, store, log, why, whylen);
+    if (rc == 0)
+        rc = startup_retry(n, "the shared volume", member_wal_step, url, why, whylen);
+    if (rc == 0) {
+        n->groups = sk_groups_new(n);
+        if (!n->groups) {
+            snprintf(why, whylen, "out of memory");
+            rc = SK_ERR_NOMEM;
+        }
+    }
+    if (rc == 0)
+        SK_INFO("node", "node %d writes log %lld at %s", cfg->node_id, (long long)log, url);
+    return rc;
+}
+
 static void retention_cb(evutil_socket_t fd, short what, void *arg);
 static void signal_cb(evutil_socket_t fd, short what, void *arg);
 
@@ -360,53 +536,9 @@ sk_node *sk_node_new(sk_config *cfg, char *why, size_t whylen)
                  strerror(errno));
         goto fail;
     }
-    char dbpath[4200];
-    snprintf(dbpath, sizeof dbpath, "%s/skiff.db", cfg->data_dir);
-    /* A wiped data.dir: the view comes back from its latest snapshot in the
-     * object store, and the WAL replays from there. */
-    if (sk_tier_restore_view(cfg, dbpath, why, whylen) != 0)
-        goto fail;
-    int rc = try_open(n, dbpath, false, why, whylen);
-    if (rc == SK_ERR_AGAIN) {
-        /* The view missed records the WAL no longer holds. Its newest
-         * snapshot in the object store is never older than the WAL's start
-         * (the WAL is trimmed only below it): take that one first. */
-        char stale[4300];
-        snprintf(stale, sizeof stale, "%s.stale", dbpath);
-        if (rename(dbpath, stale) == 0 && sk_tier_restore_view(cfg, dbpath, why, whylen) == 0) {
-            rc = try_open(n, dbpath, false, why, whylen);
-            if (rc == 0)
-                SK_WARN("node", "the SQLite view was behind the retained WAL; restored its "
-                        "snapshot at LSN %llu",
-                        (unsigned long long)sk_store_applied(n->store));
-        }
-    }
-    if (rc == SK_ERR_AGAIN) {
-        SK_WARN("node", "the SQLite view is behind the retained WAL; rebuilding it from the WAL");
-        rc = try_open(n, dbpath, true, why, whylen);
-    }
+    int rc = sk_config_cluster(cfg) ? open_member(n, why, whylen) : open_single(n, why, whylen);
     if (rc != 0)
         goto fail;
-    if (!sk_store_is_empty(n->store) && sk_store_applied(n->store) > wal_end_lsn(n->wal)) {
-        snprintf(why, whylen,
-                 "the SQLite view %s reflects the WAL up to LSN %llu but the WAL at %s ends at "
-                 "LSN %llu: the WAL was replaced or truncated. Move %s away to rebuild the view "
-                 "from this WAL",
-                 dbpath, (unsigned long long)sk_store_applied(n->store), cfg->wal_url,
-                 (unsigned long long)wal_end_lsn(n->wal), dbpath);
-        goto fail;
-    }
-    n->store_applied = sk_store_applied(n->store);
-    n->groups = sk_groups_new(n);
-    if (!n->groups) {
-        snprintf(why, whylen, "out of memory");
-        goto fail;
-    }
-    sk_snapshot_visitor lv = {n, load_head, load_topic, load_part, load_pstate, load_extra};
-    if (sk_store_load(n->store, &lv) != 0) {
-        snprintf(why, whylen, "cannot load state from the SQLite view %s", dbpath);
-        goto fail;
-    }
     if (sk_vlog_start(n->log) != 0) {
         snprintf(why, whylen, "cannot start the SQLite thread");
         goto fail;
@@ -419,7 +551,11 @@ sk_node *sk_node_new(sk_config *cfg, char *why, size_t whylen)
         snprintf(why, whylen, "out of memory");
         goto fail;
     }
-    if (!n->cluster_id[0]) {
+    if (n->cluster && sk_cluster_start(n->cluster) != 0) {
+        snprintf(why, whylen, "cannot take the cluster's state");
+        goto fail;
+    }
+    if (!n->cluster && !n->cluster_id[0]) {
         make_cluster_id(n->cluster_id, sizeof n->cluster_id);
         sk_buf b;
         sk_buf_init(&b, 256);
@@ -603,11 +739,30 @@ static void begin_shutdown(sk_node *n)
     event_add(n->shutdown_ev, &tv);
 }
 
+static void drained(void *arg)
+{
+    begin_shutdown(arg);
+}
+
+void sk_node_stop(sk_node *n, int exit_code)
+{
+    if (!n->stopping)
+        n->exit_code = exit_code;
+    begin_shutdown(n);
+}
+
 static void signal_cb(evutil_socket_t fd, short what, void *arg)
 {
     (void)what;
     sk_node *n = arg;
     SK_INFO("node", "signal %d received", (int)fd);
+    /* A cluster member first hands its partitions to other nodes (a second
+     * signal stops it at once: they then move as after a crash). */
+    if (n->cluster && !n->draining && !n->stopping) {
+        n->draining = true;
+        sk_cluster_drain(n->cluster, drained, n);
+        return;
+    }
     begin_shutdown(n);
 }
 
@@ -635,11 +790,16 @@ int sk_node_run(sk_node *n)
     /* Readers use the WAL: finish them first (their answers go to closed
      * connections). Everything acknowledged is durable already; closing the
      * WAL syncs whatever is still pending, then the view catches up. */
+    sk_cluster_close(n->cluster);
     sk_workq_destroy(n->readers);
     n->readers = NULL;
     sk_tier_drain(n->tier);
     sk_vlog_close(n->log);
     n->wal = NULL;
+    /* Last: the lease ends with the cluster's session, once nothing more
+     * will be acknowledged. */
+    sk_cluster_destroy(n->cluster);
+    n->cluster = NULL;
     SK_INFO("node", "stopped");
     return n->exit_code;
 }
@@ -649,12 +809,15 @@ void sk_node_destroy(sk_node *n)
     if (!n)
         return;
     /* Readers and tier jobs use the WAL: they stop first. */
+    sk_cluster_close(n->cluster);
     if (n->readers)
         sk_workq_destroy(n->readers);
     n->readers = NULL;
     sk_tier_drain(n->tier);
     sk_vlog_close(n->log);
     n->wal = NULL;
+    sk_cluster_destroy(n->cluster);
+    n->cluster = NULL;
     sk_tier_destroy(n->tier);
     n->tier = NULL;
     sk_groups_destroy(n->groups);

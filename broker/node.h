@@ -23,10 +23,17 @@
 
 #include "types.h"
 
+/* Exit statuses of sk_node_run besides 0: the own WAL was taken over by a
+ * newer owner (single node), or the cluster counted this incarnation dead
+ * and the process should start again (main re-executes itself). */
+enum { SK_EXIT_FENCED = 3, SK_EXIT_REJOIN = 4 };
+
 sk_node *sk_node_new(sk_config *cfg, char *why, size_t whylen);
 /* Listens and serves until SIGTERM/SIGINT; returns the exit status. */
 int sk_node_run(sk_node *n);
 void sk_node_destroy(sk_node *n);
+/* Stops serving and makes sk_node_run return exit_code (loop thread). */
+void sk_node_stop(sk_node *n, int exit_code);
 
 /* Called once the record is durable (err 0) or can never be (err < 0). */
 typedef void (*sk_durable_fn)(void *arg, int err);
@@ -48,6 +55,12 @@ void sk_node_wait_durable(sk_node *n, wal_lsn end, sk_durable_fn fn, void *arg);
 /* True while the WAL holds more than wal.max.retained.bytes (uploads to the
  * object store are behind): produce is refused with a retriable error. */
 bool sk_node_wal_full(const sk_node *n);
+/* Reads the WAL record of a batch the view indexes: in this node's own WAL,
+ * or (a cluster's adopted partitions) in the WAL of the log that holds it.
+ * Reader threads; errors as wal_read_record. */
+struct sk_batch_loc;
+int sk_node_read_batch(sk_node *n, const struct sk_batch_loc *loc, uint8_t *type, void *buf,
+                       uint32_t cap, uint32_t *len);
 /* Runs fn on a reader thread, then done on the loop. */
 int sk_node_read_job(sk_node *n, void (*fn)(void *), void (*done)(void *), void *arg);
 

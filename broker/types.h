@@ -127,6 +127,7 @@ struct sk_topic {
     sk_part **parts;
     sk_tconf conf;
     int16_t replication_factor; /* as created, reported to clients */
+    bool internal;              /* __consumer_offsets (a cluster's) */
     uint64_t first_stream;      /* stream id of partition 0 (others: see parts) */
 };
 
@@ -193,6 +194,8 @@ struct sk_node {
 
     char cluster_id[32];
     int64_t next_pid;
+    int64_t pid_block_end;  /* cluster: the end of this node's block of producer ids */
+    bool creating_internal; /* cluster: __consumer_offsets is being created */
     uint64_t next_stream; /* next partition stream id to hand out */
 
     /* Broker properties changed at runtime (AlterConfigs), with the values
@@ -221,6 +224,7 @@ struct sk_node {
     sk_conn *conns;           /* all open connections */
     size_t nconns;
     bool stopping;
+    bool draining; /* cluster: SIGTERM came, partitions move away first */
     int exit_code; /* of sk_node_run: 0, or 3 when the WAL was taken over */
     bool paused;   /* reading stopped: WAL back-pressure */
     struct event *retention_ev;

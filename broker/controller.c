@@ -1,0 +1,351 @@
+#include "controller.h"
+
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cluster.h"
+#include "config.h"
+#include "etcd.h"
+#include "node.h"
+#include "placement.h"
+#include "session.h"
+#include "sk_err.h"
+#include "sk_log.h"
+#include "sk_time.h"
+
+#define KEY_MAX 512
+#define DEBOUNCE_MS 5
+#define TICK_MS 1000
+#define PLAN_CAP 512
+
+struct sk_controller {
+    sk_cluster *c;
+    sk_node *n;
+    bool active;
+    bool planned;     /* a round is due */
+    int inflight;     /* transactions of the last round not answered yet */
+    struct event *round_ev, *tick_ev;
+    /* the set of live nodes, to tell when it changed */
+    int32_t *live;
+    size_t nlive;
+    int64_t nodes_changed_ms;
+    sk_controller_stats st;
+};
+
+/* ---- what etcd says, as placement's input ---- */
+
+typedef struct input {
+    pl_input in;
+    pl_node *nodes;
+    pl_part *parts;
+    pl_log *logs;
+    const cm_part **mparts; /* parts[i] comes from mparts[i] */
+    const cm_log **mlogs;
+} input;
+
+static void input_free(input *x)
+{
+    free(x->nodes);
+    free(x->parts);
+    free(x->logs);
+    free(x->mparts);
+    free(x->mlogs);
+}
+
+static pl_state pstate_of(cm_part_state s)
+{
+    switch (s) {
+    case CM_PART_NEW:
+        return PL_NEW;
+    case CM_PART_ACTIVE:
+        return PL_ACTIVE;
+    case CM_PART_MOVING:
+        return PL_MOVING;
+    case CM_PART_HANDOFF:
+        return PL_HANDOFF;
+    }
+    return PL_NEW;
+}
+
+static size_t count_parts(cm_model *m)
+{
+    size_t it = 0, n = 0;
+    while (cm_part_next(m, &it))
+        n++;
+    return n;
+}
+
+static int build_input(sk_controller *ctl, input *x)
+{
+    cm_model *m = sk_cluster_model(ctl->c);
+    memset(x, 0, sizeof *x);
+    size_t nn, nl;
+    const cm_node *nodes = cm_nodes(m, &nn);
+    const cm_log *logs = cm_logs(m, &nl);
+    size_t np = count_parts(m);
+    x->nodes = calloc(nn + 1, sizeof *x->nodes);
+    x->logs = calloc(nl + 1, sizeof *x->logs);
+    x->mlogs = calloc(nl + 1, sizeof *x->mlogs);
+    x->parts = calloc(np + 1, sizeof *x->parts);
+    x->mparts = calloc(np + 1, sizeof *x->mparts);
+    if (!x->nodes || !x->logs || !x->mlogs || !x->parts || !x->mparts)
+        return SK_ERR_NOMEM;
+    for (size_t i = 0; i < nn; i++) {
+        pl_node *p = &x->nodes[i];
+        p->id = nodes[i].id;
+        snprintf(p->zone, sizeof p->zone, "%s", nodes[i].rack);
+        p->log = nodes[i].log;
+        p->draining = nodes[i].draining;
+    }
+    for (size_t i = 0; i < nl; i++) {
+        pl_log *l = &x->logs[i];
+        l->id = logs[i].id;
+        l->node = logs[i].node;
+        snprintf(l->zone, sizeof l->zone, "%s", logs[i].rack);
+        l->state = logs[i].state == CM_LOG_DEAD ? PL_LOG_DEAD : PL_LOG_LIVE;
+        l->custodian = logs[i].custodian;
+        x->mlogs[i] = &logs[i];
+    }
+    size_t it = 0, k = 0;
+    const cm_part *cp;
+    while ((cp = cm_part_next(m, &it)) != NULL && k < np) {
+        pl_part *p = &x->parts[k];
+        p->topic = cp->topic;
+        p->index = cp->index;
+        p->state = pstate_of(cp->state);
+        p->epoch = cp->epoch;
+        p->node = cp->node;
+        p->log = cp->log;
+        p->src_log = cp->src_log;
+        x->mparts[k++] = cp;
+    }
+    x->in = (pl_input){x->nodes, nn, x->parts, k, x->logs, nl, ctl->nodes_changed_ms};
+    return 0;
+}
+
+/* The set of live nodes changed since the last round? */
+static void note_nodes(sk_controller *ctl, const pl_input *in)
+{
+    bool same = in->nnodes == ctl->nlive;
+    for (size_t i = 0; same && i < in->nnodes; i++)
+        same = ctl->live[i] == in->nodes[i].id;
+    if (same)
+        return;
+    int32_t *nl = realloc(ctl->live, (in->nnodes + 1) * sizeof *nl);
+    if (!nl)
+        return;
+    ctl->live = nl;
+    ctl->nlive = in->nnodes;
+    for (size_t i = 0; i < in->nnodes; i++)
+        nl[i] = in->nodes[i].id;
+    ctl->nodes_changed_ms = sk_mono_ms();
+}
+
+/* ---- carrying actions out ---- */
+
+static void action_done(void *arg, int err, const etcd_txn_result *r)
+{
+    sk_controller *ctl = arg;
+    ctl->inflight--;
+    if (err)
+        ctl->st.failures++;
+    else if (!r->succeeded)
+        ctl->st.conflicts++;
+    if (ctl->inflight == 0 && ctl->active)
+        sk_controller_kick(ctl);
+}
+
+static int cas_put(sk_controller *ctl, const char *key, size_t kl, int64_t mod_rev, char *val)
+{
+    if (!val)
+        return SK_ERR_NOMEM;
+    etcd_cmp cmp = {.key = (const uint8_t *)key, .klen = kl, .target = ETCD_TARGET_MOD,
+                    .result = ETCD_CMP_EQUAL, .number = mod_rev};
+    etcd_op put = {.type = ETCD_OP_PUT, .key = (const uint8_t *)key, .klen = kl,
+                   .value = (const uint8_t *)val, .vlen = strlen(val)};
+    int rc = etcd_txn(cs_etcd(sk_cluster_session(ctl->c)), &cmp, 1, &put, 1, NULL, 0, action_done,
+                      ctl);
+    free(val);
+    if (rc == 0)
+        ctl->inflight++;
+    return rc;
+}
+
+static int do_custody(sk_controller *ctl, const cm_log *ml, int32_t node)
+{
+    cm_log l = *ml;
+    l.state = CM_LOG_DEAD;
+    l.custodian = node;
+    char key[KEY_MAX];
+    size_t kl = cm_key_log(cs_prefix(sk_cluster_session(ctl->c)), l.id, key, sizeof key);
+    SK_INFO("controller", "log %lld of node %d is dead: node %d takes it into custody",
+            (long long)l.id, l.node, node);
+    ctl->st.custody++;
+    return cas_put(ctl, key, kl, ml->mod_rev, cm_encode_log(&l));
+}
+
+/* The partition's next value for a PLACE, MOVE or RETARGET. */
+static cm_part next_value(const cm_part *cp, const pl_action *a)
+{
+    cm_part p = *cp;
+    p.node = a->node;
+    p.epoch = a->epoch;
+    switch (a->type) {
+    case PL_ACT_PLACE:
+        p.state = CM_PART_NEW;
+        p.log = p.src_log = p.src_lsn = 0;
+        break;
+    case PL_ACT_MOVE:
+        p.state = CM_PART_MOVING;
+        p.src_log = a->src_log;
+        p.src_lsn = 0;
+        p.log = 0;
+        break;
+    default: /* RETARGET: a handoff keeps its record, the rest moves on */
+        if (cp->state == CM_PART_HANDOFF)
+            break;
+        if (cp->state == CM_PART_NEW) {
+            p.log = 0;
+            break;
+        }
+        p.state = CM_PART_MOVING;
+        p.src_log = a->src_log;
+        p.src_lsn = 0;
+        p.log = 0;
+        break;
+    }
+    return p;
+}
+
+static int do_part(sk_controller *ctl, const cm_part *cp, const pl_action *a)
+{
+    cm_part p = next_value(cp, a);
+    char key[KEY_MAX];
+    size_t kl = cm_key_part(cs_prefix(sk_cluster_session(ctl->c)), &cp->topic, cp->index, key,
+                            sizeof key);
+    if (a->type == PL_ACT_PLACE)
+        ctl->st.placed++;
+    else if (a->type == PL_ACT_MOVE)
+        ctl->st.moved++;
+    else
+        ctl->st.retargeted++;
+    return cas_put(ctl, key, kl, cp->mod_rev, cm_encode_part(&p));
+}
+
+static void log_round(const pl_action *acts, size_t n)
+{
+    size_t counts[4] = {0};
+    for (size_t i = 0; i < n; i++)
+        counts[acts[i].type]++;
+    SK_INFO("controller", "round: %zu custody, %zu placed, %zu moved, %zu retargeted",
+            counts[PL_ACT_CUSTODY], counts[PL_ACT_PLACE], counts[PL_ACT_MOVE],
+            counts[PL_ACT_RETARGET]);
+}
+
+static void round_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    sk_controller *ctl = arg;
+    ctl->planned = false;
+    if (!ctl->active || ctl->inflight > 0)
+        return; /* their answers plan the next round */
+    input x;
+    if (build_input(ctl, &x) != 0) {
+        input_free(&x);
+        return;
+    }
+    note_nodes(ctl, &x.in);
+    const sk_config *cfg = ctl->n->cfg;
+    pl_config pc = {cfg->auto_leader_rebalance_enable, cfg->leader_imbalance_per_broker_percentage,
+                    cfg->cluster_max_moves, cfg->leader_imbalance_check_interval_seconds * 1000};
+    pl_action *acts = calloc(PLAN_CAP, sizeof *acts);
+    size_t n = acts ? pl_plan(&x.in, &pc, sk_mono_ms(), acts, PLAN_CAP) : 0;
+    ctl->st.rounds++;
+    if (n)
+        log_round(acts, n);
+    for (size_t i = 0; i < n; i++) {
+        const pl_action *a = &acts[i];
+        int rc = a->type == PL_ACT_CUSTODY ? do_custody(ctl, x.mlogs[a->log], a->node)
+                                           : do_part(ctl, x.mparts[a->part], a);
+        if (rc)
+            ctl->st.failures++;
+        else
+            ctl->st.actions++;
+    }
+    free(acts);
+    input_free(&x);
+}
+
+static void tick_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    sk_controller_kick(arg);
+}
+
+/* ---- life ---- */
+
+sk_controller *sk_controller_new(sk_cluster *c)
+{
+    sk_controller *ctl = calloc(1, sizeof *ctl);
+    if (!ctl)
+        return NULL;
+    ctl->c = c;
+    ctl->n = sk_cluster_node(c);
+    ctl->round_ev = evtimer_new(ctl->n->base, round_cb, ctl);
+    ctl->tick_ev = event_new(ctl->n->base, -1, EV_PERSIST, tick_cb, ctl);
+    if (!ctl->round_ev || !ctl->tick_ev) {
+        sk_controller_destroy(ctl);
+        return NULL;
+    }
+    ctl->nodes_changed_ms = sk_mono_ms();
+    return ctl;
+}
+
+void sk_controller_destroy(sk_controller *ctl)
+{
+    if (!ctl)
+        return;
+    if (ctl->round_ev)
+        event_free(ctl->round_ev);
+    if (ctl->tick_ev)
+        event_free(ctl->tick_ev);
+    free(ctl->live);
+    free(ctl);
+}
+
+void sk_controller_set_active(sk_controller *ctl, bool on)
+{
+    if (on == ctl->active)
+        return;
+    ctl->active = on;
+    if (on) {
+        /* Time-based decisions count from now: a new controller does not
+         * know when the nodes last changed. */
+        ctl->nodes_changed_ms = sk_mono_ms();
+        struct timeval tv = {TICK_MS / 1000, (TICK_MS % 1000) * 1000};
+        event_add(ctl->tick_ev, &tv);
+        sk_controller_kick(ctl);
+    } else {
+        event_del(ctl->tick_ev);
+        event_del(ctl->round_ev);
+        ctl->planned = false;
+    }
+}
+
+void sk_controller_kick(sk_controller *ctl)
+{
+    if (!ctl || !ctl->active || ctl->planned)
+        return;
+    ctl->planned = true;
+    struct timeval tv = {0, DEBOUNCE_MS * 1000};
+    evtimer_add(ctl->round_ev, &tv);
+}
+
+void sk_controller_get_stats(const sk_controller *ctl, sk_controller_stats *st)
+{
+    *st = ctl->st;
+}

@@ -1,0 +1,36 @@
+/*
+ * controller: the controller's duties on the node that holds them
+ * (docs/cluster.md). It runs placement.h's decisions over what etcd says
+ * and carries each out as a compare-and-swap on the key it changes: a dead
+ * log's custody, a new partition's node, a partition's move. A transaction
+ * that loses a race changes nothing; the next round decides again from the
+ * newer state. Rounds run shortly after every change etcd reports (a few
+ * milliseconds later, so that a burst of changes is planned once) and once a
+ * second for decisions that wait on time (rebalancing).
+ *
+ * Thread: the event loop.
+ */
+#ifndef CONTROLLER_H
+#define CONTROLLER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct sk_controller sk_controller;
+typedef struct sk_cluster sk_cluster;
+
+sk_controller *sk_controller_new(sk_cluster *c);
+void sk_controller_destroy(sk_controller *ctl);
+/* This node holds the controller duties (true) or no longer does. */
+void sk_controller_set_active(sk_controller *ctl, bool on);
+/* Something changed: plan a round soon. */
+void sk_controller_kick(sk_controller *ctl);
+
+typedef struct sk_controller_stats {
+    uint64_t rounds, actions, conflicts, failures;
+    uint64_t custody, placed, moved, retargeted;
+} sk_controller_stats;
+void sk_controller_get_stats(const sk_controller *ctl, sk_controller_stats *st);
+
+#endif
