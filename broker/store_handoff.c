@@ -38,8 +38,8 @@ static int run(sk_store *s, const char *sql, const kc_uuid *id, int32_t part)
 static int remove_partition(sk_store *s, const kc_uuid *id, int32_t part)
 {
     static const char *const sql[] = {
-        "DELETE FROM object_ranges WHERE stream = (SELECT stream FROM partitions"
-        " WHERE topic = ?1 AND part = ?2)",
+        ("DELETE FROM object_ranges WHERE stream = (SELECT stream FROM partitions"
+         " WHERE topic = ?1 AND part = ?2)"),
         "DELETE FROM partitions WHERE topic = ?1 AND part = ?2",
         "DELETE FROM producers WHERE topic = ?1 AND part = ?2",
         "DELETE FROM batches WHERE topic = ?1 AND part = ?2",
