@@ -477,16 +477,24 @@ int sk_store_encode_state(sk_store *s, const kc_uuid *id, int32_t part, int64_t 
     sqlite3 *db = reader_get(s);
     if (!db)
         return SK_ERR_IO;
+    /* One read transaction: the state at one position of the log, whatever
+     * the store thread applies meanwhile (an upload registered between the
+     * batches and the objects would put offsets in both). */
     uint64_t stream = 0;
-    int rc = enc_head(db, id, part, out, &stream);
-    if (rc == 0)
-        rc = enc_producers(db, id, part, out);
-    if (rc == 0)
-        rc = enc_batches(db, id, part, own_log, out);
-    if (rc == 0)
-        rc = enc_objects(db, stream, out);
-    if (rc == 0)
-        rc = enc_groups(db, want, arg, out);
+    int rc = exec(db, "BEGIN");
+    if (rc == 0) {
+        rc = enc_head(db, id, part, out, &stream);
+        if (rc == 0)
+            rc = enc_producers(db, id, part, out);
+        if (rc == 0)
+            rc = enc_batches(db, id, part, own_log, out);
+        if (rc == 0)
+            rc = enc_objects(db, stream, out);
+        if (rc == 0)
+            rc = enc_groups(db, want, arg, out);
+        if (exec(db, "COMMIT") != 0 && rc == 0)
+            rc = SK_ERR_IO;
+    }
     reader_put(s, db);
     if (rc == 0 && sk_buf_failed(out))
         rc = SK_ERR_NOMEM;
