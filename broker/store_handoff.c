@@ -427,14 +427,17 @@ static int enc_groups(sqlite3 *db, sk_store_group_filter want, void *arg, sk_buf
         const char *g = step == SQLITE_ROW ? (const char *)sqlite3_column_text(st, 0) : NULL;
         bool same = g && cur && strcmp(g, cur) == 0;
         if (cur && !same) {
-            /* The previous group is complete. */
+            /* The previous group is complete, unless it outgrew what a
+             * record holds: a body cut short would not parse. */
             patch_u32(&body, nents_at, nents);
+            if (sk_buf_failed(&body))
+                rc = SK_ERR_NOMEM;
             sk_buf_str(b, (const char *)body.data, body.len);
             ngroups++;
             free(cur);
             cur = NULL;
         }
-        if (!g)
+        if (!g || rc)
             break;
         if (!same) {
             if (!want || !want(arg, g, strlen(g)))
