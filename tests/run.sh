@@ -33,6 +33,12 @@
 # SKIFF_TEST_S3_URL, SKIFF_TEST_S3_DIR and its credentials in AWS_ACCESS_KEY_ID /
 # AWS_SECRET_ACCESS_KEY, and stops it (by its PID) when the phase ends, whatever
 # happened. Without node/npm those tests skip with the reason in SKIFF_TEST_S3_SKIP.
+#
+# It also starts one 3-member etcd (tools/etcd.sh, 127.0.0.1, free ports, data in
+# tests/.work/etcd-PID) for the cluster tests that leave etcd alone (test_7*), hands them
+# SKIFF_TEST_ETCD_ENDPOINTS and SKIFF_TEST_ETCD_DIR, and stops it (by its PIDs) when the
+# phase ends, whatever happened; tests that kill or stop etcd members start their own.
+# Without etcd, those tests skip with the reason in SKIFF_TEST_ETCD_SKIP.
 # Exit status: 0 only if every selected phase passed.
 set -u
 
@@ -50,6 +56,7 @@ PASSED=0
 KREF_DIR=""
 NFS_DIR=""
 S3_DIR=""
+ETCD_DIR=""
 
 now() { date +%s.%N 2>/dev/null || date +%s; }
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
@@ -132,8 +139,43 @@ start_s3() {
   echo "S3 emulator for the object store tests: $SKIFF_TEST_S3_URL"
 }
 
-trap 'stop_reference; stop_nfs; stop_s3' EXIT
-trap 'stop_reference; stop_nfs; stop_s3; exit 130' INT TERM
+stop_etcd() {
+  if [ -n "$ETCD_DIR" ]; then
+    tools/etcd.sh stop "$ETCD_DIR" || true
+    rm -rf "$ETCD_DIR"
+    ETCD_DIR=""
+  fi
+  unset SKIFF_TEST_ETCD_ENDPOINTS SKIFF_TEST_ETCD_DIR
+}
+
+start_etcd() {
+  ETCD_DIR=$ROOT/tests/.work/etcd-$$
+  rm -rf "$ETCD_DIR"
+  mkdir -p "$ETCD_DIR"
+  # The members also stop by themselves should this script die without its traps.
+  SKIFF_ETCD_OWNER_PID=$$ tools/etcd.sh start "$ETCD_DIR"
+  rc=$?
+  if [ $rc -ne 0 ]; then
+    if [ $rc -eq 77 ]; then
+      SKIFF_TEST_ETCD_SKIP="etcd and curl are needed for the cluster tests (apt-get install etcd-server curl)"
+      export SKIFF_TEST_ETCD_SKIP
+      echo "warning: no etcd: the cluster tests skip" >&2
+    else
+      echo "warning: etcd did not start (exit $rc): the cluster tests will try on their own" >&2
+    fi
+    tools/etcd.sh stop "$ETCD_DIR" >/dev/null 2>&1 || true
+    rm -rf "$ETCD_DIR"
+    ETCD_DIR=""
+    return 0
+  fi
+  SKIFF_TEST_ETCD_ENDPOINTS=$(tools/etcd.sh endpoints "$ETCD_DIR")
+  SKIFF_TEST_ETCD_DIR=$ETCD_DIR
+  export SKIFF_TEST_ETCD_ENDPOINTS SKIFF_TEST_ETCD_DIR
+  echo "etcd for the cluster tests: $SKIFF_TEST_ETCD_ENDPOINTS"
+}
+
+trap 'stop_reference; stop_nfs; stop_s3; stop_etcd' EXIT
+trap 'stop_reference; stop_nfs; stop_s3; stop_etcd; exit 130' INT TERM
 
 phase_unit() {
   if [ ! -f "$BUILD/CTestTestfile.cmake" ]; then
@@ -185,12 +227,14 @@ phase_integration() {
   fi
   [ -z "${SKIFF_TEST_EXTERNAL:-}" ] && start_nfs
   [ -z "${SKIFF_TEST_EXTERNAL:-}" ] && start_s3
+  [ -z "${SKIFF_TEST_EXTERNAL:-}" ] && start_etcd
   # shellcheck disable=SC2086
   SKIFF_BUILD=$BUILD $PYTHON -m pytest -v -rs -p no:cacheprovider --durations=15 $timeout_opt \
     tests/integration ${SKIFF_PYTEST_ARGS:-}
   rc=$?
   stop_nfs
   stop_s3
+  stop_etcd
   stop_reference
   if [ $rc -eq 5 ]; then
     echo "pytest selected no test"

@@ -11,6 +11,7 @@ import harness  # noqa: E402
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "restarts: the test kills or restarts brokers itself")
+    config.addinivalue_line("markers", "cluster: the test runs several nodes through etcd")
 
 
 @pytest.fixture
@@ -71,6 +72,75 @@ def s3():
         yield env
     finally:
         stop()
+
+
+@pytest.fixture(scope="session")
+def etcd():
+    """The etcd of the cluster tests that leave etcd alone (cluster.Etcd): the one
+    tests/run.sh started (SKIFF_TEST_ETCD_ENDPOINTS, SKIFF_TEST_ETCD_DIR), else one
+    started for this session with tools/etcd.sh. Skips when etcd is not installed."""
+    import cluster
+    if harness.external():
+        pytest.skip("needs nodes this harness starts (SKIFF_TEST_EXTERNAL is set)")
+    if os.environ.get("SKIFF_TEST_ETCD_SKIP"):
+        pytest.skip("etcd unavailable: %s" % os.environ["SKIFF_TEST_ETCD_SKIP"])
+    endpoints = os.environ.get("SKIFF_TEST_ETCD_ENDPOINTS")
+    if endpoints:
+        yield cluster.Etcd(os.environ.get("SKIFF_TEST_ETCD_DIR"), endpoints, own=False)
+        return
+    e = cluster.Etcd.start(os.path.join(harness.WORK, "etcd-%d" % os.getpid()))
+    try:
+        yield e
+    finally:
+        e.stop()
+        shutil.rmtree(e.dir, ignore_errors=True)
+
+
+@pytest.fixture
+def own_etcd(request):
+    """A 3-member etcd of this test's own (tools/etcd.sh in its work directory), for the
+    tests that kill or stop etcd members; stopped after the test."""
+    import cluster
+    if harness.external():
+        pytest.skip("needs nodes this harness starts (SKIFF_TEST_EXTERNAL is set)")
+    d = os.path.join(harness.WORK, "etcd-%s" % request.node.name.replace("/", "_")[:60])
+    e = cluster.Etcd.start(d)
+    yield e
+    failed = request.node.rep_call.failed if hasattr(request.node, "rep_call") else False
+    if failed:
+        sys.stderr.write("\n%s\n" % e.log_tails())
+    e.stop()
+    if not failed:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def cluster_factory(request):
+    """Makes cluster.Cluster objects (not started: call .start()); etcd= the test's own
+    etcd, else the shared one. After the test every node is SIGKILLed; on failure their
+    logs' tails are printed, else their directories are removed."""
+    import cluster
+    made = []
+
+    def make(n=3, etcd=None, overrides=None, offsets_partitions=6, name=None):
+        if harness.external():
+            pytest.skip("needs nodes this harness starts (SKIFF_TEST_EXTERNAL is set)")
+        if etcd is None:
+            etcd = request.getfixturevalue("etcd")
+        name = name or "%s-%d" % (request.node.name.replace("/", "_")[:60], len(made))
+        cl = cluster.Cluster(name, etcd, n, overrides, offsets_partitions)
+        made.append(cl)
+        print(cl.describe())
+        return cl
+
+    yield make
+    failed = request.node.rep_call.failed if hasattr(request.node, "rep_call") else False
+    for cl in made:
+        if failed:
+            sys.stderr.write("\n%s\n%s\n" % (cl.describe(), cl.log_tails()))
+        cl.kill_all()
+        if not failed:
+            shutil.rmtree(cl.dir, ignore_errors=True)
 
 
 @pytest.fixture
