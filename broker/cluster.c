@@ -39,6 +39,7 @@ struct sk_cluster {
     sk_custody *cu;
     sk_controller *ctl;
     struct event *tick_ev;
+    uint64_t ticks;
     bool started;
     bool closing;
     bool draining;
@@ -246,6 +247,8 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
     }
     sk_custody_tick(c->cu);
     sk_handoff_retry(c->h);
+    if (++c->ticks % 10 == 0)
+        sk_handoff_audit_walrefs(c->h);
     ensure_offsets_topic(c);
     sk_controller_kick(c->ctl);
     if (c->draining && c->drain_done &&
@@ -456,6 +459,18 @@ bool sk_cluster_node_addr(sk_cluster *c, int32_t node, const char *listener, con
     if (rack)
         *rack = nd->rack;
     return true;
+}
+
+wal_lsn sk_cluster_walref_floor(sk_cluster *c)
+{
+    wal_lsn floor = UINT64_MAX;
+    size_t it = 0;
+    const cm_walref *r;
+    while ((r = cm_walref_next(cs_model(c->s), &it)) != NULL)
+        if (r->log == c->log_id && (wal_lsn)r->lsn < floor)
+            floor = (wal_lsn)r->lsn;
+    sk_handoff_pending_floor(c->h, c->log_id, &floor);
+    return floor;
 }
 
 /* ---- other logs' batches ---- */

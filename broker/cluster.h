@@ -51,6 +51,13 @@ int sk_cluster_log_url(const sk_config *cfg, int64_t log, char *buf, size_t len)
 void sk_cluster_view_path(const sk_config *cfg, const char *kind, int64_t log, char *buf,
                           size_t len);
 
+/* The lowest position of this node's own WAL that adopters of partitions
+ * which left it still read (walrefs), UINT64_MAX when none: the WAL is not
+ * trimmed below it. A partition handed over moments ago whose walref is not
+ * in etcd yet is covered by its HANDOFF record, which its batches precede
+ * (the record itself is never below the view's position). */
+wal_lsn sk_cluster_walref_floor(sk_cluster *c);
+
 /* The address of `node` on the listener named `listener` (the one the
  * client came in on), else on its first listener; false when the node is
  * not live. */

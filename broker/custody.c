@@ -35,6 +35,7 @@ typedef struct clog {
     sk_vlog *v;
     int64_t started_ms;
     int64_t retry_ms; /* CU_WAITING: when to try opening again */
+    int64_t said_ms;  /* when it last said why it is still kept */
     /* the opening job */
     sk_store *store;
     wal_storage *st;
@@ -208,24 +209,26 @@ static void handed(void *arg, int err)
         cu->st.handoffs++;
 }
 
-/* Does anything in etcd still need log `id`? */
-static bool log_needed(sk_custody *cu, int64_t id)
+/* What in etcd still needs log `id`: partitions served from it or leaving
+ * it, and walrefs of adopters still reading it. */
+static bool log_needed(sk_custody *cu, int64_t id, size_t *parts, size_t *refs)
 {
     cm_model *m = sk_cluster_model(cu->c);
     size_t it = 0;
     const cm_part *p;
+    *parts = *refs = 0;
     while ((p = cm_part_next(m, &it)) != NULL) {
         if (p->state == CM_PART_ACTIVE && p->log == id)
-            return true;
-        if ((p->state == CM_PART_MOVING || p->state == CM_PART_HANDOFF) && p->src_log == id)
-            return true;
+            (*parts)++;
+        else if ((p->state == CM_PART_MOVING || p->state == CM_PART_HANDOFF) && p->src_log == id)
+            (*parts)++;
     }
     it = 0;
     const cm_walref *r;
     while ((r = cm_walref_next(m, &it)) != NULL)
         if (r->log == id)
-            return true;
-    return false;
+            (*refs)++;
+    return *parts || *refs;
 }
 
 static void finish_log(sk_custody *cu, clog *l);
@@ -241,8 +244,18 @@ static void reconcile_log(sk_custody *cu, clog *l)
     while ((p = cm_part_next(m, &it)) != NULL)
         if (p->state == CM_PART_MOVING && p->src_log == l->id)
             sk_handoff_write(h, l->v, l->id, &p->topic, p->index, handed, cu);
-    if (!log_needed(cu, l->id) && sk_handoff_pending(h, l->id) == 0)
+    size_t parts, refs, pending = sk_handoff_pending(h, l->id);
+    if (!log_needed(cu, l->id, &parts, &refs) && pending == 0) {
         finish_log(cu, l);
+        return;
+    }
+    int64_t now = sk_mono_ms();
+    if (now - l->said_ms >= 30000) {
+        l->said_ms = now;
+        SK_INFO("custody", "dead log %lld still needed: %zu partitions served from or leaving it, "
+                "%zu adopters reading it, %zu handoffs to publish",
+                (long long)l->id, parts, refs, pending);
+    }
 }
 
 /* ---- deleting a log nobody needs ---- */

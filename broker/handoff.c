@@ -21,6 +21,7 @@
 #include "sk_map.h"
 #include "sk_time.h"
 #include "store.h"
+#include "tier.h"
 #include "vlog.h"
 #include "wal.h"
 
@@ -77,8 +78,19 @@ typedef struct hwrite {
     void *arg;
 } hwrite;
 
+/* A walref published moments ago: the model may not show it yet. */
+#define RECENT_REFS 64
+#define RECENT_MS 10000
+typedef struct recent_ref {
+    int64_t log;
+    int64_t lsn;
+    int64_t until_ms;
+} recent_ref;
+
 struct sk_handoffs {
     bool closing; /* the node stops: callbacks only return */
+    recent_ref recent[RECENT_REFS];
+    int audits; /* walref audits in flight */
     sk_cluster *c;
     sk_node *n;
     sk_map *adopts; /* pkey -> adopt */
@@ -310,6 +322,8 @@ static void adopt_append(sk_handoffs *h, adopt *a, sk_hstate *hs)
     a->stage = AD_APPENDING;
     if (apply_state(h, p, hs) != 0)
         SK_ERROR("cluster", "out of memory applying an adopted partition's state");
+    if (hs->nbatches > 0 && h->n->tier)
+        sk_tier_adopted(h->n->tier);
 }
 
 /* Reading the HANDOFF record, on a reader thread. */
@@ -429,8 +443,25 @@ static void write_free(hwrite *w)
     free(w);
 }
 
+static void remember_walref(sk_handoffs *h, const hwrite *w)
+{
+    int64_t now = sk_mono_ms();
+    recent_ref *slot = &h->recent[0];
+    for (int i = 0; i < RECENT_REFS; i++) {
+        if (h->recent[i].until_ms < now) {
+            slot = &h->recent[i];
+            break;
+        }
+        if (h->recent[i].until_ms < slot->until_ms)
+            slot = &h->recent[i];
+    }
+    *slot = (recent_ref){w->log, w->walref, now + RECENT_MS};
+}
+
 static void write_end(sk_handoffs *h, hwrite *w, int err)
 {
+    if (err == 0 && w->walref >= 0)
+        remember_walref(h, w);
     pkey k = key_of(&w->id, w->part, w->log);
     sk_map_del(h->writes, k.b, sizeof k.b);
     if (w->done)
@@ -508,8 +539,12 @@ static void publish(sk_handoffs *h, hwrite *w)
         write_end(h, w, 0); /* published already: our answer was lost */
         return;
     }
-    if (cp->state != CM_PART_MOVING || cp->src_log != w->log)
-        return; /* not (yet) moving from this log */
+    if (cp->state != CM_PART_MOVING || cp->src_log != w->log) {
+        /* It moved on without this record (the same log's state published
+         * by someone else, e.g. this log's custodian): nothing to do. */
+        write_end(h, w, SK_ERR_EXIST);
+        return;
+    }
     char key[KEY_MAX], rkey[KEY_MAX];
     size_t kl = part_key(h, &w->id, w->part, key);
     size_t rkl = cm_key_walref(cs_prefix(s), &w->id, w->part, w->log, rkey, sizeof rkey);
@@ -626,9 +661,14 @@ static void encode_done(void *arg)
     if (h->closing)
         return;
     if (w->err) {
-        SK_ERROR("cluster", "cannot read the state of a partition of log %lld for its HANDOFF "
-                 "(%s)",
-                 (long long)w->log, sk_err_name(w->err));
+        /* Retried at every reconciliation: say it once in a while. */
+        static int64_t said;
+        if (sk_mono_ms() - said >= 10000) {
+            said = sk_mono_ms();
+            SK_ERROR("cluster", "cannot read the state of a partition of log %lld for its "
+                     "HANDOFF (%s)",
+                     (long long)w->log, sk_err_name(w->err));
+        }
         write_end(h, w, w->err);
         return;
     }
@@ -710,6 +750,23 @@ void sk_handoff_retry(sk_handoffs *h)
         publish(h, ready[i]);
 }
 
+void sk_handoff_pending_floor(const sk_handoffs *h, int64_t log, wal_lsn *floor)
+{
+    size_t it = 0;
+    void *v;
+    while (sk_map_next(h->writes, &it, NULL, NULL, &v)) {
+        const hwrite *w = v;
+        if (w->log == log && w->walref >= 0 && (wal_lsn)w->walref < *floor)
+            *floor = (wal_lsn)w->walref;
+    }
+    int64_t now = sk_mono_ms();
+    for (int i = 0; i < RECENT_REFS; i++) {
+        const recent_ref *r = &h->recent[i];
+        if (r->log == log && r->until_ms >= now && (wal_lsn)r->lsn < *floor)
+            *floor = (wal_lsn)r->lsn;
+    }
+}
+
 size_t sk_handoff_pending(const sk_handoffs *h, int64_t log)
 {
     size_t it = 0, n = 0;
@@ -717,6 +774,80 @@ size_t sk_handoff_pending(const sk_handoffs *h, int64_t log)
     while (sk_map_next(h->writes, &it, NULL, NULL, &v))
         n += ((hwrite *)v)->log == log;
     return n;
+}
+
+/* ---- walrefs: releasing another log's WAL once its batches are in objects ---- */
+
+typedef struct audit {
+    sk_handoffs *h;
+    kc_uuid id;
+    int32_t part;
+    int64_t log;
+    int64_t mod_rev;
+    int has; /* 1: batches left, 0: none, < 0: error */
+} audit;
+
+static void audit_work(void *arg)
+{
+    audit *x = arg;
+    x->has = sk_store_has_log_batches(x->h->n->store, &x->id, x->part, x->log);
+}
+
+static void audit_deleted(void *arg, int err, const etcd_txn_result *r)
+{
+    (void)err;
+    (void)r;
+    sk_handoffs *h = arg;
+    if (!h->closing)
+        h->audits--;
+}
+
+static void audit_done(void *arg)
+{
+    audit *x = arg;
+    sk_handoffs *h = x->h;
+    if (h->closing) {
+        free(x);
+        return;
+    }
+    if (x->has == 0) {
+        cs_session *s = sk_cluster_session(h->c);
+        char key[KEY_MAX];
+        size_t kl = cm_key_walref(cs_prefix(s), &x->id, x->part, x->log, key, sizeof key);
+        etcd_cmp c = {.key = (const uint8_t *)key, .klen = kl, .target = ETCD_TARGET_MOD,
+                      .result = ETCD_CMP_EQUAL, .number = x->mod_rev};
+        etcd_op del = {.type = ETCD_OP_DELETE, .key = (const uint8_t *)key, .klen = kl};
+        if (etcd_txn(cs_etcd(s), &c, 1, &del, 1, NULL, 0, audit_deleted, h) == 0) {
+            free(x);
+            return; /* audit_deleted ends it */
+        }
+    }
+    h->audits--;
+    free(x);
+}
+
+void sk_handoff_audit_walrefs(sk_handoffs *h)
+{
+    if (h->closing || h->audits > 0)
+        return;
+    cm_model *m = sk_cluster_model(h->c);
+    size_t it = 0;
+    const cm_walref *r;
+    while ((r = cm_walref_next(m, &it)) != NULL) {
+        sk_part *p = part_of(h, &r->topic, r->index);
+        /* Only the partition's main knows what it still reads. */
+        if (!sk_part_serving(p))
+            continue;
+        audit *x = calloc(1, sizeof *x);
+        if (!x)
+            return;
+        *x = (audit){h, r->topic, r->index, r->log, r->mod_rev, 1};
+        if (sk_node_read_job(h->n, audit_work, audit_done, x) != 0) {
+            free(x);
+            return;
+        }
+        h->audits++;
+    }
 }
 
 /* ---- leaving this node's log ---- */

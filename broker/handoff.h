@@ -60,6 +60,12 @@ void sk_handoff_write(sk_handoffs *h, sk_vlog *v, int64_t log, const kc_uuid *id
                       sk_handoff_fn done, void *arg);
 /* Retries the publishes of log `log` still pending (custody's tick). */
 void sk_handoff_retry(sk_handoffs *h);
+/* Lowers *floor to the lowest position of log `log` that HANDOFF records
+ * written but not yet (or only just) published keep for their adopters. */
+void sk_handoff_pending_floor(const sk_handoffs *h, int64_t log, wal_lsn *floor);
+/* Deletes the walrefs of partitions served here whose batches in the
+ * referenced log are all in objects now (the cluster's tick). */
+void sk_handoff_audit_walrefs(sk_handoffs *h);
 /* How many HANDOFF records of log `log` wait to be published. */
 size_t sk_handoff_pending(const sk_handoffs *h, int64_t log);
 

@@ -589,6 +589,7 @@ struct ret_job {
     sk_node *n;
     struct ret_item *items;
     size_t nitems;
+    int64_t own_log; /* the own log's id (cluster), else 0 */
     wal_lsn min_lsn;
     int lsn_rc;
 };
@@ -600,7 +601,7 @@ static void ret_work(void *arg)
     /* Trim with what the view knows now: segments wholly below every
      * batch it still indexes. LOG_START records appended by this round
      * take effect in the next. */
-    j->lsn_rc = sk_store_min_lsn(j->n->store, &j->min_lsn);
+    j->lsn_rc = sk_store_min_lsn(j->n->store, j->own_log, &j->min_lsn);
     for (size_t i = 0; i < j->nitems; i++) {
         struct ret_item *it = &j->items[i];
         it->rc = sk_store_retention_point(j->n->store, &it->id, it->part, it->stream, it->cutoff,
@@ -636,6 +637,12 @@ static void ret_done(void *arg)
         wal_lsn upto = j->min_lsn < n->store_applied ? j->min_lsn : n->store_applied;
         if (n->tier && sk_tier_trim_bound(n->tier) < upto)
             upto = sk_tier_trim_bound(n->tier);
+        /* ...and below what adopters of partitions that left still read. */
+        if (n->cluster) {
+            wal_lsn ref = sk_cluster_walref_floor(n->cluster);
+            if (ref < upto)
+                upto = ref;
+        }
         wal_trim(n->wal, upto);
     }
     free(j->items);
@@ -659,6 +666,7 @@ void sk_node_retention(sk_node *n)
     if (!j)
         return;
     j->n = n;
+    j->own_log = n->cluster ? sk_cluster_log_id(n->cluster) : 0;
     size_t cap = 0;
     size_t it = 0;
     void *v;

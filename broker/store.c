@@ -88,7 +88,7 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_PUT_RANGE] = "INSERT OR REPLACE INTO object_ranges(stream, start, end, key, size, max_ts,"
                      " records) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     [ST_DEL_BATCHES_UPLOADED] = "DELETE FROM batches WHERE log = 0 AND lsn < ?1",
-    [ST_RETIRE_OBJ] = "UPDATE objects SET delete_after = ?2 WHERE key = ?1",
+    [ST_RETIRE_OBJ] = "UPDATE objects SET delete_after = ?2 WHERE key = ?1 AND shared = 0",
     [ST_DEL_OBJ_RANGES] = "DELETE FROM object_ranges WHERE key = ?1",
     [ST_DEL_OBJ] = "DELETE FROM objects WHERE key = ?1",
     [ST_DEL_TOPIC_RANGES] =
@@ -96,6 +96,11 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_DEL_RANGES_BELOW] =
         "DELETE FROM object_ranges WHERE stream = (SELECT stream FROM partitions WHERE topic = ?1"
         " AND part = ?2) AND end < ?3",
+    [ST_DEL_COVERED] =
+        "DELETE FROM batches WHERE log <> 0 AND base >= ?2 AND last <= ?3 AND EXISTS (SELECT 1"
+        " FROM partitions p WHERE p.stream = ?1 AND p.topic = batches.topic"
+        " AND p.part = batches.part)",
+    [ST_FORGET_SHARED] = "DELETE FROM objects WHERE key = ?1 AND shared = 1",
 };
 
 
@@ -545,6 +550,14 @@ static int apply_objects(sk_store *s, const uint8_t *body, size_t len)
             sqlite3_bind_int64(st, 7, (int64_t)r.records);
             if (step_done(s, st))
                 return SK_ERR_IO;
+            /* Adopted batches read from another log's WAL are in the object
+             * now: their positions there are needed no more. */
+            st = S(s, ST_DEL_COVERED);
+            sqlite3_bind_int64(st, 1, (int64_t)r.stream);
+            sqlite3_bind_int64(st, 2, (int64_t)r.start);
+            sqlite3_bind_int64(st, 3, (int64_t)r.end);
+            if (step_done(s, st))
+                return SK_ERR_IO;
         }
         if (rr < 0)
             return SK_ERR_CORRUPT;
@@ -562,6 +575,12 @@ static int apply_objects(sk_store *s, const uint8_t *body, size_t len)
         st = S(s, ST_RETIRE_OBJ);
         sqlite3_bind_text(st, 1, key, (int)kl, SQLITE_STATIC);
         sqlite3_bind_int64(st, 2, after);
+        if (step_done(s, st))
+            return SK_ERR_IO;
+        /* An object that other logs' partitions still hold ranges in is
+         * not this log's to delete: it is forgotten here. */
+        st = S(s, ST_FORGET_SHARED);
+        sqlite3_bind_text(st, 1, key, (int)kl, SQLITE_STATIC);
         if (step_done(s, st))
             return SK_ERR_IO;
     }
@@ -1167,18 +1186,20 @@ int sk_store_find_offset(sk_store *s, const kc_uuid *id, int32_t part, int64_t o
     return found;
 }
 
-int sk_store_min_lsn(sk_store *s, wal_lsn *out)
+int sk_store_min_lsn(sk_store *s, int64_t own_log, wal_lsn *out)
 {
     sqlite3 *db = reader_get(s);
     if (!db)
         return SK_ERR_IO;
     sqlite3_stmt *st;
     *out = UINT64_MAX;
-    if (sqlite3_prepare_v2(db, "SELECT min(lsn) FROM batches WHERE log = 0", -1, &st, NULL) != SQLITE_OK) {
+    if (sqlite3_prepare_v2(db, "SELECT min(lsn) FROM batches WHERE log = 0 OR log = ?1", -1, &st,
+                           NULL) != SQLITE_OK) {
         db_err(db, "min lsn");
         reader_put(s, db);
         return SK_ERR_IO;
     }
+    sqlite3_bind_int64(st, 1, own_log);
     if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL)
         *out = (wal_lsn)sqlite3_column_int64(st, 0);
     sqlite3_finalize(st);
@@ -1462,5 +1483,63 @@ int sk_store_backup(sk_store *s, const char *dest, wal_lsn *applied)
     }
     sqlite3_close(dst);
     reader_put(s, src);
+    return rc;
+}
+
+int sk_store_has_log_batches(sk_store *s, const kc_uuid *id, int32_t part, int64_t log)
+{
+    sqlite3 *db = reader_get(s);
+    if (!db)
+        return SK_ERR_IO;
+    sqlite3_stmt *st;
+    const char *sql = "SELECT 1 FROM batches WHERE topic = ?1 AND part = ?2 AND log = ?3 LIMIT 1";
+    int rc;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
+        rc = db_err(db, sql);
+    } else {
+        sqlite3_bind_blob(st, 1, id->b, 16, SQLITE_STATIC);
+        sqlite3_bind_int(st, 2, part);
+        sqlite3_bind_int64(st, 3, log);
+        rc = sqlite3_step(st) == SQLITE_ROW ? 1 : 0;
+        sqlite3_finalize(st);
+    }
+    reader_put(s, db);
+    return rc;
+}
+
+int sk_store_foreign_batches(sk_store *s, int64_t max_bytes,
+                             void (*fn)(void *arg, const kc_uuid *id, int32_t part,
+                                        const sk_batch_loc *loc),
+                             void *arg, bool *more)
+{
+    *more = false;
+    sqlite3 *db = reader_get(s);
+    if (!db)
+        return SK_ERR_IO;
+    sqlite3_stmt *st;
+    const char *sql = "SELECT base, last, lsn, len, max_ts, log, topic, part FROM batches"
+                      " WHERE log <> 0 ORDER BY topic, part, base";
+    int rc = 0;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
+        rc = db_err(db, sql);
+    } else {
+        int64_t bytes = 0;
+        while (sqlite3_step(st) == SQLITE_ROW) {
+            sk_batch_loc l;
+            loc_from_row(st, &l);
+            if (bytes > 0 && bytes + l.len > max_bytes) {
+                *more = true;
+                break;
+            }
+            kc_uuid id;
+            if (sqlite3_column_bytes(st, 6) != 16)
+                continue;
+            memcpy(id.b, sqlite3_column_blob(st, 6), 16);
+            fn(arg, &id, sqlite3_column_int(st, 7), &l);
+            bytes += l.len;
+        }
+        sqlite3_finalize(st);
+    }
+    reader_put(s, db);
     return rc;
 }

@@ -107,8 +107,10 @@ int sk_store_find_ts(sk_store *s, const kc_uuid *id, int32_t part, int64_t ts, i
 /* The batch holding `offset`; 1 found, 0 none, or an error. */
 int sk_store_find_offset(sk_store *s, const kc_uuid *id, int32_t part, int64_t offset,
                          sk_batch_loc *out);
-/* Lowest WAL LSN any indexed batch still needs (UINT64_MAX if none). */
-int sk_store_min_lsn(sk_store *s, wal_lsn *out);
+/* Lowest LSN of this log's WAL that an indexed batch still needs
+ * (UINT64_MAX if none): batches it wrote, and those of partitions that came
+ * back to it (indexed under own_log, the log's id). */
+int sk_store_min_lsn(sk_store *s, int64_t own_log, wal_lsn *out);
 /* Where retention moves the log start: batches are deleted from the oldest
  * while their max timestamp is below cutoff_ts (-1: no time limit) or what
  * remains after them still holds max_bytes (-1: no limit; as Kafka deletes
@@ -170,6 +172,17 @@ int sk_store_encode_state(sk_store *s, const kc_uuid *id, int32_t part, int64_t 
                           sk_store_group_filter want, void *arg, sk_buf *out);
 /* Where this log's HANDOFF of the partition is (SK_ERR_NOENT: none). */
 int sk_store_handoff_lsn(sk_store *s, const kc_uuid *id, int32_t part, wal_lsn *lsn);
+/* Batches indexed in another log's WAL (adopted, not yet in objects), or
+ * in this log's WAL under its own id (a partition that came back), ordered
+ * by partition and offset, until max_bytes (always whole prefixes of a
+ * partition's run). *more is set when some were left out. Worker threads. */
+int sk_store_foreign_batches(sk_store *s, int64_t max_bytes,
+                             void (*fn)(void *arg, const kc_uuid *id, int32_t part,
+                                        const sk_batch_loc *loc),
+                             void *arg, bool *more);
+/* Whether the partition still has batches indexed in log `log`'s WAL:
+ * 1 yes, 0 no, or an error. */
+int sk_store_has_log_batches(sk_store *s, const kc_uuid *id, int32_t part, int64_t log);
 /* The partitions this view holds. */
 int sk_store_owned_partitions(sk_store *s, void (*fn)(void *arg, const kc_uuid *id, int32_t part),
                               void *arg);

@@ -50,6 +50,8 @@ enum {
     ST_DEL_OBJ,
     ST_DEL_TOPIC_RANGES,
     ST_DEL_RANGES_BELOW,
+    ST_DEL_COVERED,
+    ST_FORGET_SHARED,
     ST_COUNT
 };
 

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "blockcache.h"
+#include "cluster.h"
 #include "config.h"
 #include "kbatch.h"
 #include "meta.h"
@@ -28,8 +29,10 @@
 #include "sk_map.h"
 #include "sk_time.h"
 #include "sk_workq.h"
+#include "tier_logs.h"
 
 #define SNAP_KEEP 2
+#define FOREIGN_UPLOAD_MS 1000
 #define READAHEAD_BLOCKS 8
 
 struct sk_tier {
@@ -47,6 +50,8 @@ struct sk_tier {
     wal_lsn uploaded;     /* every batch below is in registered objects */
     wal_lsn snapshot_lsn; /* the newest view snapshot in the store reflects this */
     int64_t last_upload_ms;
+    bool foreign;         /* adopted batches may wait for an upload */
+    bool foreign_kicked;  /* ... more came while an upload ran */
     /* orphan GC: candidates of the previous pass */
     objreg_keys orphans;
     sk_tier_stats st;
@@ -63,79 +68,30 @@ static void opts_from_config(const sk_config *cfg, objstore_opts *o)
     o->max_attempts = cfg->s3_max_attempts;
 }
 
-static void snapshot_prefix(const sk_config *cfg, char *buf, size_t len)
+/* Objects and snapshots of a cluster log are named by the log, a single
+ * node's by the node. */
+static int64_t owner_log(const sk_node *n)
 {
-    snprintf(buf, len, "snapshots/node-%d/", cfg->node_id);
+    return n->cluster ? sk_cluster_log_id(n->cluster) : 0;
+}
+
+static uint32_t owner_id(const sk_node *n)
+{
+    return n->cluster ? (uint32_t)sk_cluster_log_id(n->cluster) : (uint32_t)n->cfg->node_id;
+}
+
+static void snapshot_prefix(const sk_node *n, char *buf, size_t len)
+{
+    sk_tier_snapshot_prefix(n->cfg, owner_log(n), buf, len);
 }
 
 /* ---- start-up: restoring a wiped data.dir ---- */
 
 int sk_tier_restore_view(const sk_config *cfg, const char *dbpath, char *why, size_t whylen)
 {
-    struct stat stt;
-    if (stat(dbpath, &stt) == 0)
-        return 0;
-    struct event_base *base = event_base_new();
-    objstore_opts o;
-    opts_from_config(cfg, &o);
-    char inner[256] = "";
-    objstore *os = base ? objstore_open(base, cfg->objects_url, &o, inner, sizeof inner) : NULL;
-    if (!os) {
-        snprintf(why, whylen, "property objects.url: %s", inner);
-        if (base)
-            event_base_free(base);
-        return SK_ERR_INVAL;
-    }
     char prefix[64];
-    snapshot_prefix(cfg, prefix, sizeof prefix);
-    char best[SK_OBJ_KEY_MAX] = "";
-    char *token = NULL;
-    int rc = 0;
-    do {
-        objstore_list_page page;
-        rc = objstore_list_sync(os, prefix, token, 1000, &page);
-        free(token);
-        token = NULL;
-        if (rc != 0)
-            break;
-        /* Keys carry the LSN in 20 digits: the greatest key is the newest. */
-        for (size_t i = 0; i < page.n; i++)
-            if (strcmp(page.entries[i].key, best) > 0)
-                snprintf(best, sizeof best, "%s", page.entries[i].key);
-        token = page.next_token ? strdup(page.next_token) : NULL;
-        objstore_list_page_free(&page);
-    } while (token);
-    if (rc == 0 && best[0]) {
-        uint8_t *data = NULL;
-        size_t got = 0;
-        uint64_t size = 0;
-        rc = objstore_get_sync(os, best, 0, OBJSTORE_TO_END, NULL, &data, &got, &size);
-        if (rc == 0) {
-            char tmp[4200];
-            snprintf(tmp, sizeof tmp, "%s.restore", dbpath);
-            int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-            size_t off = 0;
-            while (fd >= 0 && off < got) {
-                ssize_t w = write(fd, data + off, got - off);
-                if (w <= 0)
-                    break;
-                off += (size_t)w;
-            }
-            if (fd < 0 || off != got || fsync(fd) != 0 || rename(tmp, dbpath) != 0)
-                rc = SK_ERR_IO;
-            if (fd >= 0)
-                close(fd);
-            if (rc == 0)
-                SK_INFO("tier", "restored the SQLite view from %s (%zu bytes)", best, got);
-        }
-        free(data);
-    }
-    if (rc != 0)
-        snprintf(why, whylen, "cannot restore the SQLite view from %s: %s", cfg->objects_url,
-                 sk_err_name(rc));
-    objstore_destroy(os);
-    event_base_free(base);
-    return rc;
+    sk_tier_snapshot_prefix(cfg, 0, prefix, sizeof prefix);
+    return sk_tier_restore_from(cfg, prefix, dbpath, why, whylen);
 }
 
 /* ---- the tier thread's jobs ---- */
@@ -160,6 +116,7 @@ struct job {
     struct smap *map;
     size_t nmap;
     uint64_t limit;
+    bool foreign_more; /* adopted batches left for a later upload */
     /* objects put (upload, compaction), to register */
     objreg_objects objs;
     /* compaction: sources retired */
@@ -196,7 +153,7 @@ static objup_params upload_params(const sk_tier *t)
 {
     const sk_config *cfg = t->n->cfg;
     return (objup_params){(uint64_t)cfg->s3_split_size, (uint32_t)cfg->s3_block_bytes,
-                          (uint32_t)cfg->node_id};
+                          owner_id(t->n)};
 }
 
 /* The registry's ranges (meta.h) and s3sink's: the same fields, copied one
@@ -326,11 +283,68 @@ static int read_wal(struct job *j, objup_set *set)
     return rc;
 }
 
+/* Adopted batches (in other logs' WALs, or in this one under its id for a
+ * partition that came back) go into objects before anything newer of
+ * theirs: an object's range of a stream must have no hole. */
+struct foreign {
+    struct job *j;
+    objup_set *set;
+    uint8_t *rec;
+    uint32_t cap;
+    int err;
+};
+
+static void add_foreign(void *arg, const kc_uuid *id, int32_t part, const sk_batch_loc *loc)
+{
+    struct foreign *f = arg;
+    struct smap key = {*id, part, 0};
+    const struct smap *m = bsearch(&key, f->j->map, f->j->nmap, sizeof key, smap_cmp);
+    if (!m || f->err)
+        return;
+    uint32_t need = loc->len + SK_DATA_HEADER;
+    if (need > f->cap) {
+        uint8_t *nr = realloc(f->rec, need);
+        if (!nr) {
+            f->err = SK_ERR_NOMEM;
+            return;
+        }
+        f->rec = nr;
+        f->cap = need;
+    }
+    uint8_t type;
+    uint32_t len;
+    int rc = sk_node_read_batch(f->j->t->n, loc, &type, f->rec, f->cap, &len);
+    if (rc == 0 && (type != SK_WAL_DATA || len != need))
+        rc = SK_ERR_CORRUPT;
+    if (rc) {
+        SK_ERROR("tier", "cannot read an adopted batch (log %lld, LSN %llu): %s", (long long)loc->log,
+                 (unsigned long long)loc->lsn, sk_err_name(rc));
+        f->err = rc;
+        return;
+    }
+    f->err = add_data(f->j, f->set, f->rec, len);
+}
+
+static int read_foreign(struct job *j, objup_set *set)
+{
+    struct foreign f = {j, set, NULL, 0, 0};
+    bool more = false;
+    int rc = sk_store_foreign_batches(j->t->n->store, (int64_t)j->limit, add_foreign, &f, &more);
+    free(f.rec);
+    j->foreign_more = more;
+    return rc ? rc : f.err;
+}
+
 static void upload_work(void *arg)
 {
     struct job *j = arg;
     objup_set *set = objup_set_new(j->limit);
-    int rc = set ? read_wal(j, set) : SK_ERR_NOMEM;
+    int rc = set ? read_foreign(j, set) : SK_ERR_NOMEM;
+    /* This node's own WAL only once no adopted batch waits (see above). */
+    if (rc == 0 && !j->foreign_more)
+        rc = read_wal(j, set);
+    else
+        j->end = j->from;
     objup_params p = upload_params(j->t);
     if (rc == 0)
         rc = objup_put(set, j->t->os, &p, &j->objs);
@@ -370,7 +384,7 @@ static void snapshot_work(void *arg)
     }
     unlink(path);
     char prefix[64], key[128];
-    snapshot_prefix(cfg, prefix, sizeof prefix);
+    snapshot_prefix(t->n, prefix, sizeof prefix);
     snprintf(key, sizeof key, "%s%020" PRIu64 ".db", prefix, (uint64_t)applied);
     if (rc == 0) {
         struct iovec iov = {data, len};
@@ -493,7 +507,7 @@ static void orphans_work(void *arg)
 {
     struct job *j = arg;
     sk_tier *t = j->t;
-    objgc_orphan_params p = {(uint32_t)t->n->cfg->node_id, t->n->cfg->s3_orphan_min_age_ms};
+    objgc_orphan_params p = {owner_id(t->n), t->n->cfg->s3_orphan_min_age_ms};
     j->err = objgc_orphans_pass(t->os, &p, sk_now_ms(), object_known, t->n->store, &t->orphans,
                                 &j->cands, &j->deleted);
 }
@@ -524,7 +538,8 @@ static void registered(void *arg, int err)
     start_next_job(t);
 }
 
-/* stream -> partition, of the partitions there are now. */
+/* stream -> partition, of the partitions held here now (one handed over
+ * meanwhile left its batches to its adopter, which registers them). */
 static sk_map *live_streams(sk_node *n)
 {
     sk_map *live = sk_map_new();
@@ -533,7 +548,8 @@ static sk_map *live_streams(sk_node *n)
     while (live && sk_map_next(n->topics_by_id, &it, NULL, NULL, &v)) {
         sk_topic *tp = v;
         for (int32_t i = 0; i < tp->nparts; i++)
-            sk_map_put(live, &tp->parts[i]->stream, sizeof(uint64_t), tp->parts[i]);
+            if (tp->parts[i]->own != SK_OWN_NONE)
+                sk_map_put(live, &tp->parts[i]->stream, sizeof(uint64_t), tp->parts[i]);
     }
     return live;
 }
@@ -658,6 +674,9 @@ static void upload_done(struct job *j)
 {
     sk_tier *t = j->t;
     t->last_upload_ms = sk_mono_ms();
+    if (j->err == 0 && !j->foreign_more && !t->foreign_kicked)
+        t->foreign = false;
+    t->foreign_kicked = false;
     if (j->err != 0) {
         SK_WARN("tier", "upload of WAL %" PRIu64 "..%" PRIu64 " failed: %s; retrying later",
                 (uint64_t)j->from, (uint64_t)j->to, sk_err_name(j->err));
@@ -754,6 +773,9 @@ static void job_done(void *arg)
 
 static bool upload_wanted(sk_tier *t, bool by_time)
 {
+    /* Adopted batches keep another log's WAL alive: upload them soon. */
+    if (t->foreign && sk_mono_ms() - t->last_upload_ms >= FOREIGN_UPLOAD_MS)
+        return true;
     wal_lsn durable = wal_durable_lsn(t->n->wal);
     if (durable <= t->uploaded)
         return false;
@@ -788,6 +810,10 @@ static struct job *upload_job(sk_tier *t)
     while (sk_map_next(n->topics_by_id, &it, NULL, NULL, &v)) {
         sk_topic *tp = v;
         for (int32_t i = 0; i < tp->nparts; i++) {
+            /* A partition handed over leaves its batches to its adopter,
+             * which uploads them; one not adopted yet has none here. */
+            if (tp->parts[i]->own == SK_OWN_NONE)
+                continue;
             if (j->nmap == cap) {
                 cap = cap ? cap * 2 : 64;
                 struct smap *nm = realloc(j->map, cap * sizeof *nm);
@@ -852,6 +878,13 @@ void sk_tier_kick(sk_tier *t)
     if (t && !t->busy && (upload_wanted(t, false) ||
                           snapshot_ready(t)))
         start_next_job(t);
+}
+
+void sk_tier_adopted(sk_tier *t)
+{
+    t->foreign = true;
+    t->foreign_kicked = true;
+    sk_tier_kick(t);
 }
 
 void sk_tier_upload_now(sk_tier *t)
@@ -1087,7 +1120,7 @@ sk_tier *sk_tier_new(sk_node *n, char *why, size_t whylen)
      * trimmed; without one, take one as soon as there is something in
      * objects. */
     char prefix[64];
-    snapshot_prefix(n->cfg, prefix, sizeof prefix);
+    snapshot_prefix(n, prefix, sizeof prefix);
     objstore_list_page page;
     if (objstore_list_sync(t->os, prefix, NULL, 1000, &page) == 0) {
         for (size_t i = 0; i < page.n; i++) {

@@ -78,6 +78,10 @@ typedef void (*sk_tier_read_cb)(void *arg, int err, uint8_t *buf, size_t len, in
 void sk_tier_read(sk_tier *t, const sk_obj_loc *loc, uint64_t stream, int64_t offset,
                   size_t max_bytes, sk_tier_read_cb cb, void *arg);
 
+/* A partition came with batches in another log's WAL: upload them soon,
+ * before anything newer of theirs (cluster). */
+void sk_tier_adopted(sk_tier *t);
+
 /* Runs the upload, GC and compaction steps now (tests, shutdown). */
 void sk_tier_upload_now(sk_tier *t);
 
