@@ -682,71 +682,93 @@ def verify_loads(cl, topic, partitions, loads):
 
 
 class MetadataSampler:
-    """Asks every node for Metadata of `topics` every `interval` s in a thread and keeps,
-    per (topic, partition, epoch), which leaders were reported, by whom and when."""
+    """Asks every node for Metadata of `topics` every `interval` s (one thread per node,
+    nodes added to the cluster later included) and keeps, per (topic, partition, epoch),
+    which leaders were reported, by whom and when."""
 
     def __init__(self, cluster, topics, interval=0.1):
         self.cluster, self.topics, self.interval = cluster, list(topics), interval
         self.seen = {}           # (topic, p, epoch) -> {leader: [(t, reporter)]}
         self.samples = 0
         self.failures = 0
+        self.lock = threading.Lock()
         self.stop_flag = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.conns = {}
-        self.error = None
+        self.threads = {}
+        self.errors = []
+        self.t0 = None
+        self.duration = None
 
     def start(self):
         self.t0 = time.monotonic()
-        self.thread.start()
+        self.watcher = threading.Thread(target=self._watch, daemon=True)
+        self.watcher.start()
         return self
 
-    def _ask(self, n):
-        c = self.conns.get(n.node_id)
-        try:
-            if c is None:
-                c = self.conns[n.node_id] = k.Conn(n.bootstrap, timeout=1.0)
-            md = k.metadata(c, self.topics, version=12, allow_auto=False)
-        except (OSError, k.ConnectionClosed, k.ProtocolError):
-            if c is not None:
-                c.close()
-            self.conns.pop(n.node_id, None)
-            self.failures += 1
-            return
-        t = time.monotonic() - self.t0
-        self.samples += 1
-        for tp in md["Topics"]:
-            if tp["ErrorCode"] != k.NONE:
-                continue
-            for p in tp["Partitions"]:
-                if p["LeaderId"] < 0:
-                    continue
-                key = (tp["Name"], p["PartitionIndex"], p["LeaderEpoch"])
-                self.seen.setdefault(key, {}).setdefault(p["LeaderId"], []).append(
-                    (round(t, 2), n.node_id))
+    def _watch(self):
+        while not self.stop_flag.is_set():
+            for nid, n in list(self.cluster.nodes.items()):
+                if nid not in self.threads:
+                    t = threading.Thread(target=self._run, args=(n,), daemon=True)
+                    self.threads[nid] = t
+                    t.start()
+            self.stop_flag.wait(0.2)
 
-    def _run(self):
+    def _ask(self, n, c):
+        md = k.metadata(c, self.topics, version=12, allow_auto=False)
+        t = round(time.monotonic() - self.t0, 2)
+        with self.lock:
+            self.samples += 1
+            for tp in md["Topics"]:
+                if tp["ErrorCode"] != k.NONE:
+                    continue
+                for p in tp["Partitions"]:
+                    if p["LeaderId"] < 0:
+                        continue
+                    key = (tp["Name"], p["PartitionIndex"], p["LeaderEpoch"])
+                    self.seen.setdefault(key, {}).setdefault(p["LeaderId"], []).append(
+                        (t, n.node_id))
+
+    def _run(self, n):
+        c = None
         try:
             while not self.stop_flag.is_set():
                 t = time.monotonic()
-                for n in list(self.cluster.nodes.values()):
-                    if n.alive:
-                        self._ask(n)
-                time.sleep(max(0.0, self.interval - (time.monotonic() - t)))
+                if n.alive:
+                    try:
+                        if c is None:
+                            c = k.Conn(n.bootstrap, timeout=1.0)
+                        self._ask(n, c)
+                    except (OSError, k.ConnectionClosed, k.ProtocolError):
+                        if c is not None:
+                            c.close()
+                        c = None
+                        with self.lock:
+                            self.failures += 1
+                self.stop_flag.wait(max(0.0, self.interval - (time.monotonic() - t)))
         except Exception as e:  # noqa: BLE001 - reported by finish()
-            self.error = e
+            self.errors.append(e)
+        finally:
+            if c is not None:
+                c.close()
 
     def finish(self):
         self.stop_flag.set()
-        self.thread.join(10)
-        for c in self.conns.values():
-            c.close()
-        assert self.error is None, "the Metadata sampler died: %r" % self.error
+        self.watcher.join(10)
+        for t in list(self.threads.values()):
+            t.join(10)
+        self.duration = time.monotonic() - self.t0
+        assert not self.errors, "the Metadata sampler died: %r" % self.errors[:3]
+
+    def summary(self):
+        return "%d Metadata samples from %d nodes in %.0f s (%d failed)" % (
+            self.samples, len(self.threads), self.duration or 0, self.failures)
 
     def conflicts(self):
         """[(topic, partition, epoch, {leader: first (t, reporter) samples})] where two
         nodes were reported leader at one epoch."""
-        return [(t, p, e, {ld: v[:3] for ld, v in leaders.items()})
-                for (t, p, e), leaders in sorted(self.seen.items()) if len(leaders) > 1]
+        with self.lock:
+            return [(t, p, e, {ld: v[:3] for ld, v in leaders.items()})
+                    for (t, p, e), leaders in sorted(self.seen.items()) if len(leaders) > 1]
 
 
 def wait_for(pred, timeout, what, interval=0.1):
