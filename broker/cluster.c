@@ -363,8 +363,9 @@ void sk_cluster_drain(sk_cluster *c, void (*done)(void *arg), void *arg)
     c->drain_deadline_ms = sk_mono_ms() + c->n->cfg->controlled_shutdown_timeout_ms;
     SK_INFO("cluster", "controlled shutdown: moving %zu partitions to other nodes",
             sk_handoff_owned(c->h));
+    /* A draining controller stays the controller: it moves its own
+     * partitions away like anyone's, and its lease ends with the node. */
     cs_set_draining(c->s);
-    sk_controller_set_active(c->ctl, false);
     event_active(c->tick_ev, EV_TIMEOUT, 0);
 }
 
