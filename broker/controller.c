@@ -349,3 +349,80 @@ void sk_controller_get_stats(const sk_controller *ctl, sk_controller_stats *st)
 {
     *st = ctl->st;
 }
+
+/* ---- moves asked for by an administrator ---- */
+
+typedef struct move {
+    void (*fn)(void *arg, int16_t err);
+    void *arg;
+} move;
+
+static void move_done(void *arg, int err, const etcd_txn_result *r)
+{
+    move *mv = arg;
+    int16_t code = 0;
+    if (err)
+        code = SK_KAFKA_REQUEST_TIMED_OUT;
+    else if (!r->succeeded)
+        code = SK_KAFKA_REASSIGNMENT_IN_PROGRESS; /* it changed meanwhile */
+    mv->fn(mv->arg, code);
+    free(mv);
+}
+
+static void move_noop(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    move *mv = arg;
+    mv->fn(mv->arg, 0);
+    free(mv);
+}
+
+int16_t sk_controller_move(sk_cluster *c, const kc_uuid *topic, int32_t part, int32_t node,
+                           void (*fn)(void *arg, int16_t err), void *arg)
+{
+    cm_model *m = sk_cluster_model(c);
+    const cm_part *cp = cm_part_get(m, topic, part);
+    if (!cp)
+        return SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION;
+    const cm_node *target = cm_node_get(m, node);
+    if (!target || target->draining)
+        return SK_KAFKA_INVALID_REPLICA_ASSIGNMENT;
+    if (cp->state != CM_PART_ACTIVE)
+        return SK_KAFKA_REASSIGNMENT_IN_PROGRESS;
+    move *mv = calloc(1, sizeof *mv);
+    if (!mv)
+        return SK_KAFKA_REQUEST_TIMED_OUT;
+    mv->fn = fn;
+    mv->arg = arg;
+    if (cp->node == node) {
+        /* There already: answered from the loop, never inside the call. */
+        if (event_base_once(sk_cluster_node(c)->base, -1, EV_TIMEOUT, move_noop, mv, NULL) != 0) {
+            free(mv);
+            return SK_KAFKA_REQUEST_TIMED_OUT;
+        }
+        return 0;
+    }
+    cm_part p = *cp;
+    p.state = CM_PART_MOVING;
+    p.src_log = cp->log;
+    p.src_lsn = 0;
+    p.log = 0;
+    p.node = node;
+    p.epoch = cp->epoch + 1;
+    char key[KEY_MAX];
+    cs_session *s = sk_cluster_session(c);
+    size_t kl = cm_key_part(cs_prefix(s), topic, part, key, sizeof key);
+    char *val = cm_encode_part(&p);
+    etcd_cmp cmp = {.key = (const uint8_t *)key, .klen = kl, .target = ETCD_TARGET_MOD,
+                    .result = ETCD_CMP_EQUAL, .number = cp->mod_rev};
+    etcd_op put = {.type = ETCD_OP_PUT, .key = (const uint8_t *)key, .klen = kl,
+                   .value = (const uint8_t *)val, .vlen = val ? strlen(val) : 0};
+    int rc = val ? etcd_txn(cs_etcd(s), &cmp, 1, &put, 1, NULL, 0, move_done, mv) : SK_ERR_NOMEM;
+    free(val);
+    if (rc) {
+        free(mv);
+        return SK_KAFKA_REQUEST_TIMED_OUT;
+    }
+    return 0;
+}

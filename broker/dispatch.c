@@ -45,6 +45,8 @@ static sk_api_entry table[] = {
     {37, 0, 3, 0, 0, h_create_partitions, NULL},
     {42, 0, 2, 0, 0, h_delete_groups, NULL},
     {44, 0, 1, 0, 0, h_incremental_alter_configs, NULL},
+    {45, 0, 1, 0, 0, h_alter_partition_reassignments, NULL},
+    {46, 0, 0, 0, 0, h_list_partition_reassignments, NULL},
     {47, 0, 0, 0, 0, h_offset_delete, NULL},
     {60, 0, 2, 0, 0, h_describe_cluster, NULL},
     /* Skiff's node-to-node RPCs (proto/rpc): served, never advertised. */

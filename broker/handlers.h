@@ -28,6 +28,8 @@ void h_incremental_alter_configs(sk_req *r);
 void h_delete_records(sk_req *r);
 void h_describe_cluster(sk_req *r);
 void h_describe_log_dirs(sk_req *r);
+void h_alter_partition_reassignments(sk_req *r);
+void h_list_partition_reassignments(sk_req *r);
 
 /* The brokers a client on r's connection is told about (Metadata,
  * DescribeCluster): this node alone, or a cluster's live nodes at their

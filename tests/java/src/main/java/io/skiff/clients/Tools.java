@@ -34,6 +34,7 @@ import org.apache.kafka.common.utils.Exit;
  *   topics          org.apache.kafka.tools.TopicCommand
  *   get-offsets     org.apache.kafka.tools.GetOffsetShell
  *   console-consumer org.apache.kafka.tools.consumer.ConsoleConsumer
+ *   reassign        org.apache.kafka.tools.reassign.ReassignPartitionsCommand
  * or an AdminClient call whose result is printed as JSON:
  *   admin-groups BOOTSTRAP                 listConsumerGroups
  *   admin-describe BOOTSTRAP GROUP         describeConsumerGroups
@@ -140,6 +141,9 @@ public final class Tools {
                 break;
             case "console-consumer":
                 org.apache.kafka.tools.consumer.ConsoleConsumer.main(a);
+                break;
+            case "reassign":
+                org.apache.kafka.tools.reassign.ReassignPartitionsCommand.main(a);
                 break;
             case "sleep":
                 Thread.sleep(Long.parseLong(a[0]));

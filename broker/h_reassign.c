@@ -1,0 +1,249 @@
+/*
+ * AlterPartitionReassignments and ListPartitionReassignments, what
+ * kafka-reassign-partitions.sh uses.
+ *
+ * Skiff keeps one copy of a partition (the shared volume is the replica), so
+ * a reassignment names the node that should serve it: the first replica of
+ * the list; the others are not used. A move is a handoff like a rebalance's
+ * (docs/cluster.md, "Planned move") and takes seconds; it cannot be
+ * cancelled once started. A single node can only be "moved" to itself.
+ * With auto.leader.rebalance.enable the controller may later move a
+ * partition again to even the load.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cluster.h"
+#include "cmodel.h"
+#include "config.h"
+#include "controller.h"
+#include "dispatch.h"
+#include "handlers.h"
+#include "kmsg.h"
+#include "node.h"
+#include "plog.h"
+#include "sk_arena.h"
+#include "sk_err.h"
+
+typedef kp_AlterPartitionReassignmentsResponse_ReassignablePartitionResponse presp;
+
+static void set_err(sk_req *r, presp *o, int16_t code, const char *msg)
+{
+    o->error_code = code;
+    o->error_message = msg ? sk_req_str(r, msg) : (kc_str){NULL, -1};
+}
+
+static void moved(void *arg, int16_t err)
+{
+    sk_item *it = arg;
+    if (err)
+        *it->error_code = err;
+    sk_item_done(it, 0);
+}
+
+/* One partition of the request. */
+typedef kp_AlterPartitionReassignmentsRequest_ReassignablePartition preq;
+
+static void alter_one(sk_req *r, sk_topic *t, const preq *rp, presp *o)
+{
+    sk_node *n = r->node;
+    o->partition_index = rp->partition_index;
+    o->error_message = (kc_str){NULL, -1};
+    sk_part *p = sk_part_get(t, rp->partition_index);
+    if (!p) {
+        set_err(r, o, SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.");
+        return;
+    }
+    if (rp->replicas.n < 0) {
+        const cm_part *cp = n->cluster ? sk_cluster_part_state(n->cluster, p) : NULL;
+        bool moving = cp && cp->state != CM_PART_ACTIVE && cp->state != CM_PART_NEW;
+        set_err(r, o, moving ? SK_KAFKA_INVALID_REQUEST : SK_KAFKA_NO_REASSIGNMENT_IN_PROGRESS,
+                moving ? "A move cannot be cancelled: it completes within seconds." : NULL);
+        return;
+    }
+    if (rp->replicas.n == 0) {
+        set_err(r, o, SK_KAFKA_INVALID_REPLICA_ASSIGNMENT, "The replica list is empty.");
+        return;
+    }
+    int32_t target = rp->replicas.v[0];
+    if (!n->cluster) {
+        if (target != n->cfg->node_id)
+            set_err(r, o, SK_KAFKA_INVALID_REPLICA_ASSIGNMENT,
+                    "A single node serves every partition itself.");
+        return;
+    }
+    sk_item *it = sk_item_new(r, &o->error_code, &o->error_message);
+    if (!it) {
+        set_err(r, o, SK_KAFKA_REQUEST_TIMED_OUT, "out of memory");
+        return;
+    }
+    r->pending++;
+    int16_t rc = sk_controller_move(n->cluster, &t->id, p->index, target, moved, it);
+    if (rc) {
+        r->pending--;
+        set_err(r, o, rc,
+                rc == SK_KAFKA_INVALID_REPLICA_ASSIGNMENT
+                    ? "The first replica must be a live node that is not shutting down."
+                    : NULL);
+    }
+}
+
+void h_alter_partition_reassignments(sk_req *r)
+{
+    kp_AlterPartitionReassignmentsRequest *req = r->body;
+    kp_AlterPartitionReassignmentsResponse *resp = r->resp;
+    int32_t nt = req->topics.n > 0 ? req->topics.n : 0;
+    kp_AlterPartitionReassignmentsResponse_ReassignableTopicResponse *ts = sk_req_array(
+        r, &kp_AlterPartitionReassignmentsResponse_ReassignableTopicResponse_desc, nt);
+    if (nt && !ts) {
+        sk_req_close(r, "out of memory");
+        return;
+    }
+    resp->responses.n = nt;
+    resp->responses.v = ts;
+    resp->allow_replication_factor_change = req->allow_replication_factor_change;
+    r->pending = 1;
+    for (int32_t i = 0; i < nt; i++) {
+        kp_AlterPartitionReassignmentsRequest_ReassignableTopic *rt = &req->topics.v[i];
+        int32_t np = rt->partitions.n > 0 ? rt->partitions.n : 0;
+        ts[i].name = rt->name;
+        ts[i].partitions.n = np;
+        ts[i].partitions.v = sk_req_array(
+            r, &kp_AlterPartitionReassignmentsResponse_ReassignablePartitionResponse_desc, np);
+        if (np && !ts[i].partitions.v) {
+            sk_req_close(r, "out of memory");
+            return;
+        }
+        sk_topic *t = rt->name.len > 0 ? sk_topic_get(r->node, rt->name.p, (size_t)rt->name.len)
+                                       : NULL;
+        for (int32_t j = 0; j < np; j++) {
+            if (!t) {
+                ts[i].partitions.v[j].partition_index = rt->partitions.v[j].partition_index;
+                set_err(r, &ts[i].partitions.v[j], SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION,
+                        "The topic does not exist.");
+                continue;
+            }
+            alter_one(r, t, &rt->partitions.v[j], &ts[i].partitions.v[j]);
+        }
+    }
+    if (--r->pending == 0)
+        sk_req_respond(r);
+}
+
+/* ---- ListPartitionReassignments ---- */
+
+typedef kp_ListPartitionReassignmentsResponse_OngoingPartitionReassignment ongoing;
+
+static bool wanted(const kp_ListPartitionReassignmentsRequest *req, const char *topic,
+                   int32_t part)
+{
+    if (req->topics.n < 0)
+        return true;
+    size_t tl = strlen(topic);
+    for (int32_t i = 0; i < req->topics.n; i++) {
+        const kp_ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics *t =
+            &req->topics.v[i];
+        if (t->name.len < 0 || (size_t)t->name.len != tl || memcmp(t->name.p, topic, tl) != 0)
+            continue;
+        for (int32_t k = 0; k < t->partition_indexes.n; k++)
+            if (t->partition_indexes.v[k] == part)
+                return true;
+    }
+    return false;
+}
+
+/* Two node ids in the request's arena. */
+static int32_t *pair(sk_req *r, int32_t a, int32_t b)
+{
+    int32_t *v = sk_arena_alloc(r->arena, 2 * sizeof *v);
+    if (v) {
+        v[0] = a;
+        v[1] = b;
+    }
+    return v;
+}
+
+/* A partition moving from the node of its source log to its target. */
+static bool fill_ongoing(sk_req *r, cm_model *m, const cm_part *cp, ongoing *o)
+{
+    const cm_log *src = cm_log_get(m, cp->src_log);
+    int32_t from = src ? src->node : -1;
+    o->partition_index = cp->index;
+    int32_t *rep = pair(r, from, cp->node);
+    int32_t *add = pair(r, cp->node, -1);
+    int32_t *rem = pair(r, from, -1);
+    if (!rep || !add || !rem)
+        return false;
+    bool known = from >= 0 && from != cp->node;
+    o->replicas.n = known ? 2 : 1;
+    o->replicas.v = known ? rep : rep + 1;
+    o->adding_replicas.n = 1;
+    o->adding_replicas.v = add;
+    o->removing_replicas.n = known ? 1 : 0;
+    o->removing_replicas.v = rem;
+    return true;
+}
+
+typedef kp_ListPartitionReassignmentsResponse_OngoingTopicReassignment otopic;
+
+static int collect_topic(sk_req *r, const kp_ListPartitionReassignmentsRequest *req, cm_model *m,
+                         const cm_topic *mt, otopic *out)
+{
+    ongoing *ps = sk_req_array(
+        r, &kp_ListPartitionReassignmentsResponse_OngoingPartitionReassignment_desc,
+        mt->partitions);
+    if (mt->partitions && !ps)
+        return -1;
+    int32_t k = 0;
+    for (int32_t i = 0; i < mt->partitions; i++) {
+        const cm_part *cp = cm_part_get(m, &mt->id, i);
+        if (!cp || (cp->state != CM_PART_MOVING && cp->state != CM_PART_HANDOFF) ||
+            !wanted(req, mt->name, i))
+            continue;
+        if (!fill_ongoing(r, m, cp, &ps[k]))
+            return -1;
+        k++;
+    }
+    out->name = sk_req_str(r, mt->name);
+    out->partitions.n = k;
+    out->partitions.v = ps;
+    return k;
+}
+
+void h_list_partition_reassignments(sk_req *r)
+{
+    kp_ListPartitionReassignmentsRequest *req = r->body;
+    kp_ListPartitionReassignmentsResponse *resp = r->resp;
+    sk_node *n = r->node;
+    resp->topics.n = 0;
+    if (!n->cluster) {
+        sk_req_respond(r); /* a single node never moves anything */
+        return;
+    }
+    cm_model *m = sk_cluster_model(n->cluster);
+    size_t it = 0, count = 0;
+    while (cm_topic_next(m, &it))
+        count++;
+    otopic *ts = sk_req_array(
+        r, &kp_ListPartitionReassignmentsResponse_OngoingTopicReassignment_desc, (int32_t)count);
+    if (count && !ts) {
+        sk_req_close(r, "out of memory");
+        return;
+    }
+    it = 0;
+    int32_t k = 0;
+    const cm_topic *mt;
+    while ((mt = cm_topic_next(m, &it)) != NULL && (size_t)k < count) {
+        int got = collect_topic(r, req, m, mt, &ts[k]);
+        if (got < 0) {
+            sk_req_close(r, "out of memory");
+            return;
+        }
+        if (got > 0)
+            k++;
+    }
+    resp->topics.n = k;
+    resp->topics.v = ts;
+    sk_req_respond(r);
+}
