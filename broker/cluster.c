@@ -14,6 +14,7 @@
 #include "dynconf.h"
 #include "controller.h"
 #include "custody.h"
+#include "etcd.h"
 #include "groups.h"
 #include "handoff.h"
 #include "node.h"
@@ -557,4 +558,53 @@ sk_part *sk_cluster_group_part(sk_cluster *c, const char *group, size_t len)
     /* Kafka's Utils.abs: the sign bit cleared. */
     int32_t k = (int32_t)((uint32_t)sk_group_hash(group, len) & 0x7fffffff) % t->nparts;
     return t->parts[k];
+}
+
+/* ---- metrics ---- */
+
+void sk_cluster_get_stats(sk_cluster *c, sk_cluster_stats *st)
+{
+    memset(st, 0, sizeof *st);
+    st->log_id = c->log_id;
+    st->controller = cs_is_controller(c->s);
+    cm_nodes(cs_model(c->s), &st->live_nodes);
+    st->partitions_served = sk_handoff_owned(c->h);
+    st->custody_logs = sk_custody_count(c->cu);
+    st->lease_left_s = (double)(cs_deadline(c->s) - sk_boot_us()) / 1e6;
+    cs_stats ss;
+    cs_get_stats(c->s, &ss);
+    st->keepalives = ss.keepalives;
+    st->keepalive_failures = ss.keepalive_failures;
+    st->watch_resets = ss.watch_resets;
+    st->lease_lapses = ss.lease_lapses;
+    sk_handoff_stats hs;
+    sk_handoff_get_stats(c->h, &hs);
+    st->adopted = hs.adopted;
+    st->left = hs.left;
+    st->published = hs.published;
+    st->publish_retries = hs.publish_retries;
+    st->rpc_sent = hs.rpc_sent;
+    st->rpc_failed = hs.rpc_failed;
+    st->last_adopt_s = (double)hs.last_adopt_ms / 1000.0;
+    st->last_leave_s = (double)hs.last_leave_ms / 1000.0;
+    sk_custody_stats cus;
+    sk_custody_get_stats(c->cu, &cus);
+    st->custody_opened = cus.opened;
+    st->custody_finished = cus.finished;
+    st->custody_last_open_s = (double)cus.last_open_ms / 1000.0;
+    sk_controller_stats ks;
+    sk_controller_get_stats(c->ctl, &ks);
+    st->rounds = ks.rounds;
+    st->actions = ks.actions;
+    st->conflicts = ks.conflicts;
+    st->failures = ks.failures;
+    etcd_stats es;
+    etcd_get_stats(cs_etcd(c->s), &es);
+    st->etcd_requests = es.requests;
+    st->etcd_errors = es.errors;
+    st->etcd_timeouts = es.timeouts;
+    st->etcd_switches = es.endpoint_switches;
+    st->etcd_watch_resumes = es.watch_resumes;
+    st->etcd_latency_sum_s = (double)es.latency_us_sum / 1e6;
+    st->etcd_latency_count = es.latency_count;
 }

@@ -76,6 +76,24 @@ sk_part *sk_cluster_group_part(sk_cluster *c, const char *group, size_t len);
 /* Java's String.hashCode of a UTF-8 group id, as Kafka places groups. */
 int32_t sk_group_hash(const char *group, size_t len);
 
+/* What the metrics show of the node's part in the cluster. */
+typedef struct sk_cluster_stats {
+    int64_t log_id;
+    bool controller;
+    size_t live_nodes, partitions_served, custody_logs;
+    double lease_left_s; /* until the lease deadline (negative: past it) */
+    uint64_t keepalives, keepalive_failures, watch_resets, lease_lapses;
+    uint64_t adopted, left, published, publish_retries, rpc_sent, rpc_failed;
+    double last_adopt_s, last_leave_s;
+    uint64_t custody_opened, custody_finished;
+    double custody_last_open_s;
+    uint64_t rounds, actions, conflicts, failures;
+    uint64_t etcd_requests, etcd_errors, etcd_timeouts, etcd_switches, etcd_watch_resumes;
+    double etcd_latency_sum_s;
+    uint64_t etcd_latency_count;
+} sk_cluster_stats;
+void sk_cluster_get_stats(sk_cluster *c, sk_cluster_stats *st);
+
 /* For handoff.c and custody.c: the key-value data of a partition, the
  * node, and the handoff machinery. */
 typedef struct sk_handoffs sk_handoffs;

@@ -103,6 +103,8 @@ static int decode_batches(sk_rd *r, sk_hstate *h)
         x->base = (int64_t)sk_rd_u64(r);
         x->last = (int64_t)sk_rd_u64(r);
         x->max_ts = (int64_t)sk_rd_u64(r);
+        if (x->log == 0) /* every batch names the log whose WAL holds it */
+            return SK_ERR_CORRUPT;
     }
     return sk_rd_failed(r) ? SK_ERR_CORRUPT : 0;
 }

@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cluster.h"
 #include "config.h"
+#include "plog.h"
 #include "groups.h"
 #include "kc.h"
 #include "net.h"
@@ -62,6 +64,66 @@ static void gauge(struct evbuffer *b, const char *name, const char *help, double
         evbuffer_add_printf(b, "%lld\n", (long long)v);
     else
         evbuffer_add_printf(b, "%.6f\n", v);
+}
+
+/* A cluster member's part in the cluster (docs/cluster.md). */
+static void render_cluster(sk_node *n, struct evbuffer *b)
+{
+    sk_cluster_stats st;
+    sk_cluster_get_stats(n->cluster, &st);
+    gauge(b, "skiff_cluster_log_id", "The log this incarnation of the node writes.",
+          (double)st.log_id);
+    gauge(b, "skiff_cluster_controller", "1 while this node holds the controller duties.",
+          st.controller ? 1 : 0);
+    gauge(b, "skiff_cluster_live_nodes", "Nodes whose lease is alive.", (double)st.live_nodes);
+    gauge(b, "skiff_cluster_partitions_served",
+          "Partitions this node serves, adopts or hands over now.", (double)st.partitions_served);
+    gauge(b, "skiff_cluster_custody_logs", "Dead logs in this node's custody now.",
+          (double)st.custody_logs);
+    gauge(b, "skiff_cluster_lease_remaining_seconds",
+          "Until the lease deadline, past which nothing is acknowledged (negative: passed).",
+          st.lease_left_s);
+    counter(b, "skiff_cluster_keepalives_total", "Lease keep-alives answered.", st.keepalives);
+    counter(b, "skiff_cluster_keepalive_failures_total", "Lease keep-alives that failed.",
+            st.keepalive_failures);
+    counter(b, "skiff_cluster_watch_resets_total",
+            "Times the watch of etcd lost its history and every key was read again.",
+            st.watch_resets);
+    counter(b, "skiff_cluster_adopted_total", "Partitions adopted by this node.", st.adopted);
+    counter(b, "skiff_cluster_left_total", "Partitions handed over from this node's log.",
+            st.left);
+    counter(b, "skiff_cluster_handoffs_published_total",
+            "HANDOFF records published (own log and logs in custody).", st.published);
+    counter(b, "skiff_cluster_handoff_publish_retries_total",
+            "Publishes of HANDOFF records that etcd did not take at once.", st.publish_retries);
+    gauge(b, "skiff_cluster_last_adopt_seconds",
+          "From etcd naming this node until it served, for the last adoption.", st.last_adopt_s);
+    gauge(b, "skiff_cluster_last_leave_seconds",
+          "From a move's start until its HANDOFF was published, for the last one.",
+          st.last_leave_s);
+    counter(b, "skiff_cluster_custody_opened_total", "Dead logs fenced and replayed here.",
+            st.custody_opened);
+    counter(b, "skiff_cluster_custody_finished_total", "Dead logs emptied and deleted here.",
+            st.custody_finished);
+    gauge(b, "skiff_cluster_custody_last_open_seconds",
+          "Fencing, view restore and replay of the last dead log taken into custody.",
+          st.custody_last_open_s);
+    counter(b, "skiff_controller_rounds_total", "Placement rounds run as controller.", st.rounds);
+    counter(b, "skiff_controller_actions_total", "Placement decisions sent to etcd.", st.actions);
+    counter(b, "skiff_controller_conflicts_total",
+            "Placement decisions etcd refused because the key changed first.", st.conflicts);
+    counter(b, "skiff_etcd_requests_total", "Requests sent to etcd.", st.etcd_requests);
+    counter(b, "skiff_etcd_errors_total", "etcd requests that failed.", st.etcd_errors);
+    counter(b, "skiff_etcd_timeouts_total", "etcd requests without an answer in time.",
+            st.etcd_timeouts);
+    counter(b, "skiff_etcd_endpoint_switches_total", "Moves to another etcd endpoint.",
+            st.etcd_switches);
+    counter(b, "skiff_etcd_watch_resumes_total", "Watches resumed after a broken stream.",
+            st.etcd_watch_resumes);
+    evbuffer_add_printf(b, "# HELP skiff_etcd_request_seconds Latency of answered etcd requests.\n"
+                           "# TYPE skiff_etcd_request_seconds summary\n"
+                           "skiff_etcd_request_seconds_sum %.6f\nskiff_etcd_request_seconds_count %llu\n",
+                        st.etcd_latency_sum_s, (unsigned long long)st.etcd_latency_count);
 }
 
 /* Topic names are [a-zA-Z0-9._-]: nothing to escape in a label value. */
@@ -158,6 +220,8 @@ static void render(sk_node *n, struct evbuffer *b)
         counter(b, "skiff_s3_bytes_down_total", "Bytes read from the object store.",
                 os.bytes_down);
     }
+    if (n->cluster)
+        render_cluster(n, b);
     gauge(b, "skiff_cache_bytes", "Bytes of recent batches held in memory.", (double)n->cache_bytes);
     gauge(b, "skiff_back_pressure", "1 while the node has stopped reading requests.",
           n->paused ? 1 : 0);
@@ -176,8 +240,10 @@ static void render(sk_node *n, struct evbuffer *b)
     while (sk_map_next(n->topics_by_id, &it, NULL, NULL, &v)) {
         sk_topic *t = v;
         for (int32_t i = 0; i < t->nparts; i++)
-            evbuffer_add_printf(b, "skiff_partition_high_watermark{topic=\"%s\",partition=\"%d\"} %lld\n",
-                                t->name, i, (long long)t->parts[i]->hw);
+            if (sk_part_serving(t->parts[i]))
+                evbuffer_add_printf(
+                    b, "skiff_partition_high_watermark{topic=\"%s\",partition=\"%d\"} %lld\n",
+                    t->name, i, (long long)t->parts[i]->hw);
     }
     evbuffer_add_printf(b, "# HELP skiff_partition_log_start_offset First readable offset per partition.\n"
                            "# TYPE skiff_partition_log_start_offset gauge\n");
@@ -185,8 +251,10 @@ static void render(sk_node *n, struct evbuffer *b)
     while (sk_map_next(n->topics_by_id, &it, NULL, NULL, &v)) {
         sk_topic *t = v;
         for (int32_t i = 0; i < t->nparts; i++)
-            evbuffer_add_printf(b, "skiff_partition_log_start_offset{topic=\"%s\",partition=\"%d\"} %lld\n",
-                                t->name, i, (long long)t->parts[i]->log_start);
+            if (sk_part_serving(t->parts[i]))
+                evbuffer_add_printf(
+                    b, "skiff_partition_log_start_offset{topic=\"%s\",partition=\"%d\"} %lld\n",
+                    t->name, i, (long long)t->parts[i]->log_start);
     }
 }
 

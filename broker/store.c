@@ -43,8 +43,11 @@ static const char *const schema =
 
 /* Views of schema 2 (before the cluster) gain the columns of schema 3. */
 static const char *const migrate_2_3 =
+    "BEGIN IMMEDIATE;"
     "ALTER TABLE batches ADD COLUMN log INTEGER NOT NULL DEFAULT 0;"
-    "ALTER TABLE objects ADD COLUMN shared INTEGER NOT NULL DEFAULT 0;";
+    "ALTER TABLE objects ADD COLUMN shared INTEGER NOT NULL DEFAULT 0;"
+    "INSERT OR REPLACE INTO kv(k, v) VALUES('schema', 3);"
+    "COMMIT;";
 
 static const char *const stmt_sql[ST_COUNT] = {
     [ST_BEGIN] = "BEGIN IMMEDIATE",
@@ -151,15 +154,6 @@ int kv_get_i64(sqlite3 *db, const char *k, int64_t *v, bool *found)
     return 0;
 }
 
-/* Before the statements are prepared (schema migrations). */
-static int set_kv_i64_db(sqlite3 *db, const char *k, int64_t v)
-{
-    char sql[128];
-    snprintf(sql, sizeof sql, "INSERT OR REPLACE INTO kv(k, v) VALUES('%s', %lld)", k,
-             (long long)v);
-    return exec(db, sql);
-}
-
 int set_kv_i64(sk_store *s, const char *k, int64_t v)
 {
     sqlite3_stmt *st = S(s, ST_SET_KV);
@@ -254,7 +248,8 @@ sk_store *sk_store_open(const char *path, char *why, size_t whylen)
     if (kv_get_i64(s->db, "schema", &ver, &found))
         goto fail_msg;
     if (found && ver == 2) {
-        if (exec(s->db, migrate_2_3) || set_kv_i64_db(s->db, "schema", SCHEMA_VERSION))
+        /* One transaction: a crash leaves the view at schema 2 or 3. */
+        if (exec(s->db, migrate_2_3))
             goto fail_msg;
         ver = SCHEMA_VERSION;
     }
