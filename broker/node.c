@@ -94,10 +94,10 @@ static void own_fenced(void *arg)
     if (n->stopping)
         return;
     /* Another node took this WAL over: nothing more can be acknowledged
-     * here. Stop, and let the supervisor decide. */
+     * here. A single node stops and lets its supervisor decide; a cluster
+     * member was counted dead, and starts again as a new incarnation. */
     SK_ERROR("node", "the WAL was taken over by a newer owner; stopping");
-    n->exit_code = 3;
-    begin_shutdown(n);
+    sk_node_stop(n, n->cluster ? SK_EXIT_REJOIN : SK_EXIT_FENCED);
 }
 
 bool sk_node_wal_full(const sk_node *n)
