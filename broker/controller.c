@@ -258,6 +258,7 @@ static void round_cb(evutil_socket_t fd, short what, void *arg)
         return;
     }
     note_nodes(ctl, &x.in);
+    x.in.nodes_changed_ms = ctl->nodes_changed_ms;
     const sk_config *cfg = ctl->n->cfg;
     pl_config pc = {cfg->auto_leader_rebalance_enable, cfg->leader_imbalance_per_broker_percentage,
                     cfg->cluster_max_moves, cfg->leader_imbalance_check_interval_seconds * 1000};

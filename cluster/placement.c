@@ -489,25 +489,44 @@ static bool movable(const plan *p, size_t i, size_t src)
            part_open(p, i);
 }
 
-/* From the topic with the most partitions on src (ties to the lowest topic
- * id), its lowest-numbered active partition: moving it spreads that topic
- * too. */
-static size_t pick_movable(const plan *p, size_t src)
+/* The least loaded node that takes partitions (ties to the lowest id): where
+ * a move from the most loaded one goes. */
+static size_t least_loaded(const plan *p)
 {
     size_t best = NONE;
-    int32_t best_count = 0;
+    for (size_t a = 0; a < p->in->nnodes; a++) {
+        size_t k = p->nodes[a].i;
+        if (takes(p, k) && (best == NONE || p->load[k] < p->load[best]))
+            best = k;
+    }
+    return best;
+}
+
+/* The lowest-numbered active partition on src of the topic whose spread
+ * between src and dst is widest (it holds the most on src and the fewest on
+ * dst), ties to the topic with the most on src, then the lowest topic id:
+ * every move evens a topic as well as the loads, so that each topic ends
+ * spread over the nodes, not only the total. */
+static size_t pick_movable(const plan *p, size_t src, size_t dst)
+{
+    size_t best = NONE;
+    int32_t best_gap = INT32_MIN, best_on_src = 0;
     for (size_t g = 0; g < p->ngroups; g++) {
         size_t first = NONE;
-        int32_t on_src = 0;
+        int32_t on_src = 0, on_dst = 0;
         for (size_t pos = p->group_start[g]; pos < p->group_start[g + 1]; pos++) {
             size_t q = p->parts[pos].i;
             on_src += p->eff[q] == src;
+            on_dst += dst != NONE && p->eff[q] == dst;
             if (first == NONE && movable(p, q, src))
                 first = q;
         }
-        if (first != NONE && on_src > best_count) {
+        int32_t gap = on_src - on_dst;
+        if (first != NONE &&
+            (gap > best_gap || (gap == best_gap && on_src > best_on_src))) {
             best = first;
-            best_count = on_src;
+            best_gap = gap;
+            best_on_src = on_src;
         }
     }
     return best;
@@ -523,7 +542,7 @@ static void plan_rebalance(plan *p)
         size_t src = most_loaded(p);
         if (src == NONE || !imbalanced(p, src))
             return;
-        size_t i = pick_movable(p, src);
+        size_t i = pick_movable(p, src, least_loaded(p));
         if (i == NONE)
             return; /* what weighs on src is still landing: wait for it */
         size_t t = choose_target(p, i);

@@ -26,8 +26,10 @@
  *     source = their log).
  *  5. rebalance (when enabled): while the most loaded live node has more
  *     than the least loaded one + 1, and more than (100 + imbalance_pct)% of
- *     the mean, move one of its `active` partitions to the least loaded;
- *     at most max_moves partitions in `moving`/`handoff` at once (counting
+ *     the mean, move one of its `active` partitions to the least loaded: the
+ *     lowest-numbered one of the topic whose count on the source exceeds its
+ *     count on the least loaded node the most (so that each topic ends spread
+ *     over the nodes, not only the total); at most max_moves partitions in `moving`/`handoff` at once (counting
  *     those already in flight), and not before `rebalance_delay_ms` after the
  *     last change of the set of live nodes (a node that just restarted gets
  *     its share once, not a partition per heartbeat).

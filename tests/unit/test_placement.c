@@ -1043,6 +1043,40 @@ static void test_rebalance_after_join(void **state)
     free(c);
 }
 
+/* Partitions of topic `tag` served by node `id`. */
+static int topic_on(cl *c, int tag, int32_t id)
+{
+    kc_uuid t = T(tag);
+    int n = 0;
+    for (size_t i = 0; i < c->nparts; i++)
+        n += !memcmp(&c->parts[i].topic, &t, sizeof t) && c->parts[i].state == PL_ACTIVE &&
+             c->parts[i].node == id;
+    return n;
+}
+
+/* A node that joins takes its share of each topic, not only of the total:
+ * two nodes serving a 12-partition topic and 6 internal partitions, then a
+ * third, end at 4 + 2 each, not 3 + 3, 3 + 3 and 6 + 0. */
+static void test_rebalance_spreads_each_topic(void **state)
+{
+    (void)state;
+    cl *c = cl_new();
+    join(c, 1, "a", 0);
+    join(c, 2, "b", 0);
+    topic(c, 1, 12);
+    topic(c, 2, 6);
+    int64_t now = 0;
+    converge(c, &now);
+    assert_loads(c, (int32_t[]){1, 2}, (int[]){9, 9}, 2);
+    join(c, 3, "c", now);
+    converge(c, &now);
+    for (int32_t id = 1; id <= 3; id++) {
+        assert_int_equal(topic_on(c, 1, id), 4);
+        assert_int_equal(topic_on(c, 2, id), 2);
+    }
+    free(c);
+}
+
 static void test_rebalance_threshold(void **state)
 {
     (void)state;
@@ -1442,6 +1476,7 @@ int main(void)
         cmocka_unit_test(test_draining),
         cmocka_unit_test(test_drain_keeps_topic_spread),
         cmocka_unit_test(test_rebalance_after_join),
+        cmocka_unit_test(test_rebalance_spreads_each_topic),
         cmocka_unit_test(test_rebalance_threshold),
         cmocka_unit_test(test_rebalance_counts_in_flight),
         cmocka_unit_test(test_rebalance_spreads_topic),
