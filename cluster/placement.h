@@ -79,9 +79,11 @@
  *    flight for the rebalance, as do retargets of `active` partitions.
  *  - Rebalance weighs only live nodes that are not draining; max_moves <= 0
  *    disables it. Its source is the most loaded node (ties: lowest id); it
- *    gives the lowest-numbered `active` partition of the topic with the most
- *    partitions on it (ties: lowest topic id), to the target chosen as
- *    above. A source whose partitions are all still landing stops it.
+ *    gives the lowest-numbered `active` partition of the topic whose count
+ *    on it minus its count on the least loaded node is largest (ties: the
+ *    topic with the most partitions on the source, then the lowest topic
+ *    id), to the target chosen as above. A source whose partitions are all
+ *    still landing stops it.
  *
  * Actions: CUSTODY has part = SIZE_MAX, epoch 0, src_log -1; partition
  * actions have log = SIZE_MAX, and PLACE has src_log -1. RETARGET of an
