@@ -107,13 +107,13 @@ static const char *const stmt_sql[ST_COUNT] = {
 };
 
 
-int db_err(sqlite3 *db, const char *what)
+int store_db_err(sqlite3 *db, const char *what)
 {
     SK_ERROR("store", "%s: %s", what, sqlite3_errmsg(db));
     return SK_ERR_IO;
 }
 
-int exec(sqlite3 *db, const char *sql)
+int store_exec(sqlite3 *db, const char *sql)
 {
     char *msg = NULL;
     if (sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK) {
@@ -124,26 +124,26 @@ int exec(sqlite3 *db, const char *sql)
     return 0;
 }
 
-sqlite3_stmt *S(sk_store *s, int i)
+sqlite3_stmt *sk_store_stmt(sk_store *s, int i)
 {
     sqlite3_reset(s->st[i]);
     sqlite3_clear_bindings(s->st[i]);
     return s->st[i];
 }
 
-int step_done(sk_store *s, sqlite3_stmt *st)
+int store_step_done(sk_store *s, sqlite3_stmt *st)
 {
     int rc = sqlite3_step(st);
     if (rc != SQLITE_DONE && rc != SQLITE_ROW)
-        return db_err(s->db, sqlite3_sql(st));
+        return store_db_err(s->db, sqlite3_sql(st));
     return 0;
 }
 
-int kv_get_i64(sqlite3 *db, const char *k, int64_t *v, bool *found)
+int store_kv_get_i64(sqlite3 *db, const char *k, int64_t *v, bool *found)
 {
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(db, "SELECT v FROM kv WHERE k = ?1", -1, &st, NULL) != SQLITE_OK)
-        return db_err(db, "prepare kv");
+        return store_db_err(db, "prepare kv");
     sqlite3_bind_text(st, 1, k, -1, SQLITE_STATIC);
     *found = false;
     if (sqlite3_step(st) == SQLITE_ROW) {
@@ -154,28 +154,28 @@ int kv_get_i64(sqlite3 *db, const char *k, int64_t *v, bool *found)
     return 0;
 }
 
-int set_kv_i64(sk_store *s, const char *k, int64_t v)
+int store_set_kv_i64(sk_store *s, const char *k, int64_t v)
 {
-    sqlite3_stmt *st = S(s, ST_SET_KV);
+    sqlite3_stmt *st = sk_store_stmt(s, ST_SET_KV);
     sqlite3_bind_text(st, 1, k, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, v);
-    return step_done(s, st);
+    return store_step_done(s, st);
 }
 
 static int set_kv_blob(sk_store *s, const char *k, const uint8_t *v, size_t n)
 {
-    sqlite3_stmt *st = S(s, ST_SET_KV);
+    sqlite3_stmt *st = sk_store_stmt(s, ST_SET_KV);
     sqlite3_bind_text(st, 1, k, -1, SQLITE_STATIC);
     sqlite3_bind_blob(st, 2, v, (int)n, SQLITE_TRANSIENT);
-    return step_done(s, st);
+    return store_step_done(s, st);
 }
 
 static int set_kv_text(sk_store *s, const char *k, const char *v, size_t n)
 {
-    sqlite3_stmt *st = S(s, ST_SET_KV);
+    sqlite3_stmt *st = sk_store_stmt(s, ST_SET_KV);
     sqlite3_bind_text(st, 1, k, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, v, (int)n, SQLITE_TRANSIENT);
-    return step_done(s, st);
+    return store_step_done(s, st);
 }
 
 static int open_conn(const char *path, bool readonly, sqlite3 **out)
@@ -198,7 +198,7 @@ static int prepare_all(sk_store *s)
     for (int i = 0; i < ST_COUNT; i++)
         if (sqlite3_prepare_v3(s->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &s->st[i],
                                NULL) != SQLITE_OK)
-            return db_err(s->db, stmt_sql[i]);
+            return store_db_err(s->db, stmt_sql[i]);
     return 0;
 }
 
@@ -214,7 +214,7 @@ static int read_state(sk_store *s)
 {
     int64_t v;
     bool found;
-    if (kv_get_i64(s->db, "applied", &v, &found))
+    if (store_kv_get_i64(s->db, "applied", &v, &found))
         return SK_ERR_IO;
     s->applied = found ? (wal_lsn)v : 0;
     s->empty = !found;
@@ -236,20 +236,20 @@ sk_store *sk_store_open(const char *path, char *why, size_t whylen)
      * transactions but not a sync per commit. */
     /* Checkpoints are the view's only syncs: make them rare (40 MB of
      * changes), so that they seldom compete with the WAL's for the disk. */
-    if (exec(s->db, "PRAGMA journal_mode=WAL") || exec(s->db, "PRAGMA synchronous=NORMAL") ||
-        exec(s->db, "PRAGMA wal_autocheckpoint=10000") ||
-        exec(s->db, schema)) {
+    if (store_exec(s->db, "PRAGMA journal_mode=WAL") || store_exec(s->db, "PRAGMA synchronous=NORMAL") ||
+        store_exec(s->db, "PRAGMA wal_autocheckpoint=10000") ||
+        store_exec(s->db, schema)) {
         snprintf(why, whylen, "cannot set up the SQLite view %s: %s", path,
                  sqlite3_errmsg(s->db));
         goto fail;
     }
     int64_t ver;
     bool found;
-    if (kv_get_i64(s->db, "schema", &ver, &found))
+    if (store_kv_get_i64(s->db, "schema", &ver, &found))
         goto fail_msg;
     if (found && ver == 2) {
         /* One transaction: a crash leaves the view at schema 2 or 3. */
-        if (exec(s->db, migrate_2_3))
+        if (store_exec(s->db, migrate_2_3))
             goto fail_msg;
         ver = SCHEMA_VERSION;
     }
@@ -260,7 +260,7 @@ sk_store *sk_store_open(const char *path, char *why, size_t whylen)
     }
     if (prepare_all(s) || read_state(s))
         goto fail_msg;
-    if (!found && set_kv_i64(s, "schema", SCHEMA_VERSION))
+    if (!found && store_set_kv_i64(s, "schema", SCHEMA_VERSION))
         goto fail_msg;
     return s;
 fail_msg:
@@ -298,7 +298,7 @@ bool sk_store_is_empty(const sk_store *s)
 
 int sk_store_reset(sk_store *s)
 {
-    int rc = exec(s->db, "BEGIN IMMEDIATE; DELETE FROM topics; DELETE FROM partitions;"
+    int rc = store_exec(s->db, "BEGIN IMMEDIATE; DELETE FROM topics; DELETE FROM partitions;"
                          "DELETE FROM batches; DELETE FROM producers; DELETE FROM group_offsets;"
                          "DELETE FROM objects; DELETE FROM object_ranges; DELETE FROM handoffs;"
                          "DELETE FROM kv WHERE k <> 'schema';"
@@ -366,7 +366,7 @@ void sk_store_rec_free(sk_store_rec *rec)
 
 static int apply_data(sk_store *s, const sk_store_rec *r)
 {
-    sqlite3_stmt *st = S(s, ST_INS_BATCH);
+    sqlite3_stmt *st = sk_store_stmt(s, ST_INS_BATCH);
     sqlite3_bind_blob(st, 1, r->id.b, 16, SQLITE_STATIC);
     sqlite3_bind_int(st, 2, r->part);
     sqlite3_bind_int64(st, 3, r->base);
@@ -374,23 +374,23 @@ static int apply_data(sk_store *s, const sk_store_rec *r)
     sqlite3_bind_int64(st, 5, (int64_t)r->lsn);
     sqlite3_bind_int64(st, 6, r->len);
     sqlite3_bind_int64(st, 7, r->max_ts);
-    if (step_done(s, st))
+    if (store_step_done(s, st))
         return SK_ERR_IO;
-    st = S(s, ST_UPD_PART_DATA);
+    st = sk_store_stmt(s, ST_UPD_PART_DATA);
     sqlite3_bind_blob(st, 1, r->id.b, 16, SQLITE_STATIC);
     sqlite3_bind_int(st, 2, r->part);
     sqlite3_bind_int64(st, 3, r->last + 1);
     sqlite3_bind_int64(st, 4, r->len);
     sqlite3_bind_int64(st, 5, r->max_ts);
     sqlite3_bind_int64(st, 6, r->base);
-    if (step_done(s, st))
+    if (store_step_done(s, st))
         return SK_ERR_IO;
     if (r->pid < 0)
         return 0;
     sk_pstate ps;
     memset(&ps, 0, sizeof ps);
     ps.pid = r->pid;
-    st = S(s, ST_GET_PROD);
+    st = sk_store_stmt(s, ST_GET_PROD);
     sqlite3_bind_blob(st, 1, r->id.b, 16, SQLITE_STATIC);
     sqlite3_bind_int(st, 2, r->part);
     sqlite3_bind_int64(st, 3, r->pid);
@@ -410,12 +410,12 @@ static int apply_data(sk_store *s, const sk_store_rec *r)
     sk_buf b;
     sk_buf_init(&b, 4096);
     sk_pstate_put(&b, &ps);
-    st = S(s, ST_PUT_PROD);
+    st = sk_store_stmt(s, ST_PUT_PROD);
     sqlite3_bind_blob(st, 1, r->id.b, 16, SQLITE_STATIC);
     sqlite3_bind_int(st, 2, r->part);
     sqlite3_bind_int64(st, 3, r->pid);
     sqlite3_bind_blob(st, 4, b.data, (int)b.len, SQLITE_TRANSIENT);
-    int rc = step_done(s, st);
+    int rc = store_step_done(s, st);
     sk_buf_free(&b);
     return rc;
 }
@@ -423,18 +423,18 @@ static int apply_data(sk_store *s, const sk_store_rec *r)
 static int insert_topic(sk_store *s, const kc_uuid *id, const char *name, size_t name_len,
                         int32_t nparts, int16_t rf, const uint8_t *conf, size_t conf_len)
 {
-    sqlite3_stmt *st = S(s, ST_INS_TOPIC);
+    sqlite3_stmt *st = sk_store_stmt(s, ST_INS_TOPIC);
     sqlite3_bind_blob(st, 1, id->b, 16, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, name, (int)name_len, SQLITE_TRANSIENT);
     sqlite3_bind_int(st, 3, nparts);
     sqlite3_bind_int(st, 4, rf);
     sqlite3_bind_blob(st, 5, conf, (int)conf_len, SQLITE_TRANSIENT);
-    return step_done(s, st);
+    return store_step_done(s, st);
 }
 
 static int insert_part(sk_store *s, const sk_snap_part *p)
 {
-    sqlite3_stmt *st = S(s, ST_INS_PART);
+    sqlite3_stmt *st = sk_store_stmt(s, ST_INS_PART);
     sqlite3_bind_blob(st, 1, p->id.b, 16, SQLITE_STATIC);
     sqlite3_bind_int(st, 2, p->part);
     sqlite3_bind_int64(st, 3, p->log_start);
@@ -443,7 +443,7 @@ static int insert_part(sk_store *s, const sk_snap_part *p)
     sqlite3_bind_int64(st, 6, p->max_ts);
     sqlite3_bind_int64(st, 7, p->max_ts_base);
     sqlite3_bind_int64(st, 8, (int64_t)p->stream);
-    return step_done(s, st);
+    return store_step_done(s, st);
 }
 
 /* Partitions created empty by a TOPIC_CREATE or PARTITIONS record. */
@@ -457,26 +457,26 @@ static int insert_new_parts(sk_store *s, const kc_uuid *id, int32_t from, int32_
     }
     int64_t cur;
     bool found;
-    if (kv_get_i64(s->db, "next_stream", &cur, &found))
+    if (store_kv_get_i64(s->db, "next_stream", &cur, &found))
         return SK_ERR_IO;
     int64_t next = (int64_t)(first_stream + (uint64_t)(to - from));
     if (!found || next > cur)
-        return set_kv_i64(s, "next_stream", next);
+        return store_set_kv_i64(s, "next_stream", next);
     return 0;
 }
 
 static int by_topic(sk_store *s, int stmt, const kc_uuid *id)
 {
-    sqlite3_stmt *st = S(s, stmt);
+    sqlite3_stmt *st = sk_store_stmt(s, stmt);
     sqlite3_bind_blob(st, 1, id->b, 16, SQLITE_STATIC);
-    return step_done(s, st);
+    return store_step_done(s, st);
 }
 
 static int topic_nparts(sk_store *s, const kc_uuid *id, int32_t *n)
 {
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(s->db, "SELECT partitions FROM topics WHERE id = ?1", -1, &st, NULL))
-        return db_err(s->db, "prepare");
+        return store_db_err(s->db, "prepare");
     sqlite3_bind_blob(st, 1, id->b, 16, SQLITE_STATIC);
     *n = -1;
     if (sqlite3_step(st) == SQLITE_ROW)
@@ -491,27 +491,27 @@ int apply_group(sk_store *s, const uint8_t *body, size_t len)
     if (sk_grec_init(&g, body, len) != 0)
         return SK_ERR_CORRUPT;
     if (g.op == SK_GREC_DELETE_GROUP) {
-        sqlite3_stmt *st = S(s, ST_DEL_GROUP);
+        sqlite3_stmt *st = sk_store_stmt(s, ST_DEL_GROUP);
         sqlite3_bind_text(st, 1, g.group, (int)g.glen, SQLITE_STATIC);
-        return step_done(s, st);
+        return store_step_done(s, st);
     }
     sk_grec_ent e;
     int rc;
     while ((rc = sk_grec_next(&g, &e)) == 1) {
         sqlite3_stmt *st;
         if (g.op == SK_GREC_COMMIT) {
-            st = S(s, ST_PUT_GOFF);
+            st = sk_store_stmt(s, ST_PUT_GOFF);
             sqlite3_bind_int64(st, 4, e.offset);
             sqlite3_bind_int(st, 5, e.epoch);
             sqlite3_bind_blob(st, 6, e.meta, (int)e.mlen, SQLITE_STATIC);
             sqlite3_bind_int64(st, 7, e.ts);
         } else {
-            st = S(s, ST_DEL_GOFF);
+            st = sk_store_stmt(s, ST_DEL_GOFF);
         }
         sqlite3_bind_text(st, 1, g.group, (int)g.glen, SQLITE_STATIC);
         sqlite3_bind_text(st, 2, e.topic, (int)e.tlen, SQLITE_STATIC);
         sqlite3_bind_int(st, 3, e.part);
-        if (step_done(s, st))
+        if (store_step_done(s, st))
             return SK_ERR_IO;
     }
     return rc < 0 ? SK_ERR_CORRUPT : 0;
@@ -525,17 +525,17 @@ static int apply_objects(sk_store *s, const uint8_t *body, size_t len)
     sk_oobj obj;
     int rc;
     while ((rc = sk_orec_next_obj(&o, &obj)) == 1) {
-        sqlite3_stmt *st = S(s, ST_PUT_OBJ);
+        sqlite3_stmt *st = sk_store_stmt(s, ST_PUT_OBJ);
         sqlite3_bind_text(st, 1, obj.key, (int)obj.klen, SQLITE_STATIC);
         sqlite3_bind_int(st, 2, obj.kind);
         sqlite3_bind_int64(st, 3, (int64_t)obj.size);
         sqlite3_bind_int64(st, 4, obj.created_ms);
-        if (step_done(s, st))
+        if (store_step_done(s, st))
             return SK_ERR_IO;
         sk_orange r;
         int rr;
         while ((rr = sk_orec_next_range(&o, &r)) == 1) {
-            st = S(s, ST_PUT_RANGE);
+            st = sk_store_stmt(s, ST_PUT_RANGE);
             sqlite3_bind_int64(st, 1, (int64_t)r.stream);
             sqlite3_bind_int64(st, 2, (int64_t)r.start);
             sqlite3_bind_int64(st, 3, (int64_t)r.end);
@@ -543,15 +543,15 @@ static int apply_objects(sk_store *s, const uint8_t *body, size_t len)
             sqlite3_bind_int64(st, 5, (int64_t)r.size);
             sqlite3_bind_int64(st, 6, r.max_ts);
             sqlite3_bind_int64(st, 7, (int64_t)r.records);
-            if (step_done(s, st))
+            if (store_step_done(s, st))
                 return SK_ERR_IO;
             /* Adopted batches read from another log's WAL are in the object
              * now: their positions there are needed no more. */
-            st = S(s, ST_DEL_COVERED);
+            st = sk_store_stmt(s, ST_DEL_COVERED);
             sqlite3_bind_int64(st, 1, (int64_t)r.stream);
             sqlite3_bind_int64(st, 2, (int64_t)r.start);
             sqlite3_bind_int64(st, 3, (int64_t)r.end);
-            if (step_done(s, st))
+            if (store_step_done(s, st))
                 return SK_ERR_IO;
         }
         if (rr < 0)
@@ -563,20 +563,20 @@ static int apply_objects(sk_store *s, const uint8_t *body, size_t len)
     size_t kl;
     int64_t after;
     while ((rc = sk_orec_next_retired(&o, &key, &kl, &after)) == 1) {
-        sqlite3_stmt *st = S(s, ST_DEL_OBJ_RANGES);
+        sqlite3_stmt *st = sk_store_stmt(s, ST_DEL_OBJ_RANGES);
         sqlite3_bind_text(st, 1, key, (int)kl, SQLITE_STATIC);
-        if (step_done(s, st))
+        if (store_step_done(s, st))
             return SK_ERR_IO;
-        st = S(s, ST_RETIRE_OBJ);
+        st = sk_store_stmt(s, ST_RETIRE_OBJ);
         sqlite3_bind_text(st, 1, key, (int)kl, SQLITE_STATIC);
         sqlite3_bind_int64(st, 2, after);
-        if (step_done(s, st))
+        if (store_step_done(s, st))
             return SK_ERR_IO;
         /* An object that other logs' partitions still hold ranges in is
          * not this log's to delete: it is forgotten here. */
-        st = S(s, ST_FORGET_SHARED);
+        st = sk_store_stmt(s, ST_FORGET_SHARED);
         sqlite3_bind_text(st, 1, key, (int)kl, SQLITE_STATIC);
-        if (step_done(s, st))
+        if (store_step_done(s, st))
             return SK_ERR_IO;
     }
     if (rc < 0)
@@ -584,16 +584,16 @@ static int apply_objects(sk_store *s, const uint8_t *body, size_t len)
     if (o.upload_end > 0) {
         /* Everything below the upload's end is in objects now: the WAL
          * positions of those batches are no longer needed. */
-        sqlite3_stmt *st = S(s, ST_DEL_BATCHES_UPLOADED);
+        sqlite3_stmt *st = sk_store_stmt(s, ST_DEL_BATCHES_UPLOADED);
         sqlite3_bind_int64(st, 1, (int64_t)o.upload_end);
-        if (step_done(s, st))
+        if (store_step_done(s, st))
             return SK_ERR_IO;
         int64_t cur;
         bool found;
-        if (kv_get_i64(s->db, "uploaded", &cur, &found))
+        if (store_kv_get_i64(s->db, "uploaded", &cur, &found))
             return SK_ERR_IO;
         if (!found || (int64_t)o.upload_end > cur)
-            return set_kv_i64(s, "uploaded", (int64_t)o.upload_end);
+            return store_set_kv_i64(s, "uploaded", (int64_t)o.upload_end);
     }
     return 0;
 }
@@ -618,10 +618,10 @@ static int apply_meta(sk_store *s, const sk_store_rec *r)
             return SK_ERR_IO;
         return 0;
     case SK_META_TOPIC_CONFIG: {
-        sqlite3_stmt *st = S(s, ST_UPD_TOPIC_CONF);
+        sqlite3_stmt *st = sk_store_stmt(s, ST_UPD_TOPIC_CONF);
         sqlite3_bind_blob(st, 1, m.id.b, 16, SQLITE_STATIC);
         sqlite3_bind_blob(st, 2, m.configs, (int)m.configs_len, SQLITE_TRANSIENT);
-        return step_done(s, st);
+        return store_step_done(s, st);
     }
     case SK_META_PARTITIONS: {
         int32_t old;
@@ -629,10 +629,10 @@ static int apply_meta(sk_store *s, const sk_store_rec *r)
             return SK_ERR_IO;
         if (old < 0)
             return 0;
-        sqlite3_stmt *st = S(s, ST_UPD_TOPIC_NPARTS);
+        sqlite3_stmt *st = sk_store_stmt(s, ST_UPD_TOPIC_NPARTS);
         sqlite3_bind_blob(st, 1, m.id.b, 16, SQLITE_STATIC);
         sqlite3_bind_int(st, 2, m.nparts);
-        if (step_done(s, st))
+        if (store_step_done(s, st))
             return SK_ERR_IO;
         return old < m.nparts ? insert_new_parts(s, &m.id, old, m.nparts, m.first_stream) : 0;
     }
@@ -643,25 +643,25 @@ static int apply_meta(sk_store *s, const sk_store_rec *r)
                                     ST_DEL_RANGES_BELOW};
         sqlite3_stmt *st;
         for (size_t i = 0; i < sizeof below / sizeof below[0]; i++) {
-            st = S(s, below[i]);
+            st = sk_store_stmt(s, below[i]);
             sqlite3_bind_blob(st, 1, m.id.b, 16, SQLITE_STATIC);
             sqlite3_bind_int(st, 2, m.part);
             sqlite3_bind_int64(st, 3, m.value);
-            if (step_done(s, st))
+            if (store_step_done(s, st))
                 return SK_ERR_IO;
         }
-        st = S(s, ST_UPD_PART_BYTES);
+        st = sk_store_stmt(s, ST_UPD_PART_BYTES);
         sqlite3_bind_blob(st, 1, m.id.b, 16, SQLITE_STATIC);
         sqlite3_bind_int(st, 2, m.part);
-        return step_done(s, st);
+        return store_step_done(s, st);
     }
     case SK_META_PID: {
         int64_t cur;
         bool found;
-        if (kv_get_i64(s->db, "next_pid", &cur, &found))
+        if (store_kv_get_i64(s->db, "next_pid", &cur, &found))
             return SK_ERR_IO;
         if (!found || m.value > cur)
-            return set_kv_i64(s, "next_pid", m.value);
+            return store_set_kv_i64(s, "next_pid", m.value);
         return 0;
     }
     case SK_META_CLUSTER:
@@ -685,13 +685,13 @@ static int apply_meta(sk_store *s, const sk_store_rec *r)
         const char *key = (const char *)sk_rd_str(&rd, &kl);
         if (sk_rd_failed(&rd))
             return SK_ERR_CORRUPT;
-        sqlite3_stmt *st = S(s, ST_DEL_OBJ_RANGES);
+        sqlite3_stmt *st = sk_store_stmt(s, ST_DEL_OBJ_RANGES);
         sqlite3_bind_text(st, 1, key, (int)kl, SQLITE_STATIC);
-        if (step_done(s, st))
+        if (store_step_done(s, st))
             return SK_ERR_IO;
-        st = S(s, ST_DEL_OBJ);
+        st = sk_store_stmt(s, ST_DEL_OBJ);
         sqlite3_bind_text(st, 1, key, (int)kl, SQLITE_STATIC);
-        return step_done(s, st);
+        return store_step_done(s, st);
     }
     }
     return SK_ERR_CORRUPT;
@@ -702,8 +702,8 @@ static int snap_head(void *arg, const sk_snap_head *h)
 {
     sk_store *s = arg;
     if (set_kv_text(s, "cluster_id", h->cluster_id, h->cluster_id_len) ||
-        set_kv_i64(s, "next_pid", h->next_pid) ||
-        set_kv_i64(s, "next_stream", (int64_t)h->next_stream) ||
+        store_set_kv_i64(s, "next_pid", h->next_pid) ||
+        store_set_kv_i64(s, "next_stream", (int64_t)h->next_stream) ||
         set_kv_blob(s, "broker_config", h->broker_conf, h->broker_conf_len))
         return SK_ERR_IO;
     return 0;
@@ -726,12 +726,12 @@ static int snap_pstate(void *arg, const kc_uuid *id, int32_t part, const sk_psta
     sk_buf b;
     sk_buf_init(&b, 4096);
     sk_pstate_put(&b, ps);
-    sqlite3_stmt *st = S(s, ST_PUT_PROD);
+    sqlite3_stmt *st = sk_store_stmt(s, ST_PUT_PROD);
     sqlite3_bind_blob(st, 1, id->b, 16, SQLITE_STATIC);
     sqlite3_bind_int(st, 2, part);
     sqlite3_bind_int64(st, 3, ps->pid);
     sqlite3_bind_blob(st, 4, b.data, (int)b.len, SQLITE_TRANSIENT);
-    int rc = step_done(s, st);
+    int rc = store_step_done(s, st);
     sk_buf_free(&b);
     return rc;
 }
@@ -768,19 +768,19 @@ static int apply_one(sk_store *s, const sk_store_rec *r)
 
 int sk_store_apply_sync(sk_store *s, sk_store_rec *recs, size_t n, wal_lsn end)
 {
-    if (step_done(s, S(s, ST_BEGIN)))
+    if (store_step_done(s, sk_store_stmt(s, ST_BEGIN)))
         return SK_ERR_IO;
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++)
         rc = apply_one(s, &recs[i]);
     if (rc == 0)
-        rc = set_kv_i64(s, "applied", (int64_t)end);
-    if (rc == 0 && step_done(s, S(s, ST_COMMIT)) == 0) {
+        rc = store_set_kv_i64(s, "applied", (int64_t)end);
+    if (rc == 0 && store_step_done(s, sk_store_stmt(s, ST_COMMIT)) == 0) {
         s->applied = end;
         s->empty = false;
         return 0;
     }
-    step_done(s, S(s, ST_ROLLBACK));
+    store_step_done(s, sk_store_stmt(s, ST_ROLLBACK));
     return rc ? rc : SK_ERR_IO;
 }
 
@@ -795,7 +795,7 @@ static int load_groups(sk_store *s, const sk_snapshot_visitor *v)
                            "SELECT grp, topic, part, off, epoch, meta, ts FROM group_offsets"
                            " ORDER BY grp",
                            -1, &st, NULL))
-        return db_err(s->db, "load group offsets");
+        return store_db_err(s->db, "load group offsets");
     int rc = 0;
     char *cur = NULL;
     sk_buf ents;
@@ -852,19 +852,19 @@ int sk_store_load(sk_store *s, const sk_snapshot_visitor *v)
     int64_t next_pid = 0;
     bool found;
     if (sqlite3_prepare_v2(s->db, "SELECT v FROM kv WHERE k = 'cluster_id'", -1, &st, NULL))
-        return db_err(s->db, "load");
+        return store_db_err(s->db, "load");
     if (sqlite3_step(st) == SQLITE_ROW)
         snprintf(cid, sizeof cid, "%s", (const char *)sqlite3_column_text(st, 0));
     sqlite3_finalize(st);
-    if (kv_get_i64(s->db, "next_pid", &next_pid, &found))
+    if (store_kv_get_i64(s->db, "next_pid", &next_pid, &found))
         return SK_ERR_IO;
     int64_t next_stream = 1;
-    if (kv_get_i64(s->db, "next_stream", &next_stream, &found))
+    if (store_kv_get_i64(s->db, "next_stream", &next_stream, &found))
         return SK_ERR_IO;
     uint8_t *bconf = NULL;
     size_t bconf_len = 0;
     if (sqlite3_prepare_v2(s->db, "SELECT v FROM kv WHERE k = 'broker_config'", -1, &st, NULL))
-        return db_err(s->db, "load");
+        return store_db_err(s->db, "load");
     if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_bytes(st, 0) > 0) {
         bconf_len = (size_t)sqlite3_column_bytes(st, 0);
         bconf = malloc(bconf_len);
@@ -884,7 +884,7 @@ int sk_store_load(sk_store *s, const sk_snapshot_visitor *v)
 
     if (sqlite3_prepare_v2(s->db, "SELECT id, name, partitions, rf, configs FROM topics", -1, &st,
                            NULL))
-        return db_err(s->db, "load topics");
+        return store_db_err(s->db, "load topics");
     while (rc == 0 && sqlite3_step(st) == SQLITE_ROW) {
         kc_uuid id;
         if (sqlite3_column_bytes(st, 0) != 16) {
@@ -905,7 +905,7 @@ int sk_store_load(sk_store *s, const sk_snapshot_visitor *v)
                            "SELECT topic, part, log_start, next_offset, leader_epoch, max_ts,"
                            " max_ts_base, stream FROM partitions",
                            -1, &st, NULL))
-        return db_err(s->db, "load partitions");
+        return store_db_err(s->db, "load partitions");
     while (rc == 0 && sqlite3_step(st) == SQLITE_ROW) {
         kc_uuid id;
         if (sqlite3_column_bytes(st, 0) != 16) {
@@ -928,7 +928,7 @@ int sk_store_load(sk_store *s, const sk_snapshot_visitor *v)
         return rc;
 
     if (sqlite3_prepare_v2(s->db, "SELECT topic, part, state FROM producers", -1, &st, NULL))
-        return db_err(s->db, "load producers");
+        return store_db_err(s->db, "load producers");
     while (rc == 0 && sqlite3_step(st) == SQLITE_ROW) {
         kc_uuid id;
         if (sqlite3_column_bytes(st, 0) != 16) {
@@ -1100,7 +1100,7 @@ int sk_store_read_batches(sk_store *s, const kc_uuid *id, int32_t part, int64_t 
                            " WHERE topic = ?1 AND part = ?2 AND base <= ?3), ?3)"
                            " ORDER BY base LIMIT ?4",
                            -1, &st, NULL) != SQLITE_OK) {
-        db_err(db, "read batches");
+        store_db_err(db, "read batches");
         reader_put(s, db);
         return SK_ERR_IO;
     }
@@ -1136,7 +1136,7 @@ int sk_store_find_ts(sk_store *s, const kc_uuid *id, int32_t part, int64_t ts, i
                            "SELECT base, last, lsn, len, max_ts, log FROM batches WHERE topic = ?1"
                            " AND part = ?2 AND base < ?4 AND max_ts >= ?3 ORDER BY base LIMIT 1",
                            -1, &st, NULL) != SQLITE_OK) {
-        db_err(db, "find ts");
+        store_db_err(db, "find ts");
         reader_put(s, db);
         return SK_ERR_IO;
     }
@@ -1165,7 +1165,7 @@ int sk_store_find_offset(sk_store *s, const kc_uuid *id, int32_t part, int64_t o
                            "SELECT base, last, lsn, len, max_ts, log FROM batches WHERE topic = ?1"
                            " AND part = ?2 AND base <= ?3 ORDER BY base DESC LIMIT 1",
                            -1, &st, NULL) != SQLITE_OK) {
-        db_err(db, "find offset");
+        store_db_err(db, "find offset");
         reader_put(s, db);
         return SK_ERR_IO;
     }
@@ -1190,7 +1190,7 @@ int sk_store_min_lsn(sk_store *s, int64_t own_log, wal_lsn *out)
     *out = UINT64_MAX;
     if (sqlite3_prepare_v2(db, "SELECT min(lsn) FROM batches WHERE log = 0 OR log = ?1", -1, &st,
                            NULL) != SQLITE_OK) {
-        db_err(db, "min lsn");
+        store_db_err(db, "min lsn");
         reader_put(s, db);
         return SK_ERR_IO;
     }
@@ -1215,7 +1215,7 @@ int sk_store_retention_point(sk_store *s, const kc_uuid *id, int32_t part, uint6
                            " AND part = ?2) + (SELECT coalesce(sum(size), 0) FROM object_ranges"
                            " WHERE stream = ?3)",
                            -1, &st, NULL) != SQLITE_OK) {
-        db_err(db, "retention");
+        store_db_err(db, "retention");
         reader_put(s, db);
         return SK_ERR_IO;
     }
@@ -1238,7 +1238,7 @@ int sk_store_retention_point(sk_store *s, const kc_uuid *id, int32_t part, uint6
                            " r WHERE r.stream = ?3 AND r.start <= b.base AND r.end >= b.last)"
                            " ORDER BY 1",
                            -1, &st, NULL) != SQLITE_OK) {
-        db_err(db, "retention");
+        store_db_err(db, "retention");
         reader_put(s, db);
         return SK_ERR_IO;
     }
@@ -1283,7 +1283,7 @@ int sk_store_partition_bytes(sk_store *s,
                            " coalesce(sum(size), 0) FROM object_ranges r WHERE r.stream = p.stream)"
                            " FROM partitions p",
                            -1, &st, NULL) != SQLITE_OK) {
-        db_err(db, "partition bytes");
+        store_db_err(db, "partition bytes");
         reader_put(s, db);
         return SK_ERR_IO;
     }
@@ -1308,7 +1308,7 @@ static int find_range(sk_store *s, const char *sql, uint64_t stream, int64_t arg
         return SK_ERR_IO;
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
-        db_err(db, "object range");
+        store_db_err(db, "object range");
         reader_put(s, db);
         return SK_ERR_IO;
     }
@@ -1351,7 +1351,7 @@ wal_lsn sk_store_uploaded(sk_store *s)
 {
     int64_t v = 0;
     bool found;
-    if (kv_get_i64(s->db, "uploaded", &v, &found) != 0 || !found)
+    if (store_kv_get_i64(s->db, "uploaded", &v, &found) != 0 || !found)
         return 0;
     return (wal_lsn)v;
 }
@@ -1367,7 +1367,7 @@ int sk_store_list_objects(sk_store *s, void (*fn)(void *arg, const sk_obj_info *
                            " (SELECT count(*) FROM object_ranges r WHERE r.key = o.key)"
                            " FROM objects o ORDER BY o.key",
                            -1, &st, NULL) != SQLITE_OK) {
-        db_err(db, "list objects");
+        store_db_err(db, "list objects");
         reader_put(s, db);
         return SK_ERR_IO;
     }
@@ -1398,7 +1398,7 @@ int sk_store_object_ranges(sk_store *s, const char *key, sk_orange **out, size_t
                            "SELECT stream, start, end, size, max_ts, records FROM object_ranges"
                            " WHERE key = ?1 ORDER BY stream, start",
                            -1, &st, NULL) != SQLITE_OK) {
-        db_err(db, "object ranges");
+        store_db_err(db, "object ranges");
         reader_put(s, db);
         return SK_ERR_IO;
     }
@@ -1437,7 +1437,7 @@ int sk_store_object_known(sk_store *s, const char *key)
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(db, "SELECT 1 FROM objects WHERE key = ?1", -1, &st, NULL) !=
         SQLITE_OK) {
-        db_err(db, "object known");
+        store_db_err(db, "object known");
         reader_put(s, db);
         return SK_ERR_IO;
     }
@@ -1470,11 +1470,11 @@ int sk_store_backup(sk_store *s, const char *dest, wal_lsn *applied)
     if (rc == 0) {
         int64_t v = 0;
         bool found;
-        if (kv_get_i64(dst, "applied", &v, &found) != 0 || !found)
+        if (store_kv_get_i64(dst, "applied", &v, &found) != 0 || !found)
             rc = SK_ERR_IO;
         *applied = (wal_lsn)v;
     } else {
-        db_err(dst, "backup");
+        store_db_err(dst, "backup");
     }
     sqlite3_close(dst);
     reader_put(s, src);
@@ -1490,7 +1490,7 @@ int sk_store_has_log_batches(sk_store *s, const kc_uuid *id, int32_t part, int64
     const char *sql = "SELECT 1 FROM batches WHERE topic = ?1 AND part = ?2 AND log = ?3 LIMIT 1";
     int rc;
     if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
-        rc = db_err(db, sql);
+        rc = store_db_err(db, sql);
     } else {
         sqlite3_bind_blob(st, 1, id->b, 16, SQLITE_STATIC);
         sqlite3_bind_int(st, 2, part);
@@ -1516,7 +1516,7 @@ int sk_store_foreign_batches(sk_store *s, int64_t max_bytes,
                       " WHERE log <> 0 ORDER BY topic, part, base";
     int rc = 0;
     if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
-        rc = db_err(db, sql);
+        rc = store_db_err(db, sql);
     } else {
         int64_t bytes = 0;
         while (sqlite3_step(st) == SQLITE_ROW) {

@@ -26,12 +26,12 @@ static int run(sk_store *s, const char *sql, const kc_uuid *id, int32_t part)
 {
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK)
-        return db_err(s->db, sql);
+        return store_db_err(s->db, sql);
     sqlite3_bind_blob(st, 1, id->b, 16, SQLITE_STATIC);
     sqlite3_bind_int(st, 2, part);
     int rc = sqlite3_step(st);
     sqlite3_finalize(st);
-    return rc == SQLITE_DONE || rc == SQLITE_ROW ? 0 : db_err(s->db, sql);
+    return rc == SQLITE_DONE || rc == SQLITE_ROW ? 0 : store_db_err(s->db, sql);
 }
 
 /* The partition's row, producers and batches, and its stream's ranges. */
@@ -54,11 +54,11 @@ static int key_stmt(sk_store *s, const char *sql, const char *key, size_t klen)
 {
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK)
-        return db_err(s->db, sql);
+        return store_db_err(s->db, sql);
     sqlite3_bind_text(st, 1, key, (int)klen, SQLITE_STATIC);
     int rc = sqlite3_step(st);
     sqlite3_finalize(st);
-    return rc == SQLITE_DONE || rc == SQLITE_ROW ? 0 : db_err(s->db, sql);
+    return rc == SQLITE_DONE || rc == SQLITE_ROW ? 0 : store_db_err(s->db, sql);
 }
 
 /* After the partition's ranges left: each of its objects is forgotten when
@@ -83,9 +83,9 @@ static int forget_groups(sk_store *s, const sk_hstate *h)
         sk_grec g;
         if (sk_grec_init(&g, h->groups[i], h->group_lens[i]) != 0)
             return SK_ERR_CORRUPT;
-        sqlite3_stmt *st = S(s, ST_DEL_GROUP);
+        sqlite3_stmt *st = sk_store_stmt(s, ST_DEL_GROUP);
         sqlite3_bind_text(st, 1, g.group, (int)g.glen, SQLITE_STATIC);
-        if (step_done(s, st))
+        if (store_step_done(s, st))
             return SK_ERR_IO;
     }
     return 0;
@@ -96,13 +96,13 @@ static int note_handoff(sk_store *s, const kc_uuid *id, int32_t part, wal_lsn ls
     sqlite3_stmt *st;
     const char *sql = "INSERT OR REPLACE INTO handoffs(topic, part, lsn) VALUES(?1, ?2, ?3)";
     if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK)
-        return db_err(s->db, sql);
+        return store_db_err(s->db, sql);
     sqlite3_bind_blob(st, 1, id->b, 16, SQLITE_STATIC);
     sqlite3_bind_int(st, 2, part);
     sqlite3_bind_int64(st, 3, (int64_t)lsn);
     int rc = sqlite3_step(st);
     sqlite3_finalize(st);
-    return rc == SQLITE_DONE ? 0 : db_err(s->db, sql);
+    return rc == SQLITE_DONE ? 0 : store_db_err(s->db, sql);
 }
 
 int apply_handoff(sk_store *s, const uint8_t *body, size_t len, wal_lsn lsn)
@@ -132,7 +132,7 @@ static int adopt_row(sk_store *s, const sk_hstate *h)
                       " next_offset, leader_epoch, max_ts, max_ts_base, bytes)"
                       " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
     if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK)
-        return db_err(s->db, sql);
+        return store_db_err(s->db, sql);
     sqlite3_bind_blob(st, 1, h->id.b, 16, SQLITE_STATIC);
     sqlite3_bind_int(st, 2, h->part);
     sqlite3_bind_int64(st, 3, (int64_t)h->stream);
@@ -144,7 +144,7 @@ static int adopt_row(sk_store *s, const sk_hstate *h)
     sqlite3_bind_int64(st, 9, (int64_t)bytes);
     int rc = sqlite3_step(st);
     sqlite3_finalize(st);
-    return rc == SQLITE_DONE ? 0 : db_err(s->db, sql);
+    return rc == SQLITE_DONE ? 0 : store_db_err(s->db, sql);
 }
 
 static int adopt_producers(sk_store *s, const sk_hstate *h)
@@ -153,12 +153,12 @@ static int adopt_producers(sk_store *s, const sk_hstate *h)
         sk_buf b;
         sk_buf_init(&b, 4096);
         sk_pstate_put(&b, &h->producers[i]);
-        sqlite3_stmt *st = S(s, ST_PUT_PROD);
+        sqlite3_stmt *st = sk_store_stmt(s, ST_PUT_PROD);
         sqlite3_bind_blob(st, 1, h->id.b, 16, SQLITE_STATIC);
         sqlite3_bind_int(st, 2, h->part);
         sqlite3_bind_int64(st, 3, h->producers[i].pid);
         sqlite3_bind_blob(st, 4, b.data, (int)b.len, SQLITE_TRANSIENT);
-        int rc = sk_buf_failed(&b) ? SK_ERR_NOMEM : step_done(s, st);
+        int rc = sk_buf_failed(&b) ? SK_ERR_NOMEM : store_step_done(s, st);
         sk_buf_free(&b);
         if (rc)
             return rc;
@@ -172,7 +172,7 @@ static int adopt_batches(sk_store *s, const sk_hstate *h)
     const char *sql = "INSERT OR REPLACE INTO batches(topic, part, base, last, lsn, len, max_ts,"
                       " log) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
     if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK)
-        return db_err(s->db, sql);
+        return store_db_err(s->db, sql);
     int rc = 0;
     for (uint32_t i = 0; i < h->nbatches && rc == 0; i++) {
         const sk_hbatch *x = &h->batches[i];
@@ -186,7 +186,7 @@ static int adopt_batches(sk_store *s, const sk_hstate *h)
         sqlite3_bind_int64(st, 7, x->max_ts);
         sqlite3_bind_int64(st, 8, x->log);
         if (sqlite3_step(st) != SQLITE_DONE)
-            rc = db_err(s->db, sql);
+            rc = store_db_err(s->db, sql);
     }
     sqlite3_finalize(st);
     return rc;
@@ -199,17 +199,17 @@ static int adopt_object(sk_store *s, const sk_hstate *h, const sk_hobj *o)
                       " VALUES(?1, ?2, ?3, ?4, NULL, ?5) ON CONFLICT(key) DO UPDATE SET"
                       " shared = max(shared, excluded.shared)";
     if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK)
-        return db_err(s->db, sql);
+        return store_db_err(s->db, sql);
     sqlite3_bind_text(st, 1, o->key, (int)o->klen, SQLITE_STATIC);
     sqlite3_bind_int(st, 2, o->kind);
     sqlite3_bind_int64(st, 3, (int64_t)o->size);
     sqlite3_bind_int64(st, 4, o->created_ms);
     sqlite3_bind_int(st, 5, (o->flags & SK_HOBJ_SHARED) ? 1 : 0);
-    int rc = sqlite3_step(st) == SQLITE_DONE ? 0 : db_err(s->db, sql);
+    int rc = sqlite3_step(st) == SQLITE_DONE ? 0 : store_db_err(s->db, sql);
     sqlite3_finalize(st);
     for (uint32_t k = 0; k < o->nranges && rc == 0; k++) {
         const sk_hrange *r = &o->ranges[k];
-        st = S(s, ST_PUT_RANGE);
+        st = sk_store_stmt(s, ST_PUT_RANGE);
         sqlite3_bind_int64(st, 1, (int64_t)h->stream);
         sqlite3_bind_int64(st, 2, (int64_t)r->start);
         sqlite3_bind_int64(st, 3, (int64_t)r->end);
@@ -217,7 +217,7 @@ static int adopt_object(sk_store *s, const sk_hstate *h, const sk_hobj *o)
         sqlite3_bind_int64(st, 5, (int64_t)r->size);
         sqlite3_bind_int64(st, 6, r->max_ts);
         sqlite3_bind_int64(st, 7, (int64_t)r->records);
-        rc = step_done(s, st);
+        rc = store_step_done(s, st);
     }
     return rc;
 }
@@ -281,7 +281,7 @@ static int enc_head(sqlite3 *db, const kc_uuid *id, int32_t part, sk_buf *b, uin
     const char *sql = "SELECT stream, log_start, next_offset, leader_epoch, max_ts, max_ts_base"
                       " FROM partitions WHERE topic = ?1 AND part = ?2";
     if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
-        return db_err(db, sql);
+        return store_db_err(db, sql);
     sqlite3_bind_blob(st, 1, id->b, 16, SQLITE_STATIC);
     sqlite3_bind_int(st, 2, part);
     int rc = SK_ERR_NOENT;
@@ -309,7 +309,7 @@ static int enc_producers(sqlite3 *db, const kc_uuid *id, int32_t part, sk_buf *b
     sqlite3_stmt *st;
     const char *sql = "SELECT state FROM producers WHERE topic = ?1 AND part = ?2";
     if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
-        return db_err(db, sql);
+        return store_db_err(db, sql);
     sqlite3_bind_blob(st, 1, id->b, 16, SQLITE_STATIC);
     sqlite3_bind_int(st, 2, part);
     size_t at = count_slot(b);
@@ -338,7 +338,7 @@ static int enc_batches(sqlite3 *db, const kc_uuid *id, int32_t part, int64_t own
     const char *sql = "SELECT log, lsn, len, base, last, max_ts FROM batches"
                       " WHERE topic = ?1 AND part = ?2 ORDER BY base";
     if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
-        return db_err(db, sql);
+        return store_db_err(db, sql);
     sqlite3_bind_blob(st, 1, id->b, 16, SQLITE_STATIC);
     sqlite3_bind_int(st, 2, part);
     size_t at = count_slot(b);
@@ -368,7 +368,7 @@ static int enc_objects(sqlite3 *db, uint64_t stream, sk_buf *b)
         " r.max_ts, r.records FROM object_ranges r JOIN objects o ON o.key = r.key"
         " WHERE r.stream = ?1 ORDER BY r.key, r.start";
     if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
-        return db_err(db, sql);
+        return store_db_err(db, sql);
     sqlite3_bind_int64(st, 1, (int64_t)stream);
     size_t nobj_at = count_slot(b), nr_at = 0;
     uint32_t nobj = 0, nr = 0;
@@ -414,7 +414,7 @@ static int enc_groups(sqlite3 *db, sk_store_group_filter want, void *arg, sk_buf
     const char *sql = "SELECT grp, topic, part, off, epoch, meta, ts FROM group_offsets"
                       " ORDER BY grp";
     if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
-        return db_err(db, sql);
+        return store_db_err(db, sql);
     size_t at = count_slot(b);
     uint32_t ngroups = 0, nents = 0;
     size_t nents_at = 0;
@@ -484,7 +484,7 @@ int sk_store_encode_state(sk_store *s, const kc_uuid *id, int32_t part, int64_t 
      * the store thread applies meanwhile (an upload registered between the
      * batches and the objects would put offsets in both). */
     uint64_t stream = 0;
-    int rc = exec(db, "BEGIN");
+    int rc = store_exec(db, "BEGIN");
     if (rc == 0) {
         rc = enc_head(db, id, part, out, &stream);
         if (rc == 0)
@@ -495,7 +495,7 @@ int sk_store_encode_state(sk_store *s, const kc_uuid *id, int32_t part, int64_t 
             rc = enc_objects(db, stream, out);
         if (rc == 0)
             rc = enc_groups(db, want, arg, out);
-        if (exec(db, "COMMIT") != 0 && rc == 0)
+        if (store_exec(db, "COMMIT") != 0 && rc == 0)
             rc = SK_ERR_IO;
     }
     reader_put(s, db);
@@ -522,7 +522,7 @@ int sk_store_handoff_lsn(sk_store *s, const kc_uuid *id, int32_t part, wal_lsn *
             rc = SK_ERR_NOENT;
         sqlite3_finalize(st);
     } else {
-        db_err(db, sql);
+        store_db_err(db, sql);
     }
     reader_put(s, db);
     return rc;
@@ -538,7 +538,7 @@ int sk_store_owned_partitions(sk_store *s, void (*fn)(void *arg, const kc_uuid *
     const char *sql = "SELECT topic, part FROM partitions";
     int rc = 0;
     if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
-        rc = db_err(db, sql);
+        rc = store_db_err(db, sql);
     } else {
         while (sqlite3_step(st) == SQLITE_ROW) {
             kc_uuid id;

@@ -70,14 +70,14 @@ struct sk_store {
 };
 
 /* Logs a SQLite error; returns SK_ERR_IO. */
-int db_err(sqlite3 *db, const char *what);
-int exec(sqlite3 *db, const char *sql);
+int store_db_err(sqlite3 *db, const char *what);
+int store_exec(sqlite3 *db, const char *sql);
 /* The prepared statement i, reset and with its bindings cleared. */
-sqlite3_stmt *S(sk_store *s, int i);
+sqlite3_stmt *sk_store_stmt(sk_store *s, int i);
 /* Steps a statement that returns no row (or ignores it). */
-int step_done(sk_store *s, sqlite3_stmt *st);
-int kv_get_i64(sqlite3 *db, const char *k, int64_t *v, bool *found);
-int set_kv_i64(sk_store *s, const char *k, int64_t v);
+int store_step_done(sk_store *s, sqlite3_stmt *st);
+int store_kv_get_i64(sqlite3 *db, const char *k, int64_t *v, bool *found);
+int store_set_kv_i64(sk_store *s, const char *k, int64_t v);
 sqlite3 *reader_get(sk_store *s);
 void reader_put(sk_store *s, sqlite3 *db);
 /* Applies a SK_META_GROUP body (commit, delete offsets, delete group). */
