@@ -663,6 +663,17 @@ class TimedLoad(crashcheck.ProduceLoad):
                        for ts in self.ack_times.values())
 
 
+def ack_gap(loads, p, t0, t1):
+    """The longest time within [t0, t1] during which partition p had no acknowledgement
+    from any of the loads."""
+    ts = []
+    for ld in loads:
+        with ld.lock:
+            ts += [t for t in ld.ack_times.get(p, []) if t0 <= t <= t1]
+    edges = [t0] + sorted(ts) + [t1]
+    return max(b - a for a, b in zip(edges, edges[1:]))
+
+
 def loads_ok(loads):
     """Assertions every load must pass after finish(): no failure anywhere."""
     for ld in loads:

@@ -25,28 +25,6 @@ PARTS = 12
 INTERVAL_S = 2
 
 
-class UnevenShare(AssertionError):
-    pass
-
-
-class EarlyRebalance(AssertionError):
-    pass
-
-
-SHARE_BUG = (
-    "product: a joining node gets its whole share from one topic. Placement balances the "
-    "total number of partitions per node (__consumer_offsets included) and each rebalance "
-    "move takes a partition of the topic with the most partitions on the source node, so "
-    "with 12 + 6 partitions on nodes 1 and 2 the joining node 3 becomes main of 6 of the "
-    "topic's 12 partitions and nodes 1 and 2 of 3 each (3/3/6, not about 4 each); "
-    "cluster/placement.c plan_rebalance/pick_movable")
-DELAY_BUG = (
-    "product: the controller rebalances in the very round that first sees a new node set, "
-    "without waiting leader.imbalance.check.interval.seconds: broker/controller.c round_cb "
-    "builds the plan's input (build_input copies ctl->nodes_changed_ms) before note_nodes() "
-    "updates nodes_changed_ms, so that round uses the time of the previous change")
-
-
 def acked(loads):
     return sum(ld.acked_count() for ld in loads)
 
@@ -57,7 +35,6 @@ def wait_progress(loads, n, timeout, what):
                 "%d more acknowledgements %s (at %d)" % (n, what, acked(loads)))
 
 
-@pytest.mark.xfail(strict=True, raises=UnevenShare, reason=SHARE_BUG)
 def test_joining_node_takes_a_share_under_load(cluster_factory, topic_name):
     cl = cluster_factory(3, overrides={
         "leader.imbalance.check.interval.seconds": str(INTERVAL_S)})
@@ -114,7 +91,7 @@ def test_joining_node_takes_a_share_under_load(cluster_factory, topic_name):
     assert mains.get(3), "node 3 leads no partition of %s after the rebalance: %r" % (
         topic_name, mains)
     if not all(3 <= len(mains.get(i, [])) <= 5 for i in (1, 2, 3)):
-        raise UnevenShare(
+        raise AssertionError(
             "after node 3 joined, the mains of the 12 partitions of %s are %r (and of %s %r):"
             " the new node should serve about 4 of them, every node 3 to 5" % (
                 topic_name, mains, cm.OFFSETS_TOPIC, offsets))
@@ -125,7 +102,6 @@ def rounds(cl):
                      if "[controller] round:" in ln or "joined cluster" in ln)
 
 
-@pytest.mark.xfail(strict=True, raises=EarlyRebalance, reason=DELAY_BUG)
 def test_rebalance_waits_for_the_check_interval(cluster_factory, topic_name):
     interval = 4
     cl = cluster_factory(3, overrides={"leader.imbalance.check.interval.seconds": str(interval)})
@@ -149,7 +125,7 @@ def test_rebalance_waits_for_the_check_interval(cluster_factory, topic_name):
     print("%.1f s after joining, node 3 leads %s; controller rounds:\n%s" % (
         time.monotonic() - t_joined, got, rounds(cl)))
     if early:
-        raise EarlyRebalance(
+        raise AssertionError(
             "node 3 became main of %r %.2f s after it joined, though "
             "leader.imbalance.check.interval.seconds is %d; controller rounds and joins:\n%s" % (
                 early[1], early[0], interval, rounds(cl)))
