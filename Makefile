@@ -29,8 +29,9 @@ test: test-deps build
 unit-test: build
 	@cd $(BUILD) && ctest --output-on-failure
 
+# SKIFF_BENCH_ONLY=cluster: only the cluster part (bench/cluster.sh); BENCH_CLUSTER=0: without it.
 bench: test-deps build
-	@bench/run.sh
+	@SKIFF_BUILD=$${SKIFF_BUILD:-$(BUILD)} bench/run.sh
 
 # Skiff against Apache Kafka 4.3.1 (fetched from Maven Central); about 25 min;
 # rewrites the generated section of docs/benchmarks.md and docs/benchmarks/*.png.

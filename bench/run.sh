@@ -14,7 +14,10 @@
 #      loopback, libnfs) beside that server's floor (BENCH_NFS=0 skips it);
 #   7. runs bench/s3.sh: catch-up reads from objects in the S3 emulator beside the
 #      emulator's raw ranged-GET throughput, and PUTs per GiB ingested
-#      (BENCH_S3=0 skips it).
+#      (BENCH_S3=0 skips it);
+#   8. runs bench/cluster.sh: failover time of a 3-node cluster under SIGKILL and
+#      its produce latency beside a single node (BENCH_CLUSTER=0 skips it;
+#      SKIFF_BENCH_ONLY=cluster runs only this part).
 #
 # Exit status: 0 when the figures were measured, whatever they are; 1 when
 # the harness failed (build, disk floor, skiffd start-up, skiffd died during
@@ -40,6 +43,8 @@
 #   BENCH_MAX_INFLIGHT=n       [20000] in-flight bound of (b)
 #   BENCH_FLOOR_ITER=n         [5000] diskfloor 4 KiB iterations
 #   BENCH_FLOOR_SEQ_S=s        [10] diskfloor sequential test duration
+#   SKIFF_BUILD=dir            [build] where skiffd and bench/ binaries are built
+#   SKIFF_BENCH_ONLY=cluster   only the cluster section (bench/cluster.sh)
 set -eu
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -79,6 +84,12 @@ BROKER_PID=""
 SAMPLER_PID=""
 say() { echo "bench: $*" >&2; }
 fail() { say "FAILED: $*"; exit 1; }
+
+case "${SKIFF_BENCH_ONLY:-}" in
+  "") ;;
+  cluster) SKIFF_BUILD=$BUILD exec "$ROOT/bench/cluster.sh" ;;
+  *) say "SKIFF_BENCH_ONLY=$SKIFF_BENCH_ONLY: the only part that runs alone is 'cluster'"; exit 2 ;;
+esac
 
 cleanup() {
   rc=$?
@@ -407,5 +418,29 @@ if [ -z "$EXTERNAL" ] && [ "${BENCH_S3:-1}" != 0 ]; then
     0) ;;
     77) say "object store section skipped: the S3 emulator cannot run here (node/npm)" ;;
     *) fail "object store section (bench/s3.sh exit $src)" ;;
+  esac
+fi
+
+# ------------------------------------------------------------- 8. the cluster
+# bench/cluster.sh: failover time of a 3-node cluster under SIGKILL (and its split),
+# and its produce latency beside a single node. BENCH_CLUSTER=0 skips it.
+if [ -z "$EXTERNAL" ] && [ "${BENCH_CLUSTER:-1}" != 0 ]; then
+  if [ -n "$BROKER_PID" ]; then
+    kill -TERM "$BROKER_PID" 2>/dev/null || true
+    i=0
+    while kill -0 "$BROKER_PID" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+    kill -KILL "$BROKER_PID" 2>/dev/null || true
+    wait "$BROKER_PID" 2>/dev/null || true
+    BROKER_PID=""
+  fi
+  echo
+  set +e
+  SKIFF_BUILD=$BUILD "$ROOT/bench/cluster.sh"
+  crc=$?
+  set -e
+  case $crc in
+    0) ;;
+    77) say "cluster section skipped: etcd is not installed" ;;
+    *) fail "cluster section (bench/cluster.sh exit $crc)" ;;
   esac
 fi
