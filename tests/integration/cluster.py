@@ -241,7 +241,13 @@ class Etcd:
         return "\n".join(out)
 
     def stop(self):
+        """Stops an etcd of a test's own: SIGKILL first (its data is thrown away, and
+        members stopping together take seconds to hand leadership around), then
+        tools/etcd.sh stop for whatever is left."""
         if self.own:
+            for i in (1, 2, 3):
+                subprocess.run([ETCD_SH, "kill", self.dir, str(i)], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, timeout=60)
             subprocess.run([ETCD_SH, "stop", self.dir], timeout=60)
 
 

@@ -6,8 +6,10 @@
 - Every etcd member is SIGSTOPped: the nodes cannot renew their leases, so past their
   lease deadline (at most broker.session.timeout.ms after the last renewal) they
   acknowledge nothing: no delivery report arrives and a raw acks=all Produce to each
-  node times out or gets a retriable error. After SIGCONT the cluster recovers (nodes
-  whose lease expired meanwhile start again as new incarnations) and writes resume.
+  node times out or gets a retriable error; fetches of data already durable are still
+  answered. After SIGCONT the cluster recovers (nodes
+  whose lease expired meanwhile start again as new incarnations) and writes resume
+  within seconds.
 
 Throughout, Metadata is sampled from every node every 100 ms: no two nodes may ever be
 reported leader of one partition at one epoch; and (stronger) the log checks find no
@@ -26,6 +28,24 @@ pytestmark = [pytest.mark.cluster, pytest.mark.restarts]
 
 PARTS = 12
 SESSION_MS = 2000
+# After SIGCONT the expired leases are gone at once; the nodes start again as new
+# incarnations and their logs' partitions move "as after a crash" (docs/cluster.md):
+# a few seconds. This bound leaves room for a slow machine.
+RECOVERY_S = 15
+
+
+class SlowRecovery(AssertionError):
+    pass
+
+
+SLOW_RECOVERY_BUG = (
+    "product: a node that lost its membership takes ~25 s to start again as a new "
+    "incarnation: sk_node_stop(SK_EXIT_REJOIN) runs the ordinary shutdown, which waits "
+    "(\"shutting down: finishing in-flight requests\", up to 30 s) for acks=all Produce "
+    "requests that the WAL holds back past the lease deadline and can never acknowledge; "
+    "they end only when wal.io.timeout.ms (30 s from the lease deadline) fails them, then "
+    "\"closing with N bytes not written: the membership lease ran out\". The whole cluster "
+    "serves nothing meanwhile")
 
 
 def acked(loads):
@@ -68,7 +88,9 @@ def finish_and_check(cl, loads, sampler, topic):
 
 def start_cluster(cluster_factory, own_etcd, topic):
     cl = cluster_factory(3, etcd=own_etcd,
-                         overrides={"broker.session.timeout.ms": str(SESSION_MS)}).start()
+                         overrides={"broker.session.timeout.ms": str(SESSION_MS),
+                                    "leader.imbalance.check.interval.seconds": "2"}).start()
+    cl.wait_balanced()
     cl.create_topic(topic, PARTS)
     sampler = cm.MetadataSampler(cl, [topic, cm.OFFSETS_TOPIC]).start()
     loads = [cm.TimedLoad(cl.bootstrap, topic, PARTS, "e%d-%s" % (i, cl.tag), rate_sleep=0.001)
@@ -105,7 +127,7 @@ def test_etcd_leader_sigkill_under_load(cluster_factory, own_etcd, topic_name):
 
 
 def probe(node, topic, partition, results, wait_s):
-    """One raw acks=all Produce to node; results[node id] = error code, or the exception
+    """One raw acks=all Produce to node; results[node id] = its answer, or the exception
     (a timeout: no answer in wait_s)."""
     try:
         with k.Conn(node.bootstrap, timeout=wait_s) as c:
@@ -116,6 +138,15 @@ def probe(node, topic, partition, results, wait_s):
         results[node.node_id] = e
 
 
+def fetch_durable(node, topic, partition):
+    """(error, batches) of a Fetch from offset 0 (records acknowledged before etcd
+    stopped, hence durable)."""
+    with k.Conn(node.bootstrap, timeout=5) as c:
+        _, pd = k.fetch(c, topic, partition, 0, timeout=5)
+    return pd["ErrorCode"], len(k.parse_batches(pd["Records"]))
+
+
+@pytest.mark.xfail(strict=True, raises=SlowRecovery, reason=SLOW_RECOVERY_BUG)
 def test_nodes_cut_off_from_etcd_stop_acknowledging(cluster_factory, own_etcd, topic_name):
     probe_topic = topic_name + "-probe"
     cl, sampler, loads = start_cluster(cluster_factory, own_etcd, topic_name)
@@ -123,6 +154,7 @@ def test_nodes_cut_off_from_etcd_stop_acknowledging(cluster_factory, own_etcd, t
     try:
         probe_leaders = cl.create_topic(probe_topic, 6)
         wait_progress(loads, 1000, 60, "before etcd is stopped")
+        leaders = cl.leaders(topic_name)
         for i in (1, 2, 3):
             own_etcd.stop_member(i)
             stopped.append(i)
@@ -137,6 +169,12 @@ def test_nodes_cut_off_from_etcd_stop_acknowledging(cluster_factory, own_etcd, t
             t = threading.Thread(target=probe, args=(cl.nodes[nid], probe_topic, p, results, 3.5))
             t.start()
             threads.append(t)
+        # Data already durable stays readable from its main.
+        fetched = {}
+        for nid in (1, 2, 3):
+            p = next((q for q, (ld, _) in sorted(leaders.items()) if ld == nid), None)
+            if p is not None:
+                fetched[(nid, p)] = fetch_durable(cl.nodes[nid], topic_name, p)
         for t in threads:
             t.join(10)
         time.sleep(max(0.0, t_stop + 6.5 - time.monotonic()))
@@ -161,13 +199,16 @@ def test_nodes_cut_off_from_etcd_stop_acknowledging(cluster_factory, own_etcd, t
                 assert isinstance(r, (OSError, k.ConnectionClosed)), \
                     "probe of node %d: %r" % (nid, r)
         assert sorted(results) == [1, 2, 3], results
+        print("fetches while etcd was stopped ((node, partition): (error, batches)): %r" % (
+            fetched,))
+        assert fetched and all(e == k.NONE and n > 0 for e, n in fetched.values()), \
+            "a node cut off from etcd must answer fetches of durable data: %r" % fetched
 
         # Recovery: every node serves again (possibly as a new incarnation), writes resume.
-        t_back = time.monotonic()
         wait_progress(loads, 2000, 90, "after etcd came back")
-        print("writes resumed %.2f s after SIGCONT" % (
-            min(t for t in (ld.first_ack_after(p, t_back) for ld in loads for p in range(PARTS))
-                if t) - t_back))
+        resumed = min(t for t in (ld.first_ack_after(p, t_cont) for ld in loads
+                                  for p in range(PARTS)) if t) - t_cont
+        print("writes resumed %.2f s after SIGCONT" % resumed)
         cm.wait_for(lambda: all(n.alive for n in cl.nodes.values()), 30, "every node to run")
         cl.wait_brokers(timeout=60)
         cl.wait_leaders(topic_name, PARTS, timeout=60)
@@ -184,3 +225,10 @@ def test_nodes_cut_off_from_etcd_stop_acknowledging(cluster_factory, own_etcd, t
     # The probe topic: whatever it holds is intact and contiguous (the probes were never
     # acknowledged, so they may or may not be there).
     cl.verify(probe_topic, 6, [])
+    if resumed > RECOVERY_S:
+        raise SlowRecovery(
+            "writes resumed only %.1f s after etcd came back (bound %d s); the nodes' "
+            "restarts:\n%s" % (resumed, RECOVERY_S, "\n".join(
+                ln for n in cl.nodes.values() for ln in n.log_text().splitlines()
+                if "lost its membership" in ln or "finishing in-flight" in ln
+                or "closing with" in ln or "starting again" in ln)))
