@@ -25,7 +25,6 @@ import bisect
 import os
 import re
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -162,6 +161,19 @@ def offsets_partition(group, partitions):
     h = java_string_hash(group)
     # Kafka's Utils.abs: Integer.MIN_VALUE maps to 0
     return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+def group_id(prefix, negative=False, partitions=None):
+    """A fresh group id whose String.hashCode is >= 0 (or, with negative, < 0 and, given
+    the partition count, one where abs(hash) % N and (hash & 0x7fffffff) % N differ)."""
+    while True:
+        g = "%s-%s" % (prefix, uuid.uuid4().hex[:8])
+        h = java_string_hash(g)
+        if not negative and h >= 0:
+            return g
+        if negative and h < 0 and (partitions is None or (
+                offsets_partition(g, partitions) != (h & 0x7FFFFFFF) % partitions)):
+            return g
 
 
 # ---------------------------------------------------------------- etcd
@@ -798,11 +810,3 @@ def wait_for(pred, timeout, what, interval=0.1):
         if time.time() > deadline:
             raise AssertionError("timed out after %.0fs waiting for %s" % (timeout, what))
         time.sleep(interval)
-
-
-def port_open(host, port):
-    try:
-        with socket.create_connection((host, port), timeout=0.5):
-            return True
-    except OSError:
-        return False

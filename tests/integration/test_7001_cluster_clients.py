@@ -14,7 +14,6 @@ import os
 import shutil
 import sys
 import time
-import uuid
 
 import pytest
 
@@ -122,8 +121,9 @@ def test_not_leader_and_not_coordinator_elsewhere(cluster_factory, topic_name):
         assert not wrong, "\n".join(wrong)
 
         # Groups: every node names the same coordinator, the main of the group's
-        # __consumer_offsets partition; the others refuse the group's requests.
-        group = "g7001-" + uuid.uuid4().hex[:8]
+        # __consumer_offsets partition; the others refuse the group's requests. (A group
+        # id whose hash is not negative: test_group_partition_as_kafka covers those.)
+        group = cm.group_id("g7001")
         op = cm.offsets_partition(group, cl.offsets_partitions)
         main = cl.leaders(cm.OFFSETS_TOPIC)[op][0]
         for i, c in conns.items():
@@ -199,6 +199,40 @@ def test_admin_requests_on_one_node_are_seen_by_all(cluster_factory, topic_name)
     finally:
         for c in (c1, c2, c3):
             c.close()
+
+
+class WrongPartition(AssertionError):
+    pass
+
+
+GROUP_HASH_BUG = (
+    "product: a group's __consumer_offsets partition is (hashCode & 0x7fffffff) % N "
+    "(broker/cluster.c sk_cluster_group_part and broker/handoff.c, commented \"Kafka's "
+    "Utils.abs: the sign bit cleared\"), but Kafka's Utils.abs is Math.abs (0 for "
+    "Integer.MIN_VALUE) and docs/cluster.md says abs(hash(group id)) % N: a group id with "
+    "a negative hashCode lands on another partition than in Kafka")
+
+
+@pytest.mark.xfail(strict=True, raises=WrongPartition, reason=GROUP_HASH_BUG)
+def test_group_partition_as_kafka(cluster_factory):
+    """Group ids with a negative String.hashCode: the coordinator is the main of
+    partition abs(hashCode) % N of __consumer_offsets, as in Kafka."""
+    cl = started(cluster_factory)
+    leaders = cl.leaders(cm.OFFSETS_TOPIC)
+    wrong = []
+    with cl.nodes[1].conn() as c:
+        for _ in range(12):
+            g = cm.group_id("g7001n", negative=True, partitions=cl.offsets_partitions)
+            r = kg.find_coordinator(c, g)
+            assert r["ErrorCode"] == k.NONE, r
+            p = cm.offsets_partition(g, cl.offsets_partitions)
+            if r["NodeId"] != leaders[p][0]:
+                wrong.append("%s (hashCode %d): coordinator %d, the main of %s-%d is %d" % (
+                    g, cm.java_string_hash(g), r["NodeId"], cm.OFFSETS_TOPIC, p,
+                    leaders[p][0]))
+    if wrong:
+        raise WrongPartition("%d of 12 groups on another partition than Kafka's (mains %r):"
+                             "\n  %s" % (len(wrong), leaders, "\n  ".join(wrong)))
 
 
 # ---------------------------------------------------------------- clients
