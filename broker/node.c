@@ -757,6 +757,11 @@ void sk_node_stop(sk_node *n, int exit_code)
     if (!n->stopping)
         n->exit_code = exit_code;
     begin_shutdown(n);
+    /* Fenced, or the membership lost: nothing in flight can be acknowledged
+     * any more, so there is nothing to wait for. Clients see the connection
+     * close and retry where their metadata sends them. */
+    if (exit_code == SK_EXIT_FENCED || exit_code == SK_EXIT_REJOIN)
+        n->shutdown_deadline = sk_mono_ms();
 }
 
 static void signal_cb(evutil_socket_t fd, short what, void *arg)

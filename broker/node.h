@@ -32,7 +32,9 @@ sk_node *sk_node_new(sk_config *cfg, char *why, size_t whylen);
 /* Listens and serves until SIGTERM/SIGINT; returns the exit status. */
 int sk_node_run(sk_node *n);
 void sk_node_destroy(sk_node *n);
-/* Stops serving and makes sk_node_run return exit_code (loop thread). */
+/* Stops serving and makes sk_node_run return exit_code (loop thread). With
+ * SK_EXIT_FENCED or SK_EXIT_REJOIN nothing in flight can be acknowledged any
+ * more: connections close at once instead of after a grace period. */
 void sk_node_stop(sk_node *n, int exit_code);
 
 /* Called once the record is durable (err 0) or can never be (err < 0). */
