@@ -64,6 +64,9 @@ INTERVAL_MS = float(env("BENCH_CLUSTER_INTERVAL_MS", "10"))
 NFS = env("BENCH_CLUSTER_NFS", "1") != "0"
 OBJECTS = env("BENCH_CLUSTER_OBJECTS", "file")
 LATENCY = env("BENCH_CLUSTER_LATENCY", "1") != "0"
+# single, cluster, (failover), cluster, single: each side measured before and after the
+# other, so that the machine's drift does not fall on one side only
+LAT_ROUNDS = 1 if env("BENCH_CLUSTER_LAT_ROUNDS", "1" if SMOKE else "2") == "1" else 2
 RATE = int(env("BENCH_CLUSTER_RATE", env("BENCH_RATE", "200" if SMOKE else "2000")))
 LAT_DURATION = float(env("BENCH_CLUSTER_DURATION", "2" if SMOKE else "20"))
 LAT_WARMUP = float(env("BENCH_WARMUP", "0.5" if SMOKE else "5"))
@@ -826,7 +829,8 @@ def skload(bootstrap, topic, out_name):
     bound = LAT_DURATION + LAT_WARMUP + 120
     cmd = [SKLOAD, "-b", bootstrap, "-t", topic, "-p", str(PARTS), "-s", str(SIZE), "-a", "all",
            "--warmup", str(LAT_WARMUP), "-d", str(LAT_DURATION), "-P", "1", "-r", str(RATE),
-           "--linger-ms", "0", "--max-inflight", "20000", "--json", "--progress", "0"]
+           "--linger-ms", "0", "--max-inflight", "20000", "--json", "--progress", "0",
+           "--buckets"]
     with open(os.path.join(OUT, out_name + ".json"), "wb") as o, \
             open(os.path.join(OUT, out_name + ".log"), "wb") as e:
         p = subprocess.Popen(launcher() + cmd, stdout=o, stderr=e)
@@ -843,18 +847,61 @@ def skload(bootstrap, topic, out_name):
         return None
 
 
-def latency_single(svc):
-    say("latency: single node, WAL %s" % svc.wal_url("single-wal"))
-    n = Skiffd("single", 1, os.path.join(WORK, "single"), {
-        "wal.url": svc.wal_url("single-wal"), "objects.url": svc.objects_url("single")})
+def latency_single(svc, res, rnd):
+    """One latency run against a fresh single node (no etcd), its WAL on the shared volume."""
+    sub = "single%d" % rnd
+    say("latency: single node (round %d), WAL %s" % (rnd, svc.wal_url(sub + "-wal")))
+    n = Skiffd(sub, 1, os.path.join(WORK, sub), {
+        "wal.url": svc.wal_url(sub + "-wal"), "objects.url": svc.objects_url(sub)})
     try:
         n.start()
-        r = skload(n.bootstrap, "lat-single", "latency_single")
+        r = skload(n.bootstrap, "lat-single", "latency_single%d" % rnd)
         if not n.alive:
             raise Failed("the single node died during the latency run: %s" % n.tail())
     finally:
         n.stop()
-    return r
+    res["latency_runs"].append({"target": "single", "round": rnd, "result": r})
+
+
+def latency_cluster(adm, nodes, res, rnd):
+    lat = make_topic(adm, "lat%d" % rnd, nodes, res)
+    say("latency: 3-node cluster (round %d)" % rnd)
+    r = skload(",".join(n.bootstrap for n in nodes), lat, "latency_cluster%d" % rnd)
+    for n in nodes:
+        if not n.alive:
+            raise Failed("node %d died during the latency run:\n%s" % (n.node_id, n.tail()))
+    # its partitions would otherwise move with every kill too
+    delete_topic(adm, lat)
+    res["latency_runs"].append({"target": "cluster", "round": rnd, "result": r})
+
+
+def pooled(runs):
+    """Percentiles of the runs' histograms together (nearest rank over the summed buckets,
+    upper edges, as skload reports them), or None when a run measured nothing."""
+    if not runs or any(r is None for r in runs):
+        return None
+    buckets = {}
+    for r in runs:
+        for up, c in r.get("latency_buckets") or []:
+            buckets[up] = buckets.get(up, 0) + c
+    total = sum(buckets.values())
+    if not total:
+        return None
+    edges = sorted(buckets.items())
+
+    def q(x):
+        rank = max(1, -(-int(x * total * 1000000) // 1000000))
+        acc = 0
+        for up, c in edges:
+            acc += c
+            if acc >= rank:
+                return up / 1000.0
+        return edges[-1][0] / 1000.0
+    mx = max(r["latency"]["max_ms"] for r in runs)
+    return {"latency": {"count": total, "p50_ms": min(mx, q(0.5)), "p99_ms": min(mx, q(0.99)),
+                        "p999_ms": min(mx, q(0.999)), "max_ms": mx},
+            "acked": sum(r["acked"] for r in runs), "failed": sum(r["failed"] for r in runs),
+            "records_s": statistics.mean(r["records_s"] for r in runs), "runs": len(runs)}
 
 
 def node_props(svc, prefix):
@@ -1177,6 +1224,12 @@ def summarize(res):
         xs = [k["split"][name] for k in kills if name in k.get("split", {})]
         if xs:
             comp[name] = {"p50": statistics.median(xs), "max": max(xs), "n": len(xs)}
+        if name == "detection":
+            for sub, ctl in (("detection_controller", True), ("detection_other", False)):
+                xs = [k["split"]["detection"] for k in kills
+                      if "detection" in k.get("split", {}) and k["was_controller"] == ctl]
+                if xs:
+                    comp[sub] = {"p50": statistics.median(xs), "max": max(xs), "n": len(xs)}
     sent_after = [max(k["sent_after"].values()) for k in kills
                   if k.get("sent_after") and len(k["sent_after"]) == len(k["partitions"])]
     s = {"kills": len(kills), "complete": len(full),
@@ -1191,7 +1244,9 @@ def summarize(res):
     if kills:
         ok = bool(full) and not incomplete and s["max"] <= TARGET_FAILOVER_S
     s["target"] = {"name": "failover max over kills <= %.0f s" % TARGET_FAILOVER_S, "ok": ok}
-    a, b = res.get("latency_single"), res.get("latency_cluster")
+    runs = res.get("latency_runs", [])
+    a = res["latency_single"] = pooled([x["result"] for x in runs if x["target"] == "single"])
+    b = res["latency_cluster"] = pooled([x["result"] for x in runs if x["target"] == "cluster"])
     if a and b and a["latency"]["p99_ms"] > 0:
         s["p99_ratio"] = b["latency"]["p99_ms"] / a["latency"]["p99_ms"]
         s["p50_ratio"] = b["latency"]["p50_ms"] / a["latency"]["p50_ms"] if a["latency"]["p50_ms"] else None
@@ -1229,19 +1284,23 @@ def text_report(res, s):
     p("objects: %s" % o)
     p("etcd: 3 members on loopback (tools/etcd.sh: heartbeat 100 ms, election 500 ms)")
     p("")
-    if res.get("latency_single") or res.get("latency_cluster"):
+    if res.get("latency_runs"):
         p("Produce latency: acks=all, %d B records, %d rec/s fixed rate from 1 producer "
           "(skload, latency from the scheduled send time), linger.ms=0, %d partitions, "
-          "%g s after %g s warm-up" % (SIZE, RATE, PARTS, LAT_DURATION, LAT_WARMUP))
-        for name, key in (("single node", "latency_single"), ("3-node cluster", "latency_cluster")):
-            r = res.get(key)
+          "%g s after %g s warm-up; in run order, then each side's runs pooled" % (
+              SIZE, RATE, PARTS, LAT_DURATION, LAT_WARMUP))
+        rows = [("%s, round %d" % ("single node" if x["target"] == "single" else "3-node cluster",
+                                   x["round"]), x["result"]) for x in res["latency_runs"]]
+        rows += [("single node, pooled", res.get("latency_single")),
+                 ("3-node cluster, pooled", res.get("latency_cluster"))]
+        for name, r in rows:
             if r:
                 h = r["latency"]
-                p("  %-15s p50 %7.3f  p99 %7.3f  p999 %7.3f  max %8.3f ms  (%d acked, %d failed, "
+                p("  %-24s p50 %7.3f  p99 %7.3f  p999 %7.3f  max %8.3f ms  (%d acked, %d failed, "
                   "%.0f rec/s)" % (name, h["p50_ms"], h["p99_ms"], h["p999_ms"], h["max_ms"],
                                    r["acked"], r["failed"], r["records_s"]))
             else:
-                p("  %-15s NO RESULT" % name)
+                p("  %-24s NO RESULT" % name)
         p("")
     kills = res.get("kills", [])
     if kills:
@@ -1348,7 +1407,7 @@ def markdown(res, s):
           "each send one record to every partition of a %d-partition topic every %g ms. After "
           "each kill the node is started again (same `node.id` and `data.dir`: a new "
           "incarnation with a new log) and the next kill waits until rebalancing has given it "
-          "its share of partitions back. **Failover** of a partition: SIGKILL → the first "
+          "partitions back and the leaders have been stable for 1.5 s. **Failover** of a partition: SIGKILL → the first "
           "acknowledgement the producers receive for it (later than %d ms after the kill: "
           "earlier ones were sent by the dying node); of a kill: the largest over the "
           "partitions the node led (Metadata just before the kill)." % (
@@ -1388,7 +1447,10 @@ def markdown(res, s):
         p("| over %d kills | p50 | max |" % len(kills))
         p("|---|---|---|")
         p("| failover (s) | %s | %s |" % (fmt(s["p50"]), fmt(s["max"])))
-        names = {"detection": "detection", "election": "of which: controller re-election",
+        names = {"detection": "detection",
+                 "detection_controller": "detection, kills of the controller",
+                 "detection_other": "detection, other kills",
+                 "election": "new controller elected, from the kill (kills of the controller)",
                  "custody_start": "custodian starts (after detection)",
                  "fence_replay": "fencing + replay",
                  "view_restore": "of which: view restored from its snapshot",
@@ -1398,12 +1460,31 @@ def markdown(res, s):
                  "reassignment": "handoff + adoption", "client": "client",
                  "client_learned": "of which: until every producer knew the new leaders"}
         for n, v in s["split"].items():
-            p("| %s (s) | %s | %s |" % (names.get(n, n), fmt(v["p50"]), fmt(v["max"])))
+            p("| %s (s%s) | %s | %s |" % (names.get(n, n), ", %d kills" % v["n"]
+                                          if v["n"] != len(kills) else "", fmt(v["p50"]),
+                                          fmt(v["max"])))
         p("| failover of one partition (s), over all kills | %s (p50) | %s (p99) |" % (
             fmt(s["partition_p50"]), fmt(s["partition_p99"])))
         p("| SIGKILL → first acknowledgement of a record *sent* after it, every partition (s) "
           "| %s | %s |" % (fmt(s["sent_after_p50"]), fmt(s["sent_after_max"])))
         p("")
+        sp50 = s["split"]
+        parts = [(n, sp50[k]["p50"]) for n, k in (
+            ("detection", "detection"), ("fencing + replay", "fence_replay"),
+            ("handoff + adoption", "reassignment"), ("client", "client")) if k in sp50]
+        if s["p50"] and parts:
+            p("Where the time goes (each part's median over the kills, beside the failover's "
+              "p50 of %s s): %s. Detection "
+              "cannot be shorter than the lease: a node's lease expires "
+              "`broker.session.timeout.ms` (%d ms) after its last keep-alive, sent every "
+              "`broker.heartbeat.interval.ms` (%d ms), so %.1f to %.1f s after the kill; "
+              "librdkafka asks again for the leader of a partition whose leader is down once a "
+              "second, which bounds the client part by about 1 s." % (
+                  fmt(s["p50"]), ", ".join("%s %s s (%.0f %%)" % (n, fmt(v), 100.0 * v / s["p50"])
+                                           for n, v in parts),
+                  SESSION_MS, HEARTBEAT_MS, (SESSION_MS - HEARTBEAT_MS) / 1000.0,
+                  SESSION_MS / 1000.0))
+            p("")
         rp = [k["rebalance_pause"] for k in kills if k.get("rebalance_pause") is not None]
         if rp:
             p("Rebalancing after each restart (planned moves, under the same load): the longest "
@@ -1421,19 +1502,26 @@ def markdown(res, s):
                   "%d problem(s)" % v["problem_count"]))
         p("")
     a, b = res.get("latency_single"), res.get("latency_cluster")
-    if a or b:
+    if res.get("latency_runs"):
         p("### Produce latency, 3 nodes beside one")
         p("")
         p("skload (a) of `make bench`: acks=all, %d B records at %d records/s from one producer, "
           "`linger.ms=0`, %d partitions, %g s after %g s warm-up, latency from each record's "
           "scheduled send time. The single node (no etcd) and the cluster (bootstrap: all three "
           "nodes; the producer sends each partition to its main) write their WAL to the same "
-          "shared volume, one after the other in the same run." % (
-              SIZE, RATE, PARTS, LAT_DURATION, LAT_WARMUP))
+          "shared volume, one after the other in the same run%s; each run on a new topic (and "
+          "the single node fresh each time)." % (
+              SIZE, RATE, PARTS, LAT_DURATION, LAT_WARMUP,
+              ", in the order single, cluster, (the failover runs), cluster, single, so that "
+              "drift of the machine does not fall on one side only; *pooled* = the histograms "
+              "of a side's runs added up" if LAT_ROUNDS == 2 else ""))
         p("")
         p("| | p50 ms | p99 ms | p99.9 ms | max ms | acknowledged |")
         p("|---|---|---|---|---|---|")
-        for name, r in (("single node", a), ("3-node cluster", b)):
+        rows = [("%s, run %d" % ("single node" if x["target"] == "single" else "3-node cluster",
+                                 x["round"]), x["result"]) for x in res["latency_runs"]]
+        rows += [("**single node, pooled**", a), ("**3-node cluster, pooled**", b)]
+        for name, r in rows:
             if r:
                 h = r["latency"]
                 p("| %s | %.3f | %.3f | %.3f | %.3f | %d |" % (name, h["p50_ms"], h["p99_ms"],
@@ -1554,11 +1642,12 @@ def main():
     shutil.rmtree(WORK, ignore_errors=True)
     os.makedirs(OUT)
     res = {"smoke": SMOKE, "machine": machine(), "software": software(),
-           "load_before": loadavg(), "kills": [],
+           "load_before": loadavg(), "kills": [], "latency_runs": [],
            "config": {"kills": KILLS, "partitions": PARTS, "producers": PRODUCERS,
                       "interval_ms": INTERVAL_MS, "rate": RATE, "duration": LAT_DURATION,
                       "warmup": LAT_WARMUP, "size": SIZE, "client": CLIENT_CONF,
-                      "grace_s": GRACE}}
+                      "grace_s": GRACE, "lat_rounds": LAT_ROUNDS, "session_ms": SESSION_MS,
+                      "heartbeat_ms": HEARTBEAT_MS}}
     svc = Services()
     nodes = []
     rc = 0
@@ -1574,7 +1663,7 @@ def main():
             "objects": "s3" if svc.s3_url else "file",
             "objects_fs": fs_of(WORK)}
         if LATENCY:
-            res["latency_single"] = latency_single(svc)
+            latency_single(svc, res, 1)
         prefix = "/skiff-bench-%x/" % random.randrange(1 << 32)
         nodes = [Skiffd("node%d" % i, i, os.path.join(WORK, "n%d" % i),
                         dict(node_props(svc, prefix), **{"broker.rack": "z%d" % i}))
@@ -1584,21 +1673,21 @@ def main():
         adm = start_cluster(svc, nodes)
         logs = Logs(nodes)
         if LATENCY:
-            lat = make_topic(adm, "lat", nodes, res)
-            say("latency: 3-node cluster")
-            res["latency_cluster"] = skload(",".join(n.bootstrap for n in nodes), lat,
-                                            "latency_cluster")
-            for n in nodes:
-                if not n.alive:
-                    raise Failed("node %d died during the latency run:\n%s" % (n.node_id, n.tail()))
-            # its partitions would otherwise move with every kill too
-            delete_topic(adm, lat)
+            latency_cluster(adm, nodes, res, 1)
         if KILLS > 0:
             topic = make_topic(adm, "failover", nodes, res)
             failover(adm, nodes, topic, logs, res)
             for n in nodes:
                 if not n.alive:
                     raise Failed("node %d died during the failover run:\n%s" % (n.node_id, n.tail()))
+        if LATENCY and LAT_ROUNDS == 2:
+            # every node restarted by now (after kills, if any): settle, then measure again
+            wait_for(lambda: all_leaders(adm, {n.node_id for n in nodes}), 60,
+                     "every partition led by a live node")
+            latency_cluster(adm, nodes, res, 2)
+            logs.read()
+            stop_all(nodes)
+            latency_single(svc, res, 2)
     except Skipped as e:
         say("cluster section skipped: %s" % e)
         rc = 77
@@ -1621,8 +1710,23 @@ def main():
     res["summary"] = s
     if "storage" not in res:
         return rc or 1
+    print(write_reports(res, s))
+    say("report: %s (%.0f s in all)" % (os.path.join(OUT, "report.txt"), res["seconds"]))
+    if rc == 0 and KILLS > 0 and not s["complete"]:
+        say("FAILED: no kill measured")
+        rc = 1
+    if rc == 0 and LATENCY and not (s.get("p99_ratio") is not None):
+        say("FAILED: a latency run measured nothing (logs in %s)" % OUT)
+        rc = 1
+    if rc == 0 and DOCS:
+        splice_docs(markdown(res, s))
+        say("docs/benchmarks.md: Cluster section rewritten")
+    return rc
+
+
+def write_reports(res, s):
+    """report.txt, report.md and report.json in OUT; returns the text."""
     text = text_report(res, s)
-    print(text)
     with open(os.path.join(OUT, "report.txt"), "w") as f:
         f.write(text + "\n")
     md = markdown(res, s)
@@ -1630,17 +1734,32 @@ def main():
         f.write(md + "\n")
     with open(os.path.join(OUT, "report.json"), "w") as f:
         json.dump(res, f, indent=1, default=str)
-    say("report: %s (%.0f s in all)" % (os.path.join(OUT, "report.txt"), res["seconds"]))
-    if rc == 0 and KILLS > 0 and not s["complete"]:
-        say("FAILED: no kill measured")
-        rc = 1
-    if rc == 0 and LATENCY and not (res.get("latency_single") and res.get("latency_cluster")):
-        say("FAILED: a latency run measured nothing (logs in %s)" % OUT)
-        rc = 1
-    if rc == 0 and DOCS:
-        splice_docs(md)
+    return text
+
+
+def report_only(results, docs):
+    """bench/cluster.py --report RESULTS [--docs]: the reports (and the docs section) again
+    from a run's report.json, with the settings that run used."""
+    global OUT, PARTS, PRODUCERS, INTERVAL_MS, RATE, LAT_DURATION, LAT_WARMUP, SIZE, GRACE
+    global LAT_ROUNDS, SESSION_MS, HEARTBEAT_MS, SMOKE
+    OUT = os.path.abspath(results)
+    with open(os.path.join(OUT, "report.json")) as f:
+        res = json.load(f)
+    c = res["config"]
+    PARTS, PRODUCERS, INTERVAL_MS = c["partitions"], c["producers"], c["interval_ms"]
+    RATE, LAT_DURATION, LAT_WARMUP, SIZE = c["rate"], c["duration"], c["warmup"], c["size"]
+    GRACE = c["grace_s"]
+    LAT_ROUNDS = c.get("lat_rounds", LAT_ROUNDS)
+    SESSION_MS = c.get("session_ms", SESSION_MS)
+    HEARTBEAT_MS = c.get("heartbeat_ms", HEARTBEAT_MS)
+    SMOKE = res.get("smoke", False)
+    s = summarize(res)
+    res["summary"] = s
+    print(write_reports(res, s))
+    if docs:
+        splice_docs(markdown(res, s))
         say("docs/benchmarks.md: Cluster section rewritten")
-    return rc
+    return 0
 
 
 def on_signal(signum, frame):
@@ -1650,4 +1769,8 @@ def on_signal(signum, frame):
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    if len(sys.argv) > 1:
+        if sys.argv[1] != "--report" or len(sys.argv) < 3:
+            sys.exit("usage: bench/cluster.py [--report RESULTS_DIR [--docs]]")
+        sys.exit(report_only(sys.argv[2], "--docs" in sys.argv[3:]))
     sys.exit(main())

@@ -5,7 +5,7 @@
 # of the cluster beside a single node on the same machine and storage. The work is done
 # by bench/cluster.py; this script builds what it runs first.
 #
-#   bench/cluster.sh                      alone (about 5 minutes)
+#   bench/cluster.sh                      alone (about 4 minutes)
 #   SKIFF_BENCH_ONLY=cluster make bench   the same through make
 #   BENCH_CLUSTER=0 make bench            make bench without it
 #
@@ -26,6 +26,8 @@
 #   BENCH_CLUSTER_OBJECTS=file|s3    [file] objects on the local disk or in the S3
 #                                    emulator (tools/s3rver.sh)
 #   BENCH_CLUSTER_LATENCY=0          skip the latency runs
+#   BENCH_CLUSTER_LAT_ROUNDS=1|2     [2, 1 when smoke] latency runs per side: single,
+#                                    cluster, (failover), cluster, single
 #   BENCH_CLUSTER_RATE=n             [BENCH_RATE, 2000] records/s of the latency runs
 #   BENCH_CLUSTER_DURATION=s         [20] measured seconds of each latency run
 #   BENCH_WARMUP=s, BENCH_SIZE=bytes [5, 1024] as in bench/run.sh
