@@ -138,9 +138,16 @@ static void note_nodes(sk_controller *ctl, const pl_input *in)
         return;
     ctl->live = nl;
     ctl->nlive = in->nnodes;
-    for (size_t i = 0; i < in->nnodes; i++)
+    char ids[256];
+    size_t off = 0;
+    ids[0] = 0;
+    for (size_t i = 0; i < in->nnodes; i++) {
         nl[i] = in->nodes[i].id;
+        if (off < sizeof ids)
+            off += (size_t)snprintf(ids + off, sizeof ids - off, "%s%d", i ? "," : "", nl[i]);
+    }
     ctl->nodes_changed_ms = sk_mono_ms();
+    SK_INFO("controller", "live nodes now: %s", in->nnodes ? ids : "none");
 }
 
 /* ---- carrying actions out ---- */

@@ -238,7 +238,7 @@ static void adopt_cas(sk_handoffs *h, adopt *a)
     free(val);
 }
 
-static void adopt_serve(sk_handoffs *h, adopt *a)
+static void adopt_serve(sk_handoffs *h, adopt *a, int64_t claim_rev)
 {
     char nm[300];
     sk_part *p = part_of(h, &a->id, a->part);
@@ -248,11 +248,16 @@ static void adopt_serve(sk_handoffs *h, adopt *a)
     }
     p->own = SK_OWN_ACTIVE;
     p->main_node = h->n->cfg->node_id;
+    p->claim_rev = claim_rev;
     h->st.adopted++;
     h->st.last_adopt_ms = sk_mono_ms() - a->started_ms;
-    SK_INFO("cluster", "%s: now served here at epoch %d (offsets %lld..%lld), adopted in %lld ms",
+    char from[64] = "new";
+    if (a->want.state == CM_PART_HANDOFF)
+        snprintf(from, sizeof from, "from log %lld at LSN %lld", (long long)a->want.src_log,
+                 (long long)a->want.src_lsn);
+    SK_INFO("cluster", "%s: now served here at epoch %d (offsets %lld..%lld, %s), adopted in %lld ms",
             pname(h, &a->id, a->part, nm, sizeof nm), a->want.epoch, (long long)p->log_start,
-            (long long)p->next_offset, (long long)h->st.last_adopt_ms);
+            (long long)p->next_offset, from, (long long)h->st.last_adopt_ms);
     adopt_end(h, a);
 }
 
@@ -275,7 +280,7 @@ static void adopt_cas_done(void *arg, int err, const etcd_txn_result *r)
         adopt_undo(h, a, "etcd changed the partition meanwhile");
         return;
     }
-    adopt_serve(h, a);
+    adopt_serve(h, a, r->revision);
 }
 
 static void adopt_durable(void *arg, int err)
@@ -425,7 +430,7 @@ static void adopt_resolve(sk_handoffs *h, adopt *a, const cm_part *cp)
     cs_session *s = sk_cluster_session(h->c);
     if (cp->state == CM_PART_ACTIVE && cp->node == cs_node_id(s) && cp->log == cs_log_id(s) &&
         cp->epoch == a->want.epoch) {
-        adopt_serve(h, a);
+        adopt_serve(h, a, cp->mod_rev);
         return;
     }
     if (cp->mod_rev == a->want.mod_rev) {
@@ -872,6 +877,10 @@ void sk_handoff_reconcile(sk_handoffs *h, sk_part *p, const cm_part *cp)
     cs_session *s = sk_cluster_session(h->c);
     int32_t me = cs_node_id(s);
     int64_t mylog = cs_log_id(s);
+    /* This node's claim succeeded before the watch brought it: the model
+     * is older than what this node knows, and has nothing to say yet. */
+    if ((p->own == SK_OWN_ACTIVE || p->own == SK_OWN_LEAVING) && cp->mod_rev < p->claim_rev)
+        return;
     p->leader_epoch = cp->epoch;
     p->stream = cp->stream ? cp->stream : p->stream;
     if (p->own != SK_OWN_ACTIVE && p->own != SK_OWN_LEAVING)
