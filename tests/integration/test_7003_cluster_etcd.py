@@ -34,20 +34,6 @@ SESSION_MS = 2000
 RECOVERY_S = 15
 
 
-class SlowRecovery(AssertionError):
-    pass
-
-
-SLOW_RECOVERY_BUG = (
-    "product: a node that lost its membership takes ~25 s to start again as a new "
-    "incarnation: sk_node_stop(SK_EXIT_REJOIN) runs the ordinary shutdown, which waits "
-    "(\"shutting down: finishing in-flight requests\", up to 30 s) for acks=all Produce "
-    "requests that the WAL holds back past the lease deadline and can never acknowledge; "
-    "they end only when wal.io.timeout.ms (30 s from the lease deadline) fails them, then "
-    "\"closing with N bytes not written: the membership lease ran out\". The whole cluster "
-    "serves nothing meanwhile")
-
-
 def acked(loads):
     return sum(ld.acked_count() for ld in loads)
 
@@ -146,7 +132,6 @@ def fetch_durable(node, topic, partition):
     return pd["ErrorCode"], len(k.parse_batches(pd["Records"]))
 
 
-@pytest.mark.xfail(strict=True, raises=SlowRecovery, reason=SLOW_RECOVERY_BUG)
 def test_nodes_cut_off_from_etcd_stop_acknowledging(cluster_factory, own_etcd, topic_name):
     probe_topic = topic_name + "-probe"
     cl, sampler, loads = start_cluster(cluster_factory, own_etcd, topic_name)
@@ -226,7 +211,7 @@ def test_nodes_cut_off_from_etcd_stop_acknowledging(cluster_factory, own_etcd, t
     # acknowledged, so they may or may not be there).
     cl.verify(probe_topic, 6, [])
     if resumed > RECOVERY_S:
-        raise SlowRecovery(
+        raise AssertionError(
             "writes resumed only %.1f s after etcd came back (bound %d s); the nodes' "
             "restarts:\n%s" % (resumed, RECOVERY_S, "\n".join(
                 ln for n in cl.nodes.values() for ln in n.log_text().splitlines()
