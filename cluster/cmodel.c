@@ -201,6 +201,20 @@ size_t cm_key_part_walrefs(const char *prefix, const kc_uuid *topic, int32_t ind
     return keyf(buf, len, "%swalrefs/%s-%d/", prefix, hex, (int)index);
 }
 
+size_t cm_key_payref(const char *prefix, int64_t plog, int64_t mlog, char *buf, size_t len)
+{
+    if (plog < 0 || mlog < 0)
+        return nokey(buf, len);
+    return keyf(buf, len, "%spayrefs/%lld/%lld", prefix, (long long)plog, (long long)mlog);
+}
+
+size_t cm_key_log_payrefs(const char *prefix, int64_t plog, char *buf, size_t len)
+{
+    if (plog < 0)
+        return nokey(buf, len);
+    return keyf(buf, len, "%spayrefs/%lld/", prefix, (long long)plog);
+}
+
 size_t cm_key_bconf(const char *prefix, int32_t node, char *buf, size_t len)
 {
     if (node < -1)
@@ -313,6 +327,7 @@ static bool jenum(jr *r, const json_t *o, const char *f, const char *const *word
 }
 
 static const char *const log_states[] = {"live", "dead"};
+static const char *const log_kinds[] = {"data", "payload"};
 static const char *const part_states[] = {"new", "active", "moving", "handoff"};
 
 /* ================================================================ configs */
@@ -482,6 +497,16 @@ static bool dec_node(jr *r, const uint8_t *v, size_t n, int32_t id, cm_node *out
     return ok;
 }
 
+/* "kind" is optional: a value written before it existed is a data log's. */
+static bool log_kind(jr *r, const json_t *o, cm_log_kind *out)
+{
+    int k = CM_LOG_DATA;
+    if (json_object_get(o, "kind") && !jenum(r, o, "kind", log_kinds, 2, &k))
+        return false;
+    *out = (cm_log_kind)k;
+    return true;
+}
+
 static bool log_fields(jr *r, const json_t *o, cm_log *out)
 {
     int64_t node, cust;
@@ -489,7 +514,7 @@ static bool log_fields(jr *r, const json_t *o, cm_log *out)
     if (!jint(r, o, "node", 0, INT32_MAX, &node) ||
         !jstr(r, o, "rack", 0, CM_ZONE_MAX - 1, out->rack) ||
         !jenum(r, o, "state", log_states, 2, &st) ||
-        !jint(r, o, "custodian", -1, INT32_MAX, &cust))
+        !jint(r, o, "custodian", -1, INT32_MAX, &cust) || !log_kind(r, o, &out->kind))
         return false;
     out->node = (int32_t)node;
     out->state = (cm_log_state)st;
@@ -593,6 +618,19 @@ static bool dec_walref(jr *r, const uint8_t *v, size_t n, const kc_uuid *topic, 
     return ok;
 }
 
+static bool dec_payref(jr *r, const uint8_t *v, size_t n, int64_t plog, int64_t mlog,
+                       cm_payref *out)
+{
+    memset(out, 0, sizeof *out);
+    if (plog < 0 || mlog < 0)
+        return jfail(r, "negative log id");
+    *out = (cm_payref){.plog = plog, .mlog = mlog};
+    json_t *o = jparse(r, v, n);
+    bool ok = o && jint(r, o, "lsn", 0, INT64_MAX, &out->lsn);
+    json_decref(o);
+    return ok;
+}
+
 static bool dec_bconf(jr *r, const uint8_t *v, size_t n, int32_t node, cm_bconf *out)
 {
     memset(out, 0, sizeof *out);
@@ -665,6 +703,12 @@ int cm_decode_walref(const uint8_t *v, size_t n, const kc_uuid *topic, int32_t i
 {
     jr r = {0};
     return verdict_of(dec_walref(&r, v, n, topic, index, log, out), &r);
+}
+
+int cm_decode_payref(const uint8_t *v, size_t n, int64_t plog, int64_t mlog, cm_payref *out)
+{
+    jr r = {0};
+    return verdict_of(dec_payref(&r, v, n, plog, mlog, out), &r);
 }
 
 int cm_decode_bconf(const uint8_t *v, size_t n, int32_t node, cm_bconf *out)
@@ -800,13 +844,14 @@ char *cm_encode_controller(int32_t node, int64_t log)
 
 char *cm_encode_log(const cm_log *l)
 {
-    if (!l || (unsigned)l->state > CM_LOG_DEAD)
+    if (!l || (unsigned)l->state > CM_LOG_DEAD || (unsigned)l->kind > CM_LOG_PAYLOAD)
         return NULL;
     json_t *o = json_object();
     int e = json_object_set_new(o, "node", json_integer(l->node));
     e |= json_object_set_new(o, "rack", jstrn(l->rack, sizeof l->rack));
     e |= json_object_set_new(o, "state", json_string(log_states[l->state]));
     e |= json_object_set_new(o, "custodian", json_integer(l->custodian));
+    e |= json_object_set_new(o, "kind", json_string(log_kinds[l->kind]));
     char *s = jdump(o, e);
     cm_log back;
     jr r = {0};
@@ -881,6 +926,16 @@ char *cm_encode_walref(int64_t lsn)
     return checked(s, s && dec_walref(&r, (const uint8_t *)s, slen(s), &any, 0, 0, &back));
 }
 
+char *cm_encode_payref(int64_t lsn)
+{
+    json_t *o = json_object();
+    int e = json_object_set_new(o, "lsn", json_integer(lsn));
+    char *s = jdump(o, e);
+    cm_payref back;
+    jr r = {0};
+    return checked(s, s && dec_payref(&r, (const uint8_t *)s, slen(s), 0, 0, &back));
+}
+
 char *cm_encode_bconf(int n, char *const *names, char *const *values)
 {
     json_t *o = cfg_json(n, names, values);
@@ -913,7 +968,8 @@ static bool log_eq(const void *a_, const void *b_)
 {
     const cm_log *a = a_, *b = b_;
     return a->id == b->id && a->node == b->node && !strcmp(a->rack, b->rack) &&
-           a->state == b->state && a->custodian == b->custodian && a->mod_rev == b->mod_rev;
+           a->state == b->state && a->custodian == b->custodian && a->kind == b->kind &&
+           a->mod_rev == b->mod_rev;
 }
 
 static bool topic_eq(const void *a_, const void *b_)
@@ -943,6 +999,13 @@ static bool walref_eq(const void *a_, const void *b_)
            a->log == b->log && a->lsn == b->lsn && a->mod_rev == b->mod_rev;
 }
 
+static bool payref_eq(const void *a_, const void *b_)
+{
+    const cm_payref *a = a_, *b = b_;
+    return a->plog == b->plog && a->mlog == b->mlog && a->lsn == b->lsn &&
+           a->mod_rev == b->mod_rev;
+}
+
 static bool bconf_eq(const void *a_, const void *b_)
 {
     const cm_bconf *a = a_, *b = b_;
@@ -964,11 +1027,11 @@ typedef struct ckey {
     const uint8_t *raw; /* the whole etcd key, for logs */
     size_t rawlen;
     int32_t node;       /* NODE; BCONF (-1: default) */
-    int64_t id;         /* LOG */
+    int64_t id;         /* LOG; PAYREF: the payload log */
     char name[CM_TOPIC_MAX + 1]; /* TOPIC, COUNTER */
     kc_uuid topic;      /* PART, WALREF */
     int32_t index;
-    int64_t log;        /* WALREF */
+    int64_t log;        /* WALREF; PAYREF: the main log */
 } ckey;
 
 typedef struct cm_state cm_state;
@@ -1063,9 +1126,10 @@ static void sarr_free(sarr *a)
     a->n = a->cap = 0;
 }
 
-/* ---- tables (topics, partitions, walrefs, bconfs, counters): a hash map for
- * lookups and a dense array for iteration; each entry is its value followed
- * by its slot in the array, so that a removal moves one entry, not all. ---- */
+/* ---- tables (topics, partitions, walrefs, payrefs, bconfs, counters): a
+ * hash map for lookups and a dense array for iteration; each entry is its
+ * value followed by its slot in the array, so that a removal moves one
+ * entry, not all. ---- */
 
 typedef struct tab {
     const kops *ops;
@@ -1165,7 +1229,7 @@ struct cm_state {
     bool has_ctrl;
     cm_ctrl ctrl;
     sarr nodes, logs;
-    tab topics, parts, walrefs, bconfs, counters;
+    tab topics, parts, walrefs, payrefs, bconfs, counters;
     sk_map *topic_ids; /* kc_uuid -> the topic's entry */
 };
 
@@ -1206,6 +1270,13 @@ static size_t mkey_walref(const kc_uuid *t, int32_t index, int64_t log, uint8_t 
     mkey_part(t, index, out);
     memcpy(out + 20, &log, 8);
     return 28;
+}
+
+static size_t mkey_payref(int64_t plog, int64_t mlog, uint8_t *out)
+{
+    memcpy(out, &plog, 8);
+    memcpy(out + 8, &mlog, 8);
+    return 16;
 }
 
 static size_t mkey_str(const char *s, uint8_t *out)
@@ -1320,6 +1391,20 @@ static size_t walref_kkey(const ckey *k, uint8_t *out)
     return mkey_walref(&k->topic, k->index, k->log, out);
 }
 
+static bool payref_dec(jr *r, const uint8_t *v, size_t n, const ckey *k, void *out)
+{
+    return dec_payref(r, v, n, k->id, k->log, out);
+}
+static size_t payref_key(const void *v, uint8_t *out)
+{
+    const cm_payref *p = v;
+    return mkey_payref(p->plog, p->mlog, out);
+}
+static size_t payref_kkey(const ckey *k, uint8_t *out)
+{
+    return mkey_payref(k->id, k->log, out);
+}
+
 static bool bconf_dec(jr *r, const uint8_t *v, size_t n, const ckey *k, void *out)
 {
     bool ok = dec_bconf(r, v, n, k->node, out);
@@ -1373,6 +1458,9 @@ static const kops part_ops = {
 static const kops walref_ops = {
     .kind = CM_CH_WALREF, .size = sizeof(cm_walref), .rev_off = offsetof(cm_walref, mod_rev),
     .eq = walref_eq, .dec = walref_dec, .key = walref_key, .kkey = walref_kkey};
+static const kops payref_ops = {
+    .kind = CM_CH_PAYREF, .size = sizeof(cm_payref), .rev_off = offsetof(cm_payref, mod_rev),
+    .eq = payref_eq, .dec = payref_dec, .key = payref_key, .kkey = payref_kkey};
 static const kops bconf_ops = {
     .kind = CM_CH_BCONF, .size = sizeof(cm_bconf), .rev_off = offsetof(cm_bconf, mod_rev),
     .eq = bconf_eq, .dec = bconf_dec, .key = bconf_key, .kkey = bconf_kkey,
@@ -1389,6 +1477,7 @@ static void state_init(cm_state *s)
     s->topics.ops = &topic_ops;
     s->parts.ops = &part_ops;
     s->walrefs.ops = &walref_ops;
+    s->payrefs.ops = &payref_ops;
     s->bconfs.ops = &bconf_ops;
     s->counters.ops = &counter_ops;
 }
@@ -1400,6 +1489,7 @@ static void state_free(cm_state *s)
     tab_free(&s->topics);
     tab_free(&s->parts);
     tab_free(&s->walrefs);
+    tab_free(&s->payrefs);
     tab_free(&s->bconfs);
     tab_free(&s->counters);
     sk_map_destroy(s->topic_ids);
@@ -1420,6 +1510,8 @@ static tab *state_tab(cm_state *s, cm_change_kind kind)
         return &s->parts;
     case CM_CH_WALREF:
         return &s->walrefs;
+    case CM_CH_PAYREF:
+        return &s->payrefs;
     case CM_CH_BCONF:
         return &s->bconfs;
     case CM_CH_COUNTER:
@@ -1638,6 +1730,19 @@ static int key_walref(const char *p, size_t n, ckey *k)
     return 1;
 }
 
+/* <payload log id>/<main log id> */
+static int key_payref(const char *p, size_t n, ckey *k)
+{
+    const char *sl = memchr(p, '/', n);
+    if (!sl || !one_segment(sl + 1, n - (size_t)(sl + 1 - p)))
+        return 0;
+    size_t a = (size_t)(sl - p);
+    if (!dec_num(p, a, INT64_MAX, &k->id) || !dec_num(sl + 1, n - a - 1, INT64_MAX, &k->log))
+        return -1;
+    k->kind = CM_CH_PAYREF;
+    return 1;
+}
+
 static int key_bconf(const char *p, size_t n, ckey *k)
 {
     int64_t node = -1;
@@ -1677,6 +1782,8 @@ static int parse_key(const char *p, size_t n, ckey *k)
         return key_part(p + r, n - r, k);
     if (has(p, n, "walrefs/", &r))
         return key_walref(p + r, n - r, k);
+    if (has(p, n, "payrefs/", &r))
+        return key_payref(p + r, n - r, k);
     if (has(p, n, "config/broker/", &r))
         return key_bconf(p + r, n - r, k);
     return 0;
@@ -2009,6 +2116,7 @@ void cm_reset_end(cm_model *m)
     const cm_state *was = &m->old, *now = &m->cur;
     /* Deletions, dependents first. */
     tab_gone(m, &was->walrefs, &now->walrefs);
+    tab_gone(m, &was->payrefs, &now->payrefs);
     tab_gone(m, &was->parts, &now->parts);
     tab_gone(m, &was->topics, &now->topics);
     tab_gone(m, &was->bconfs, &now->bconfs);
@@ -2024,6 +2132,7 @@ void cm_reset_end(cm_model *m)
     tab_new(m, &was->topics, &now->topics);
     tab_new(m, &was->parts, &now->parts);
     tab_new(m, &was->walrefs, &now->walrefs);
+    tab_new(m, &was->payrefs, &now->payrefs);
     tab_new(m, &was->bconfs, &now->bconfs);
     ctrl_new(m, was, now);
     state_free(&m->old);
@@ -2126,6 +2235,17 @@ const cm_walref *cm_walref_get(const cm_model *m, const kc_uuid *topic, int32_t 
 {
     uint8_t k[MKEY_MAX];
     return tab_get(&m->cur.walrefs, k, mkey_walref(topic, index, log, k));
+}
+
+const cm_payref *cm_payref_next(const cm_model *m, size_t *it)
+{
+    return *it < m->cur.payrefs.n ? m->cur.payrefs.ents[(*it)++] : NULL;
+}
+
+const cm_payref *cm_payref_get(const cm_model *m, int64_t plog, int64_t mlog)
+{
+    uint8_t k[MKEY_MAX];
+    return tab_get(&m->cur.payrefs, k, mkey_payref(plog, mlog, k));
 }
 
 const cm_bconf *cm_bconf_get(const cm_model *m, int32_t node)

@@ -4,18 +4,20 @@
  * date by applying etcd's key-value pairs and watch events.
  *
  * The mirror holds the cluster id and counters, live nodes, logs, topics,
- * partitions, walrefs, runtime broker configs and the controller, each with
- * the mod_revision of its key (the compare of every compare-and-swap). It
- * does no I/O: the session (cluster/session.h) feeds it, and tells its user
- * what changed through the change callback, one call per key that changed
- * (with the old and new values), in the order the events came.
+ * partitions, walrefs, payrefs, runtime broker configs and the controller,
+ * each with the mod_revision of its key (the compare of every
+ * compare-and-swap). It does no I/O: the session (cluster/session.h) feeds
+ * it, and tells its user what changed through the change callback, one call
+ * per key that changed (with the old and new values), in the order the
+ * events came.
  *
  * Values are JSON objects encoded and parsed with jansson. Unknown fields are
  * ignored (a newer node may add some); a value that is not valid JSON or
  * lacks a required field is logged and treated as absent (never a crash).
- * Every field docs/cluster.md lists is required, with the JSON type and range
- * given there; strings longer than the CM_* limits, counts beyond them and
- * unknown enum words ("state") make a value invalid. A key of a known shape
+ * Every field docs/cluster.md lists is required (all but a log's "kind",
+ * absent from values older than it), with the JSON type and range given
+ * there; strings longer than the CM_* limits, counts beyond them and unknown
+ * enum words ("state", "kind") make a value invalid. A key of a known shape
  * whose name does not parse (nodes/x, a topic name with a character Kafka
  * refuses) is invalid the same way. Each invalid value or key is logged once
  * (module "cmodel"): again only when it is rewritten with a new mod_revision.
@@ -78,6 +80,11 @@ typedef struct cm_node {
 
 typedef enum { CM_LOG_LIVE, CM_LOG_DEAD } cm_log_state;
 
+/* What a log holds: a main's record batches (data), or the batches a proxy
+ * received for mains of other zones (payload). "kind" is optional in the
+ * value: absent reads as data, so values written before it still parse. */
+typedef enum { CM_LOG_DATA, CM_LOG_PAYLOAD } cm_log_kind;
+
 /* logs/<id> */
 typedef struct cm_log {
     int64_t id;
@@ -85,6 +92,7 @@ typedef struct cm_log {
     char rack[CM_ZONE_MAX];
     cm_log_state state;
     int32_t custodian; /* -1: none */
+    cm_log_kind kind;
     int64_t mod_rev;
 } cm_log;
 
@@ -126,6 +134,15 @@ typedef struct cm_walref {
     int64_t lsn; /* the lowest position the partition's main still reads */
     int64_t mod_rev;
 } cm_walref;
+
+/* payrefs/<payload log id>/<main log id>: the main log mlog may still need
+ * records of the payload log plog at positions >= lsn. */
+typedef struct cm_payref {
+    int64_t plog;
+    int64_t mlog;
+    int64_t lsn;
+    int64_t mod_rev;
+} cm_payref;
 
 /* cluster/next_<name>: a counter. `next` comes first so that a change's
  * pointer also reads as the int64 value (see cm_change). */
@@ -173,6 +190,9 @@ size_t cm_key_walref(const char *prefix, const kc_uuid *topic, int32_t index, in
 /* walrefs/<topic>-<index>/ : the walrefs of one partition */
 size_t cm_key_part_walrefs(const char *prefix, const kc_uuid *topic, int32_t index, char *buf,
                            size_t len);
+size_t cm_key_payref(const char *prefix, int64_t plog, int64_t mlog, char *buf, size_t len);
+/* payrefs/<plog>/ : the payrefs of one payload log */
+size_t cm_key_log_payrefs(const char *prefix, int64_t plog, char *buf, size_t len);
 size_t cm_key_bconf(const char *prefix, int32_t node /* -1: default */, char *buf, size_t len);
 
 /* ---- value codecs ----
@@ -192,6 +212,7 @@ char *cm_encode_log(const cm_log *l);
 char *cm_encode_topic(const cm_topic *t);
 char *cm_encode_part(const cm_part *p);
 char *cm_encode_walref(int64_t lsn);
+char *cm_encode_payref(int64_t lsn);
 char *cm_encode_bconf(int n, char *const *names, char *const *values);
 
 /* The decoders of the other kinds (the model's own); ids and names come from
@@ -204,6 +225,8 @@ int cm_decode_part(const uint8_t *v, size_t n, const kc_uuid *topic, int32_t ind
                    cm_part *out) CM_WUR;
 int cm_decode_walref(const uint8_t *v, size_t n, const kc_uuid *topic, int32_t index,
                      int64_t log, cm_walref *out) CM_WUR;
+int cm_decode_payref(const uint8_t *v, size_t n, int64_t plog, int64_t mlog,
+                     cm_payref *out) CM_WUR;
 int cm_decode_bconf(const uint8_t *v, size_t n, int32_t node, cm_bconf *out) CM_WUR;
 void cm_topic_clear(cm_topic *t);
 void cm_bconf_clear(cm_bconf *b);
@@ -220,15 +243,16 @@ typedef enum {
     CM_CH_TOPIC,
     CM_CH_PART,
     CM_CH_WALREF,
+    CM_CH_PAYREF,
     CM_CH_BCONF,
     CM_CH_COUNTER
 } cm_change_kind;
 
 /* One key changed. For a deletion `now` is NULL; for a creation `was` is.
  * Both point at objects of the kind's type (cm_node, cm_log, cm_topic,
- * cm_part, cm_walref, cm_bconf; for CONTROLLER an int32_t node id; for
- * CLUSTER_ID a char string; for COUNTER the int64 value), valid only during
- * the call. CONTROLLER's pointers are in fact cm_ctrl and COUNTER's
+ * cm_part, cm_walref, cm_payref, cm_bconf; for CONTROLLER an int32_t node
+ * id; for CLUSTER_ID a char string; for COUNTER the int64 value), valid only
+ * during the call. CONTROLLER's pointers are in fact cm_ctrl and COUNTER's
  * cm_counter (whose first members are that id and that value), so that a
  * user may also read the controller's log or the counter's name. A put that
  * changes only the mod_revision is a change too. */
@@ -256,9 +280,10 @@ int cm_apply_delete(cm_model *m, const uint8_t *key, size_t klen, int64_t mod_re
  * keys that were in the model and are not in the new state (deletions) and
  * those whose value changed. Nothing is reported before cm_reset_end; then
  * deletions come first, dependents before what they depend on (walrefs,
- * partitions, topics, bconfs, counters, logs, nodes, controller, cluster
- * id), then creations and changes in the opposite order (cluster id,
- * counters, nodes, logs, topics, partitions, walrefs, bconfs, controller).
+ * payrefs, partitions, topics, bconfs, counters, logs, nodes, controller,
+ * cluster id), then creations and changes in the opposite order (cluster
+ * id, counters, nodes, logs, topics, partitions, walrefs, payrefs, bconfs,
+ * controller).
  * Between begin and end, queries see the new state as far as it was applied;
  * a second cm_reset_begin before cm_reset_end drops that partial state and
  * starts again. */
@@ -296,6 +321,9 @@ const cm_part *cm_part_next(const cm_model *m, size_t *it);
 const cm_walref *cm_walref_next(const cm_model *m, size_t *it);
 const cm_walref *cm_walref_get(const cm_model *m, const kc_uuid *topic, int32_t index,
                                int64_t log);
+
+const cm_payref *cm_payref_next(const cm_model *m, size_t *it);
+const cm_payref *cm_payref_get(const cm_model *m, int64_t plog, int64_t mlog);
 
 const cm_bconf *cm_bconf_get(const cm_model *m, int32_t node /* -1: default */);
 

@@ -115,9 +115,9 @@ static void describe(cm_change_kind k, const void *p, char *o, size_t n)
     }
     case CM_CH_LOG: {
         const cm_log *x = p;
-        snprintf(o, n, "log %lld node %d %s cust %d@%lld", (long long)x->id, (int)x->node,
+        snprintf(o, n, "log %lld node %d %s cust %d%s@%lld", (long long)x->id, (int)x->node,
                  x->state == CM_LOG_DEAD ? "dead" : "live", (int)x->custodian,
-                 (long long)x->mod_rev);
+                 x->kind == CM_LOG_PAYLOAD ? " payload" : "", (long long)x->mod_rev);
         break;
     }
     case CM_CH_TOPIC: {
@@ -137,6 +137,12 @@ static void describe(cm_change_kind k, const void *p, char *o, size_t n)
         const cm_walref *x = p;
         snprintf(o, n, "walref %02x/%d/%lld lsn %lld@%lld", x->topic.b[0], (int)x->index,
                  (long long)x->log, (long long)x->lsn, (long long)x->mod_rev);
+        break;
+    }
+    case CM_CH_PAYREF: {
+        const cm_payref *x = p;
+        snprintf(o, n, "payref %lld/%lld lsn %lld@%lld", (long long)x->plog, (long long)x->mlog,
+                 (long long)x->lsn, (long long)x->mod_rev);
         break;
     }
     case CM_CH_BCONF: {
@@ -235,13 +241,19 @@ static int put_node(cm_model *m, int32_t id, const char *rack, int64_t log, bool
     return put_enc(m, k, cm_key_node(P, id, k, sizeof k), cm_encode_node(&nd), rev);
 }
 
-static int put_log(cm_model *m, int64_t id, int32_t node, cm_log_state st, int32_t cust,
-                   int64_t rev)
+static int put_logk(cm_model *m, int64_t id, int32_t node, cm_log_state st, int32_t cust,
+                    cm_log_kind kind, int64_t rev)
 {
-    cm_log l = {.id = id, .node = node, .state = st, .custodian = cust};
+    cm_log l = {.id = id, .node = node, .state = st, .custodian = cust, .kind = kind};
     snprintf(l.rack, sizeof l.rack, "az1");
     char k[256];
     return put_enc(m, k, cm_key_log(P, id, k, sizeof k), cm_encode_log(&l), rev);
+}
+
+static int put_log(cm_model *m, int64_t id, int32_t node, cm_log_state st, int32_t cust,
+                   int64_t rev)
+{
+    return put_logk(m, id, node, st, cust, CM_LOG_DATA, rev);
 }
 
 static int put_topic(cm_model *m, const char *name, kc_uuid id, int32_t parts, int64_t rev)
@@ -276,6 +288,19 @@ static int put_walref(cm_model *m, kc_uuid topic, int32_t index, int64_t log, in
     char k[256];
     return put_enc(m, k, cm_key_walref(P, &topic, index, log, k, sizeof k),
                    cm_encode_walref(lsn), rev);
+}
+
+static int put_payref(cm_model *m, int64_t plog, int64_t mlog, int64_t lsn, int64_t rev)
+{
+    char k[256];
+    return put_enc(m, k, cm_key_payref(P, plog, mlog, k, sizeof k), cm_encode_payref(lsn), rev);
+}
+
+static int del_payref(cm_model *m, int64_t plog, int64_t mlog, int64_t rev)
+{
+    char k[256];
+    assert_true(cm_key_payref(P, plog, mlog, k, sizeof k) > 0);
+    return del_raw(m, k, rev);
 }
 
 static int put_bconf(cm_model *m, int32_t node, const char *value, int64_t rev)
@@ -331,6 +356,9 @@ static void test_keys(void **state)
         "/skiff/walrefs/00112233445566778899aabbccddeeff-7/12");
     KEY(cm_key_part_walrefs(P, t, 7, b, sizeof b),
         "/skiff/walrefs/00112233445566778899aabbccddeeff-7/");
+    KEY(cm_key_payref(P, 12, 3, b, sizeof b), "/skiff/payrefs/12/3");
+    KEY(cm_key_payref(P, 0, INT64_MAX, b, sizeof b), "/skiff/payrefs/0/9223372036854775807");
+    KEY(cm_key_log_payrefs(P, 12, b, sizeof b), "/skiff/payrefs/12/");
     KEY(cm_key_bconf(P, 2, b, sizeof b), "/skiff/config/broker/2");
     KEY(cm_key_bconf(P, -1, b, sizeof b), "/skiff/config/broker/default");
     KEY(cm_key_node("/other/prefix/", 1, b, sizeof b), "/other/prefix/nodes/1");
@@ -354,6 +382,9 @@ static void test_keys(void **state)
     assert_int_equal(cm_key_log(P, -5, b, sizeof b), 0);
     assert_int_equal(cm_key_part(P, t, -1, b, sizeof b), 0);
     assert_int_equal(cm_key_walref(P, t, 0, -1, b, sizeof b), 0);
+    assert_int_equal(cm_key_payref(P, -1, 3, b, sizeof b), 0);
+    assert_int_equal(cm_key_payref(P, 12, -1, b, sizeof b), 0);
+    assert_int_equal(cm_key_log_payrefs(P, -1, b, sizeof b), 0);
     assert_int_equal(cm_key_bconf(P, -2, b, sizeof b), 0);
     assert_int_equal(cm_key_counter(P, "id", b, sizeof b), 0);
     assert_int_equal(cm_key_counter(P, "next_", b, sizeof b), 0);
@@ -373,6 +404,9 @@ static void test_keys(void **state)
     assert_int_equal(cm_key_cluster_id(P, small, 5), 0);
     assert_int_equal(cm_key_controller(P, small, 0), 0);
     assert_int_equal(cm_key_walref(P, t, 7, 12, small, 20), 0);
+    assert_int_equal(cm_key_payref(P, 12, 3, small, strlen("/skiff/payrefs/12/3")), 0);
+    assert_int_equal(small[0], 0);
+    assert_int_equal(cm_key_log_payrefs(P, 12, small, 10), 0);
     assert_int_equal(cm_key_bconf(P, -1, small, 10), 0);
 #undef KEY
 }
@@ -427,6 +461,27 @@ static void test_roundtrip_scalars(void **state)
     assert_int_equal(w.mod_rev, 0);
     free(s);
     assert_null(cm_encode_walref(-1));
+
+    s = cm_encode_payref(4096);
+    assert_string_equal(s, "{\"lsn\":4096}");
+    cm_payref pr;
+    assert_int_equal(cm_decode_payref((uint8_t *)s, strlen(s), 12, 3, &pr), 0);
+    assert_int_equal(pr.plog, 12);
+    assert_int_equal(pr.mlog, 3);
+    assert_int_equal(pr.lsn, 4096);
+    assert_int_equal(pr.mod_rev, 0);
+    /* Ids come from the key: negative ones are refused. */
+    assert_int_equal(cm_decode_payref((uint8_t *)s, strlen(s), -1, 3, &pr), SK_ERR_PARSE);
+    assert_int_equal(cm_decode_payref((uint8_t *)s, strlen(s), 12, -1, &pr), SK_ERR_PARSE);
+    free(s);
+    s = cm_encode_payref(0);
+    assert_string_equal(s, "{\"lsn\":0}");
+    free(s);
+    s = cm_encode_payref(INT64_MAX);
+    assert_int_equal(cm_decode_payref((uint8_t *)s, strlen(s), 0, 0, &pr), 0);
+    assert_true(pr.lsn == INT64_MAX);
+    free(s);
+    assert_null(cm_encode_payref(-1));
 }
 
 static void test_roundtrip_node_log(void **state)
@@ -481,7 +536,8 @@ static void test_roundtrip_node_log(void **state)
     cm_log l = {.id = 9, .node = 2, .state = CM_LOG_DEAD, .custodian = -1};
     strcpy(l.rack, "az2");
     s = cm_encode_log(&l);
-    assert_string_equal(s, "{\"node\":2,\"rack\":\"az2\",\"state\":\"dead\",\"custodian\":-1}");
+    assert_string_equal(s, "{\"node\":2,\"rack\":\"az2\",\"state\":\"dead\",\"custodian\":-1,"
+                           "\"kind\":\"data\"}");
     cm_log lb;
     assert_int_equal(cm_decode_log((uint8_t *)s, strlen(s), 9, &lb), 0);
     assert_int_equal(lb.id, 9);
@@ -489,7 +545,23 @@ static void test_roundtrip_node_log(void **state)
     assert_string_equal(lb.rack, "az2");
     assert_int_equal(lb.state, CM_LOG_DEAD);
     assert_int_equal(lb.custodian, -1);
+    assert_int_equal(lb.kind, CM_LOG_DATA);
     free(s);
+    /* A payload log; and a value without "kind" (written before it) is a data log's. */
+    l.kind = CM_LOG_PAYLOAD;
+    s = cm_encode_log(&l);
+    assert_string_equal(s, "{\"node\":2,\"rack\":\"az2\",\"state\":\"dead\",\"custodian\":-1,"
+                           "\"kind\":\"payload\"}");
+    assert_int_equal(cm_decode_log((uint8_t *)s, strlen(s), 9, &lb), 0);
+    assert_int_equal(lb.kind, CM_LOG_PAYLOAD);
+    free(s);
+    const char *old = "{\"node\":2,\"rack\":\"az2\",\"state\":\"live\",\"custodian\":-1}";
+    lb.kind = CM_LOG_PAYLOAD;
+    assert_int_equal(cm_decode_log((const uint8_t *)old, strlen(old), 9, &lb), 0);
+    assert_int_equal(lb.kind, CM_LOG_DATA);
+    l.kind = (cm_log_kind)2;
+    assert_null(cm_encode_log(&l));
+    l.kind = CM_LOG_DATA;
     l.state = CM_LOG_LIVE;
     l.custodian = 5;
     s = cm_encode_log(&l);
@@ -660,6 +732,11 @@ static int d_walref(const char *s)
     cm_walref w;
     return cm_decode_walref((const uint8_t *)s, strlen(s), T1(), 0, 1, &w);
 }
+static int d_payref(const char *s)
+{
+    cm_payref p;
+    return cm_decode_payref((const uint8_t *)s, strlen(s), 1, 0, &p);
+}
 static int d_bconf(const char *s)
 {
     cm_bconf b;
@@ -681,6 +758,9 @@ static const char *const V_TOPIC =
 static const char *const V_PART = "{\"epoch\":1,\"node\":2,\"log\":3,\"state\":\"active\","
                                   "\"stream\":4,\"src_log\":0,\"src_lsn\":0}";
 static const char *const V_WALREF = "{\"lsn\":7}";
+static const char *const V_PAYREF = "{\"lsn\":0}";
+static const char *const V_PLOG =
+    "{\"node\":2,\"rack\":\"a\",\"state\":\"live\",\"custodian\":-1,\"kind\":\"payload\"}";
 
 /* Every kind whose value has named fields, in the order of valid_of(). */
 static const struct kind_case {
@@ -689,11 +769,13 @@ static const struct kind_case {
 } kinds[] = {
     {"cluster id", d_cid}, {"counter", d_counter}, {"node", d_node},   {"controller", d_ctrl},
     {"log", d_log},        {"topic", d_topic},     {"part", d_part},   {"walref", d_walref},
+    {"payref", d_payref},
 };
 
 static const char *valid_of(size_t i)
 {
-    const char *v[] = {V_CID, V_COUNTER, V_NODE, V_CTRL, V_LOG, V_TOPIC, V_PART, V_WALREF};
+    const char *v[] = {V_CID,  V_COUNTER, V_NODE,   V_CTRL,  V_LOG,
+                       V_TOPIC, V_PART,   V_WALREF, V_PAYREF};
     return v[i];
 }
 
@@ -786,6 +868,18 @@ static void test_decode_missing_and_wrong_types(void **state)
         assert_int_equal(dec_json(d_node, o), SK_ERR_PARSE);
         json_decref(o);
     }
+    /* A log's "kind" may be missing (a data log), but not of another type. */
+    json_t *o = json_loads(V_PLOG, 0, NULL);
+    assert_int_equal(dec_json(d_log, o), 0);
+    json_object_del(o, "kind");
+    assert_int_equal(dec_json(d_log, o), 0);
+    json_t *wrong[] = {json_integer(1), json_real(1.0), json_true(),
+                       json_null(),     json_array(),   json_object()};
+    for (size_t w = 0; w < sizeof wrong / sizeof *wrong; w++) {
+        json_object_set_new(o, "kind", wrong[w]);
+        assert_int_equal(dec_json(d_log, o), SK_ERR_PARSE);
+    }
+    json_decref(o);
 }
 
 static void test_decode_bad_values(void **state)
@@ -809,6 +903,12 @@ static void test_decode_bad_values(void **state)
         {d_walref, "{\"lsn\":-1}"},
         {d_walref, "{\"lsn\":7.0}"},
         {d_walref, "{'lsn':7}"},
+        {d_payref, "{\"lsn\":-1}"},
+        {d_payref, "{\"lsn\":7.0}"},
+        {d_payref, "{\"lsn\":\"7\"}"},
+        {d_payref, "{\"lsn\":99999999999999999999}"},
+        {d_payref, "{\"lsn\":7,\"lsn\":8}"},
+        {d_payref, "{\"LSN\":7}"},
         {d_counter, "{\"next\":-5}"},
         /* out of range, unknown words */
         {d_part, "{\"epoch\":-1,\"node\":2,\"log\":3,\"state\":\"active\",\"stream\":4,"
@@ -825,6 +925,16 @@ static void test_decode_bad_values(void **state)
                  "\"src_log\":0,\"src_lsn\":0}"},
         {d_log, "{\"node\":2,\"rack\":\"a\",\"state\":\"zombie\",\"custodian\":-1}"},
         {d_log, "{\"node\":2,\"rack\":\"a\",\"state\":\"live\",\"custodian\":-2}"},
+        {d_log, "{\"node\":2,\"rack\":\"a\",\"state\":\"live\",\"custodian\":-1,"
+                "\"kind\":\"proxy\"}"},
+        {d_log, "{\"node\":2,\"rack\":\"a\",\"state\":\"live\",\"custodian\":-1,"
+                "\"kind\":\"Payload\"}"},
+        {d_log, "{\"node\":2,\"rack\":\"a\",\"state\":\"live\",\"custodian\":-1,"
+                "\"kind\":\"\"}"},
+        {d_log, "{\"node\":2,\"rack\":\"a\",\"state\":\"live\",\"custodian\":-1,"
+                "\"kind\":\"payload-and-more-than-fifteen\"}"},
+        {d_log, "{\"node\":2,\"rack\":\"a\",\"state\":\"live\",\"custodian\":-1,"
+                "\"kind\":\"data\",\"kind\":\"payload\"}"},
         {d_ctrl, "{\"node\":-1,\"log\":2}"},
         {d_node, "{\"id\":4,\"rack\":\"a\",\"log\":1,\"listeners\":[{\"name\":\"P\",\"host\":"
                  "\"h\",\"port\":70000}],\"draining\":false,\"started_ms\":5}"},
@@ -1075,6 +1185,89 @@ static void test_apply_each_kind(void **state)
     cm_destroy(m);
 }
 
+static void test_payrefs_and_log_kind(void **state)
+{
+    (void)state;
+    ctx x;
+    cm_model *m = model(&x);
+    char k[256], logs[2048];
+
+    /* A payload log; a data log whose value predates "kind". */
+    assert_int_equal(put_logk(m, 20, 3, CM_LOG_LIVE, -1, CM_LOG_PAYLOAD, 1), 0);
+    expect(&x, 0, CM_CH_LOG, "-", "log 20 node 3 live cust -1 payload@1");
+    assert_int_equal(cm_log_get(m, 20)->kind, CM_LOG_PAYLOAD);
+    assert_int_equal(put_raw(m, P "logs/10", V_LOG, 2), 0);
+    expect(&x, 1, CM_CH_LOG, "-", "log 10 node 2 live cust -1@2");
+    assert_int_equal(cm_log_get(m, 10)->kind, CM_LOG_DATA);
+    /* "data" written out is the same value: a duplicate. Another kind, even
+     * at the same revision, is a change. */
+    const char *data = "{\"node\":2,\"rack\":\"a\",\"state\":\"live\",\"custodian\":-1,"
+                       "\"kind\":\"data\"}";
+    assert_int_equal(put_raw(m, P "logs/10", data, 2), 0);
+    assert_int_equal(x.n, 2);
+    assert_int_equal(put_raw(m, P "logs/10", V_PLOG, 2), 0);
+    expect(&x, 2, CM_CH_LOG, "log 10 node 2 live cust -1@2",
+           "log 10 node 2 live cust -1 payload@2");
+    /* An unknown kind: the log is absent (a deletion), logged once. */
+    cap_begin();
+    const char *proxy = "{\"node\":2,\"rack\":\"a\",\"state\":\"live\",\"custodian\":-1,"
+                        "\"kind\":\"proxy\"}";
+    assert_int_equal(put_raw(m, P "logs/10", proxy, 3), SK_ERR_PARSE);
+    assert_int_equal(put_raw(m, P "logs/10", proxy, 3), SK_ERR_PARSE);
+    assert_int_equal(cap_end(logs, sizeof logs), 1);
+    assert_non_null(strstr(logs, "\"kind\" is the unknown word \"proxy\""));
+    expect(&x, 3, CM_CH_LOG, "log 10 node 2 live cust -1 payload@2", "-");
+    assert_null(cm_log_get(m, 10));
+    assert_int_equal(put_log(m, 10, 2, CM_LOG_LIVE, -1, 4), 0);
+    expect(&x, 4, CM_CH_LOG, "-", "log 10 node 2 live cust -1@4");
+
+    /* payrefs: new, changed, another main log, looked up. */
+    assert_int_equal(put_payref(m, 20, 10, 0, 5), 0);
+    assert_int_equal(put_payref(m, 20, 10, 4096, 6), 0);
+    assert_int_equal(put_raw(m, P "payrefs/20/11", "{\"lsn\":7}", 7), 0);
+    expect(&x, 5, CM_CH_PAYREF, "-", "payref 20/10 lsn 0@5");
+    expect(&x, 6, CM_CH_PAYREF, "payref 20/10 lsn 0@5", "payref 20/10 lsn 4096@6");
+    expect(&x, 7, CM_CH_PAYREF, "-", "payref 20/11 lsn 7@7");
+    assert_int_equal(cm_payref_get(m, 20, 10)->lsn, 4096);
+    assert_int_equal(cm_payref_get(m, 20, 10)->mod_rev, 6);
+    assert_int_equal(cm_payref_get(m, 20, 11)->plog, 20);
+    assert_int_equal(cm_payref_get(m, 20, 11)->mlog, 11);
+    assert_null(cm_payref_get(m, 10, 20));
+    assert_null(cm_payref_get(m, 20, 12));
+    /* A duplicate, a stale put and a stale deletion: nothing. */
+    assert_int_equal(put_payref(m, 20, 10, 4096, 6), 0);
+    assert_int_equal(put_payref(m, 20, 10, 1, 5), 0);
+    assert_int_equal(del_payref(m, 20, 10, 5), 0);
+    assert_int_equal(x.n, 8);
+    assert_int_equal(cm_payref_get(m, 20, 10)->lsn, 4096);
+    /* Another lsn at the same revision is a change (equality reads every field). */
+    assert_int_equal(put_payref(m, 20, 10, 4097, 6), 0);
+    expect(&x, 8, CM_CH_PAYREF, "payref 20/10 lsn 4096@6", "payref 20/10 lsn 4097@6");
+
+    /* Garbage over a payref: gone, logged once per revision. */
+    cm_key_payref(P, 20, 11, k, sizeof k);
+    cap_begin();
+    assert_int_equal(put_raw(m, k, "{\"lsn\":-1}", 8), SK_ERR_PARSE);
+    assert_int_equal(put_raw(m, k, "{\"lsn\":-1}", 8), SK_ERR_PARSE);
+    assert_int_equal(put_raw(m, k, "{\"lsn\":7.5}", 9), SK_ERR_PARSE);
+    assert_int_equal(cap_end(logs, sizeof logs), 2);
+    assert_non_null(strstr(logs, "/skiff/payrefs/20/11"));
+    assert_non_null(strstr(logs, "\"lsn\" -1 out of range"));
+    assert_non_null(strstr(logs, "\"lsn\" is not an integer"));
+    expect(&x, 9, CM_CH_PAYREF, "payref 20/11 lsn 7@7", "-");
+    assert_null(cm_payref_get(m, 20, 11));
+
+    /* Gone. */
+    assert_int_equal(del_payref(m, 20, 10, 10), 0);
+    expect(&x, 10, CM_CH_PAYREF, "payref 20/10 lsn 4097@6", "-");
+    assert_int_equal(del_payref(m, 20, 10, 11), 0); /* already absent */
+    assert_int_equal(x.n, 11);
+    size_t it = 0;
+    assert_null(cm_payref_next(m, &it));
+    assert_int_equal(x.model_mismatch, 0);
+    cm_destroy(m);
+}
+
 static void test_ignored_keys(void **state)
 {
     (void)state;
@@ -1087,7 +1280,8 @@ static void test_ignored_keys(void **state)
         "/skiff/", "/skiff/foo", "/skiff/cluster/features", "/skiff/cluster/id/x",
         "/skiff/nodes/1/x", "/skiff/config/topic/orders", "/skiff/config/broker/1/x",
         "/skiff/parts/abc", "/skiff/controllers", "/skiff/topics/a/b",
-        "/skiff/walrefs/x", "/skiff/logs/1/y",
+        "/skiff/walrefs/x", "/skiff/logs/1/y", "/skiff/payrefs", "/skiff/payrefs/1",
+        "/skiff/payrefs/1/2/3", "/skiff/payrefs/1/2/",
     };
     cap_begin();
     for (size_t i = 0; i < sizeof ignored / sizeof *ignored; i++) {
@@ -1174,7 +1368,9 @@ static void test_invalid_values_and_keys(void **state)
         P "walrefs/00112233445566778899aabbccddeeff/1",
         P "walrefs/00112233445566778899aabbccddeeff-/1",
         P "walrefs/00112233445566778899aabbccddeeff-1/-1", P "config/broker/dflt",
-        P "cluster/next_Log"};
+        P "cluster/next_Log", P "payrefs/01/2", P "payrefs/1/02", P "payrefs/x/2",
+        P "payrefs/1/-2", P "payrefs/1/", P "payrefs//2", P "payrefs/9223372036854775808/2",
+        P "payrefs/1/+2"};
     for (size_t i = 0; i < sizeof badkeys / sizeof *badkeys; i++)
         assert_int_equal(put_raw(m, badkeys[i], "{}", 9), SK_ERR_PARSE);
     int lines = cap_end(logs, sizeof logs);
@@ -1354,6 +1550,25 @@ static void test_queries(void **state)
     assert_int_equal(cm_part_get(m, &t5, 2)->node, 2);
     assert_null(cm_part_get(m, &t5, 3));
 
+    /* payrefs: every one visited once. */
+    for (int64_t pl = 0; pl < 10; pl++)
+        for (int64_t ml = 0; ml < 10; ml++)
+            assert_int_equal(put_payref(m, 100 + pl, ml, pl * 100 + ml, 600 + pl * 10 + ml), 0);
+    assert_int_equal(del_payref(m, 103, 4, 700), 0);
+    int pseen[10][10] = {{0}};
+    it = count = 0;
+    for (const cm_payref *p; (p = cm_payref_next(m, &it)) != NULL; count++) {
+        assert_int_equal(p->lsn, (p->plog - 100) * 100 + p->mlog);
+        assert_ptr_equal(cm_payref_get(m, p->plog, p->mlog), p);
+        pseen[p->plog - 100][p->mlog]++;
+    }
+    assert_int_equal(count, 99);
+    for (int pl = 0; pl < 10; pl++)
+        for (int ml = 0; ml < 10; ml++)
+            assert_int_equal(pseen[pl][ml], pl == 3 && ml == 4 ? 0 : 1);
+    assert_null(cm_payref_get(m, 103, 4));
+    assert_int_equal(cm_payref_get(m, 109, 9)->lsn, 909);
+
     assert_null(cm_bconf_get(m, -1));
     assert_int_equal(put_bconf(m, -1, "5", 500), 0);
     assert_string_equal(cm_bconf_get(m, -1)->values[0], "5");
@@ -1412,6 +1627,9 @@ static void reset_fixture(cm_model *m, kc_uuid ta, kc_uuid tb)
     assert_int_equal(put_walref(m, tb, 0, 11, 100, 12), 0);
     assert_int_equal(put_bconf(m, -1, "1", 13), 0);
     assert_int_equal(put_ctrl(m, 2, 11, 14), 0);
+    /* Node 2's payload log, which log 10 (node 1's) reads. */
+    assert_int_equal(put_logk(m, 12, 2, CM_LOG_LIVE, -1, CM_LOG_PAYLOAD, 15), 0);
+    assert_int_equal(put_payref(m, 12, 10, 500, 16), 0);
 }
 
 static void test_reset(void **state)
@@ -1423,8 +1641,8 @@ static void test_reset(void **state)
     reset_fixture(m, ta, tb);
     /* Garbage already logged once before the reset. */
     cap_begin();
-    assert_int_equal(put_raw(m, P "nodes/9", "junk", 15), SK_ERR_PARSE);
-    assert_int_equal(put_raw(m, P "logs/99", "junk", 16), SK_ERR_PARSE);
+    assert_int_equal(put_raw(m, P "nodes/9", "junk", 17), SK_ERR_PARSE);
+    assert_int_equal(put_raw(m, P "logs/99", "junk", 18), SK_ERR_PARSE);
     x.n = x.dels = x.adds = x.chgs = 0;
 
     /* Node 2 died while the watch was lost: its key, the controller's, topic
@@ -1440,7 +1658,9 @@ static void test_reset(void **state)
     assert_int_equal(put_part(m, ta, 0, 2, 3, CM_PART_MOVING, 23), 0);
     assert_int_equal(put_part(m, ta, 1, 1, 2, CM_PART_ACTIVE, 10), 0);
     assert_int_equal(put_bconf(m, -1, "1", 13), 0);
-    assert_int_equal(put_raw(m, P "nodes/9", "junk", 15), SK_ERR_PARSE); /* same garbage */
+    assert_int_equal(put_logk(m, 12, 2, CM_LOG_DEAD, 1, CM_LOG_PAYLOAD, 24), 0);
+    assert_int_equal(put_payref(m, 12, 10, 600, 25), 0);
+    assert_int_equal(put_raw(m, P "nodes/9", "junk", 17), SK_ERR_PARSE); /* same garbage */
     /* Nothing is reported while the new state is incomplete... */
     assert_int_equal(x.n, 0);
     /* ...but queries see it. */
@@ -1449,7 +1669,7 @@ static void test_reset(void **state)
     cm_reset_end(m);
     assert_int_equal(cap_end(NULL, 0), 2); /* nodes/9 and logs/99, once each */
 
-    assert_int_equal(x.n, 9);
+    assert_int_equal(x.n, 11);
     /* Deletions, dependents first. */
     expect(&x, 0, CM_CH_WALREF, "walref 0b/0/11 lsn 100@12", "-");
     expect(&x, 1, CM_CH_PART, "part 0b/0 e1 n2 active@11", "-");
@@ -1460,10 +1680,13 @@ static void test_reset(void **state)
     expect(&x, 5, CM_CH_COUNTER, "next_log=12@2", "next_log=13@20");
     expect(&x, 6, CM_CH_NODE, "-", "node 3 c log 12 l1@21");
     expect(&x, 7, CM_CH_LOG, "log 11 node 2 live cust -1@6", "log 11 node 2 dead cust 1@22");
-    expect(&x, 8, CM_CH_PART, "part 0a/0 e1 n1 active@9", "part 0a/0 e2 n3 moving@23");
+    expect(&x, 8, CM_CH_LOG, "log 12 node 2 live cust -1 payload@15",
+           "log 12 node 2 dead cust 1 payload@24");
+    expect(&x, 9, CM_CH_PART, "part 0a/0 e1 n1 active@9", "part 0a/0 e2 n3 moving@23");
+    expect(&x, 10, CM_CH_PAYREF, "payref 12/10 lsn 500@16", "payref 12/10 lsn 600@25");
     assert_int_equal(x.dels, 5);
     assert_int_equal(x.adds, 1);
-    assert_int_equal(x.chgs, 3);
+    assert_int_equal(x.chgs, 5);
     assert_int_equal(x.model_mismatch, 0);
 
     /* The model is the new state. */
@@ -1478,18 +1701,19 @@ static void test_reset(void **state)
     assert_string_equal(cm_topic_by_id(m, &ta)->name, "a");
     size_t it = 0;
     assert_null(cm_walref_next(m, &it));
+    assert_int_equal(cm_payref_get(m, 12, 10)->lsn, 600);
     assert_int_equal(cm_part_get(m, &ta, 0)->state, CM_PART_MOVING);
     assert_string_equal(cm_cluster_id(m), "cid");
 
     /* Events after the reset are reported one by one again. */
     assert_int_equal(put_ctrl(m, 1, 10, 30), 0);
-    expect(&x, 9, CM_CH_CONTROLLER, "-", "ctrl 1 log 10@30");
+    expect(&x, 11, CM_CH_CONTROLLER, "-", "ctrl 1 log 10@30");
 
     /* logs/99 was not in the new state: forgotten, so logged when it returns;
      * nodes/9 was, so it stays quiet. */
     cap_begin();
-    assert_int_equal(put_raw(m, P "logs/99", "junk", 16), SK_ERR_PARSE);
-    assert_int_equal(put_raw(m, P "nodes/9", "junk", 15), SK_ERR_PARSE);
+    assert_int_equal(put_raw(m, P "logs/99", "junk", 18), SK_ERR_PARSE);
+    assert_int_equal(put_raw(m, P "nodes/9", "junk", 17), SK_ERR_PARSE);
     assert_int_equal(cap_end(NULL, 0), 1);
     cm_destroy(m);
 }
@@ -1517,22 +1741,40 @@ static void test_reset_restart_and_empty(void **state)
     /* An empty new state: everything deleted, in dependency order. */
     cm_reset_begin(m);
     cm_reset_end(m);
-    assert_int_equal(x.n, 14);
-    assert_int_equal(x.dels, 14);
+    assert_int_equal(x.n, 16);
+    assert_int_equal(x.dels, 16);
     static const cm_change_kind order[] = {
-        CM_CH_WALREF, CM_CH_PART, CM_CH_PART,    CM_CH_PART, CM_CH_TOPIC,
-        CM_CH_TOPIC,  CM_CH_BCONF, CM_CH_COUNTER, CM_CH_LOG,  CM_CH_LOG,
-        CM_CH_NODE,   CM_CH_NODE, CM_CH_CONTROLLER, CM_CH_CLUSTER_ID};
-    for (size_t i = 0; i < 14; i++)
+        CM_CH_WALREF, CM_CH_PAYREF, CM_CH_PART,    CM_CH_PART, CM_CH_PART,
+        CM_CH_TOPIC,  CM_CH_TOPIC,  CM_CH_BCONF,   CM_CH_COUNTER, CM_CH_LOG,
+        CM_CH_LOG,    CM_CH_LOG,    CM_CH_NODE,    CM_CH_NODE, CM_CH_CONTROLLER,
+        CM_CH_CLUSTER_ID};
+    for (size_t i = 0; i < 16; i++)
         assert_int_equal(x.r[i].kind, order[i]);
-    expect(&x, 10, CM_CH_NODE, "node 1 a log 10 l1@3", "-"); /* nodes by ascending id */
-    expect(&x, 13, CM_CH_CLUSTER_ID, "cid cid", "-");
+    expect(&x, 1, CM_CH_PAYREF, "payref 12/10 lsn 500@16", "-");
+    expect(&x, 12, CM_CH_NODE, "node 1 a log 10 l1@3", "-"); /* nodes by ascending id */
+    expect(&x, 15, CM_CH_CLUSTER_ID, "cid cid", "-");
     size_t it = 0;
     assert_null(cm_part_next(m, &it));
     assert_string_equal(cm_cluster_id(m), "");
 
-    /* A destroy in the middle of a reset frees both states. */
+    /* From nothing to the whole state: creations, what others depend on first. */
+    x.n = x.dels = x.adds = x.chgs = 0;
+    cm_reset_begin(m);
     reset_fixture(m, ta, tb);
+    cm_reset_end(m);
+    assert_int_equal(x.n, 16);
+    assert_int_equal(x.adds, 16);
+    static const cm_change_kind created[] = {
+        CM_CH_CLUSTER_ID, CM_CH_COUNTER, CM_CH_NODE,   CM_CH_NODE,  CM_CH_LOG,
+        CM_CH_LOG,        CM_CH_LOG,     CM_CH_TOPIC,  CM_CH_TOPIC, CM_CH_PART,
+        CM_CH_PART,       CM_CH_PART,    CM_CH_WALREF, CM_CH_PAYREF, CM_CH_BCONF,
+        CM_CH_CONTROLLER};
+    for (size_t i = 0; i < 16; i++)
+        assert_int_equal(x.r[i].kind, created[i]);
+    expect(&x, 6, CM_CH_LOG, "-", "log 12 node 2 live cust -1 payload@15");
+    expect(&x, 13, CM_CH_PAYREF, "-", "payref 12/10 lsn 500@16");
+
+    /* A destroy in the middle of a reset frees both states. */
     cm_reset_begin(m);
     reset_fixture(m, tb, ta);
     cm_destroy(m);
@@ -1657,6 +1899,7 @@ int main(void)
         cmocka_unit_test(test_decode_bad_values),
         cmocka_unit_test(test_decode_limits),
         cmocka_unit_test(test_apply_each_kind),
+        cmocka_unit_test(test_payrefs_and_log_kind),
         cmocka_unit_test(test_ignored_keys),
         cmocka_unit_test(test_invalid_values_and_keys),
         cmocka_unit_test(test_topic_ids),
