@@ -24,12 +24,14 @@
 #
 # The integration phase also starts one NFS-Ganesha (tools/ganesha.sh, NFSv3 on
 # 127.0.0.1, free ports, export in tests/.work/ganesha-PID/export) for the tests with
-# the WAL on NFS (test_3*), hands them its URL in SKIFF_TEST_NFS_URL, and stops it
+# the WAL on NFS (test_3*) and the cluster tests' shared volume (test_7*; a local
+# directory without it), hands them its URL in SKIFF_TEST_NFS_URL, and stops it
 # (by its PID) when the phase ends, whatever happened. Without Ganesha, rpcbind or
-# root, those tests start none and skip.
+# root, the test_3* tests start none and skip.
 #
 # It also starts one S3 emulator (tools/s3rver.sh, 127.0.0.1, a free port, data in
-# tests/.work/s3rver-PID) for the object store tests (test_5*), hands them
+# tests/.work/s3rver-PID) for the object store tests (test_5*) and the cluster tests'
+# objects.url (test_7*; file:// without it), hands them
 # SKIFF_TEST_S3_URL, SKIFF_TEST_S3_DIR and its credentials in AWS_ACCESS_KEY_ID /
 # AWS_SECRET_ACCESS_KEY, and stops it (by its PID) when the phase ends, whatever
 # happened. Without node/npm those tests skip with the reason in SKIFF_TEST_S3_SKIP.

@@ -550,13 +550,6 @@ class Cluster:
             name, r["ErrorCode"], r["ErrorMessage"])
         return self.wait_leaders(name, partitions, timeout)
 
-    def coordinator(self, group, via=None):
-        """(node id, error) of FindCoordinator for a group."""
-        node = self.nodes[via] if isinstance(via, int) else via
-        with self.any_conn(node) as c:
-            r = c.request(10, 3, {"Key": group, "KeyType": 0})
-        return r["NodeId"], r["ErrorCode"]
-
     # --- reading back
     def read_partition(self, topic, p, timeout=60.0):
         """(log start, high watermark, [Batch]) of a partition, read whole from its current
