@@ -555,9 +555,15 @@ sk_part *sk_cluster_group_part(sk_cluster *c, const char *group, size_t len)
     sk_topic *t = sk_topic_get(c->n, OFFSETS_TOPIC, strlen(OFFSETS_TOPIC));
     if (!t || t->nparts <= 0)
         return NULL;
-    /* Kafka's Utils.abs: the sign bit cleared. */
-    int32_t k = (int32_t)((uint32_t)sk_group_hash(group, len) & 0x7fffffff) % t->nparts;
-    return t->parts[k];
+    return t->parts[sk_group_partition(group, len, t->nparts)];
+}
+
+int32_t sk_group_partition(const char *group, size_t len, int32_t nparts)
+{
+    /* Kafka's Utils.abs: Math.abs, but 0 for Integer.MIN_VALUE. */
+    int32_t h = sk_group_hash(group, len);
+    int32_t a = h == INT32_MIN ? 0 : h < 0 ? -h : h;
+    return a % nparts;
 }
 
 /* ---- metrics ---- */

@@ -75,6 +75,9 @@ int sk_cluster_read_foreign(sk_cluster *c, int64_t log, wal_lsn lsn, uint8_t *ty
 sk_part *sk_cluster_group_part(sk_cluster *c, const char *group, size_t len);
 /* Java's String.hashCode of a UTF-8 group id, as Kafka places groups. */
 int32_t sk_group_hash(const char *group, size_t len);
+/* The partition of __consumer_offsets (of nparts > 0) a group hashes to, as
+ * Kafka computes it: abs(hash) % nparts. */
+int32_t sk_group_partition(const char *group, size_t len, int32_t nparts);
 
 /* What the metrics show of the node's part in the cluster. */
 typedef struct sk_cluster_stats {

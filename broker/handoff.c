@@ -124,8 +124,7 @@ static bool group_in(void *arg, const char *g, size_t len)
     struct gfilter *f = arg;
     if (f->nparts <= 0)
         return false;
-    int32_t k = (int32_t)((uint32_t)sk_group_hash(g, len) & 0x7fffffff) % f->nparts;
-    return k == f->part;
+    return sk_group_partition(g, len, f->nparts) == f->part;
 }
 
 static bool is_offsets_topic(const sk_topic *t)

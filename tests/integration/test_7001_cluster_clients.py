@@ -201,19 +201,6 @@ def test_admin_requests_on_one_node_are_seen_by_all(cluster_factory, topic_name)
             c.close()
 
 
-class WrongPartition(AssertionError):
-    pass
-
-
-GROUP_HASH_BUG = (
-    "product: a group's __consumer_offsets partition is (hashCode & 0x7fffffff) % N "
-    "(broker/cluster.c sk_cluster_group_part and broker/handoff.c, commented \"Kafka's "
-    "Utils.abs: the sign bit cleared\"), but Kafka's Utils.abs is Math.abs (0 for "
-    "Integer.MIN_VALUE) and docs/cluster.md says abs(hash(group id)) % N: a group id with "
-    "a negative hashCode lands on another partition than in Kafka")
-
-
-@pytest.mark.xfail(strict=True, raises=WrongPartition, reason=GROUP_HASH_BUG)
 def test_group_partition_as_kafka(cluster_factory):
     """Group ids with a negative String.hashCode: the coordinator is the main of
     partition abs(hashCode) % N of __consumer_offsets, as in Kafka."""
@@ -231,7 +218,7 @@ def test_group_partition_as_kafka(cluster_factory):
                     g, cm.java_string_hash(g), r["NodeId"], cm.OFFSETS_TOPIC, p,
                     leaders[p][0]))
     if wrong:
-        raise WrongPartition("%d of 12 groups on another partition than Kafka's (mains %r):"
+        raise AssertionError("%d of 12 groups on another partition than Kafka's (mains %r):"
                              "\n  %s" % (len(wrong), leaders, "\n  ".join(wrong)))
 
 
