@@ -41,6 +41,14 @@
 # SKIFF_TEST_ETCD_ENDPOINTS and SKIFF_TEST_ETCD_DIR, and stops it (by its PIDs) when the
 # phase ends, whatever happened; tests that kill or stop etcd members start their own.
 # Without etcd, those tests skip with the reason in SKIFF_TEST_ETCD_SKIP.
+#
+# The zone tests (test_71*) run nodes and clients in three network namespaces
+# (tools/zones.sh; tests/integration/zones.py), which reach the services above through
+# the region's address. The phase checks that this machine can have them (root,
+# namespaces, nftables, which it installs when missing), hands pytest the prefix of
+# their names in SKIFF_TEST_ZONES_PREFIX (skz-PID: the session makes them when a test
+# first asks), and removes them when the phase ends, whatever happened. Where they
+# cannot exist, those tests skip with the reason in SKIFF_TEST_ZONES_SKIP.
 # Exit status: 0 only if every selected phase passed.
 set -u
 
@@ -59,6 +67,7 @@ KREF_DIR=""
 NFS_DIR=""
 S3_DIR=""
 ETCD_DIR=""
+ZONES_PREFIX=""
 
 now() { date +%s.%N 2>/dev/null || date +%s; }
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
@@ -176,8 +185,35 @@ start_etcd() {
   echo "etcd for the cluster tests: $SKIFF_TEST_ETCD_ENDPOINTS"
 }
 
-trap 'stop_reference; stop_nfs; stop_s3; stop_etcd' EXIT
-trap 'stop_reference; stop_nfs; stop_s3; stop_etcd; exit 130' INT TERM
+stop_zones() {
+  if [ -n "$ZONES_PREFIX" ]; then
+    tools/zones.sh down "$ZONES_PREFIX" || true
+    ZONES_PREFIX=""
+  fi
+  unset SKIFF_TEST_ZONES_PREFIX
+}
+
+prepare_zones() {
+  # Sets left by runs that died are removed first (by their owner's PID).
+  tools/zones.sh gc 2>/dev/null || true
+  out=$(tools/zones.sh check 2>&1)
+  rc=$?
+  if [ $rc -ne 0 ]; then
+    # the reason is the last line (after any apt-get output)
+    SKIFF_TEST_ZONES_SKIP=$(printf '%s\n' "$out" | tail -n 1)
+    [ $rc -eq 77 ] || SKIFF_TEST_ZONES_SKIP="tools/zones.sh check failed (exit $rc): $SKIFF_TEST_ZONES_SKIP"
+    export SKIFF_TEST_ZONES_SKIP
+    echo "warning: no zones: $SKIFF_TEST_ZONES_SKIP; the zone tests skip" >&2
+    return 0
+  fi
+  printf '%s\n' "$out"
+  ZONES_PREFIX=skz-$$
+  SKIFF_TEST_ZONES_PREFIX=$ZONES_PREFIX
+  export SKIFF_TEST_ZONES_PREFIX
+}
+
+trap 'stop_reference; stop_nfs; stop_s3; stop_etcd; stop_zones' EXIT
+trap 'stop_reference; stop_nfs; stop_s3; stop_etcd; stop_zones; exit 130' INT TERM
 
 phase_unit() {
   if [ ! -f "$BUILD/CTestTestfile.cmake" ]; then
@@ -230,6 +266,7 @@ phase_integration() {
   [ -z "${SKIFF_TEST_EXTERNAL:-}" ] && start_nfs
   [ -z "${SKIFF_TEST_EXTERNAL:-}" ] && start_s3
   [ -z "${SKIFF_TEST_EXTERNAL:-}" ] && start_etcd
+  [ -z "${SKIFF_TEST_EXTERNAL:-}" ] && prepare_zones
   # shellcheck disable=SC2086
   SKIFF_BUILD=$BUILD $PYTHON -m pytest -v -rs -p no:cacheprovider --durations=15 $timeout_opt \
     tests/integration ${SKIFF_PYTEST_ARGS:-}
@@ -237,6 +274,7 @@ phase_integration() {
   stop_nfs
   stop_s3
   stop_etcd
+  stop_zones
   stop_reference
   if [ $rc -eq 5 ]; then
     echo "pytest selected no test"

@@ -290,7 +290,10 @@ def objects_url(name, local_dir):
 class Node(harness.Broker):
     """One skiffd node of a Cluster."""
 
-    def __init__(self, cluster, node_id, rack, overrides):
+    def __init__(self, cluster, node_id, rack, overrides, host=None, cmd_prefix=None):
+        """host: the address to listen on and advertise (default 127.0.0.1);
+        cmd_prefix: what runs skiffd (e.g. ip netns exec NS), which must exec it so
+        that the process started is the node (its PID is the one signalled)."""
         self.node_id = node_id
         self.rack = rack
         self.cluster = cluster
@@ -298,8 +301,14 @@ class Node(harness.Broker):
         props.update(overrides)
         super().__init__("%s-n%d" % (cluster.name, node_id), props,
                          data_dir=os.path.join(cluster.dir, "n%d" % node_id))
+        if host:
+            self.host = host
+        self.cmd_prefix = list(cmd_prefix or [])
         self.log_mark = 0
         self.starts = 0
+
+    def argv(self):
+        return self.cmd_prefix + super().argv()
 
     def start(self, timeout=30.0):
         try:
@@ -363,11 +372,17 @@ class Cluster:
             self.prefix)
 
     # --- nodes
+    def node_place(self, i):
+        """(rack, Node keyword arguments) of node i: zones.ZoneCluster puts nodes in
+        network namespaces."""
+        return "z%d" % i, {}
+
     def add_node(self, overrides=None, start=True):
         i = len(self.nodes) + 1
         props = dict(self.common)
         props.update(overrides or {})
-        n = Node(self, i, "z%d" % i, props)
+        rack, where = self.node_place(i)
+        n = Node(self, i, rack, props, **where)
         shutil.rmtree(n.data_dir, ignore_errors=True)
         self.nodes[i] = n
         if start:

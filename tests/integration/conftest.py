@@ -143,6 +143,79 @@ def cluster_factory(request):
             shutil.rmtree(cl.dir, ignore_errors=True)
 
 
+@pytest.fixture(scope="session")
+def zones():
+    """Three availability zones for this session (zones.Zones: network namespaces
+    SKIFF_TEST_ZONES_PREFIX-a/-b/-c, as tests/run.sh names them, else skz-<pid>),
+    made when a test first asks and removed at the end of the session. Skips, with
+    the reason, where this machine cannot have them (not root, no namespaces)."""
+    import zones as zm
+    if os.environ.get("SKIFF_TEST_ZONES_SKIP"):
+        pytest.skip("no zones: %s" % os.environ["SKIFF_TEST_ZONES_SKIP"])
+    prefix = os.environ.get("SKIFF_TEST_ZONES_PREFIX") or "skz-%d" % os.getpid()
+    try:
+        z = zm.Zones.up(prefix)
+    except zm.ZonesUnavailable as e:
+        pytest.skip("this machine cannot have zones: %s" % e)
+    try:
+        yield z
+    finally:
+        z.down()
+
+
+@pytest.fixture
+def zone_fwd(request):
+    """Starts zonefwd forwarders in zones: make(zone, "host:port", delay_ms=1,
+    interpose=True, reset_existing=False) (zones.Zones.forwarder). Each is stopped, by
+    its PID, after the test, and its interposition removed."""
+    made = []
+
+    def make(zone, target, delay_ms=1.0, interpose=True, reset_existing=False):
+        z = request.getfixturevalue("zones")
+        f = z.forwarder(zone, target, delay_ms, interpose, reset_existing)
+        made.append((z, f))
+        return f
+
+    yield make
+    for z, f in made:
+        f.stop()
+        if f in z.forwarders:
+            z.forwarders.remove(f)
+
+
+@pytest.fixture
+def zone_cluster_factory(request):
+    """Makes zones.ZoneCluster objects (not started: call .start()): one node per zone
+    (layout= zone names, one per node), through the session's zones and the shared
+    etcd (etcd= a test's own). After the test the zones' forwarders are stopped and
+    every node is SIGKILLed, by their PIDs; on failure the nodes' logs' tails are
+    printed, else their directories are removed."""
+    import zones as zm
+    made = []
+
+    def make(overrides=None, layout=None, offsets_partitions=6, etcd=None, name=None):
+        if harness.external():
+            pytest.skip("needs nodes this harness starts (SKIFF_TEST_EXTERNAL is set)")
+        z = request.getfixturevalue("zones")
+        if etcd is None:
+            etcd = request.getfixturevalue("etcd")
+        name = name or "%s-%d" % (request.node.name.replace("/", "_")[:60], len(made))
+        cl = zm.ZoneCluster(name, etcd, z, layout, overrides, offsets_partitions)
+        made.append(cl)
+        print(cl.describe())
+        return cl
+
+    yield make
+    failed = request.node.rep_call.failed if hasattr(request.node, "rep_call") else False
+    for cl in made:
+        cl.zones.stop_forwarders()
+        if failed:
+            sys.stderr.write("\n%s\n%s\n" % (cl.describe(), cl.log_tails()))
+        cl.kill_all()
+        if not failed:
+            shutil.rmtree(cl.dir, ignore_errors=True)
+
+
 @pytest.fixture
 def topic_name(request):
     return "t-%s-%s" % (request.node.name[:40].replace("[", "-").replace("]", ""),
