@@ -17,8 +17,12 @@
 #include "etcd.h"
 #include "groups.h"
 #include "handoff.h"
+#include "link.h"
 #include "node.h"
+#include "payload.h"
+#include "peer.h"
 #include "plog.h"
+#include "proxied.h"
 #include "session.h"
 #include "sk_err.h"
 #include "sk_log.h"
@@ -36,9 +40,12 @@ struct sk_cluster {
     int64_t log_id;
     pthread_mutex_t rmu;
     sk_map *readers; /* log id -> wal_reader, for adopted batches */
+    rpc_client *rpc; /* node-to-node calls (rpc/peer.h) */
     sk_handoffs *h;
     sk_custody *cu;
     sk_controller *ctl;
+    sk_links *links;  /* this node as main of proxied batches */
+    sk_proxy *proxy;  /* this node as proxy */
     struct event *tick_ev;
     uint64_t ticks;
     bool started;
@@ -166,6 +173,23 @@ static void bconf_changed(sk_cluster *c, const cm_bconf *now, const cm_bconf *wa
         SK_WARN("cluster", "cannot apply the broker configuration changed at runtime");
 }
 
+/* Where other nodes take RPCs: their inter-broker listener. */
+static void peer_changed(sk_cluster *c, const cm_node *now, const cm_node *was)
+{
+    if (!now) {
+        rpc_peer_remove(c->rpc, was->id);
+        return;
+    }
+    if (now->id == c->n->cfg->node_id)
+        return;
+    const char *host;
+    int32_t port;
+    const char *lname = c->n->cfg->inter_broker_listener_name;
+    if (sk_cluster_node_addr(c, now->id, *lname ? lname : NULL, &host, &port, NULL) &&
+        rpc_peer_set(c->rpc, now->id, host, port) != 0)
+        SK_WARN("cluster", "cannot set the address of node %d", now->id);
+}
+
 static void on_change(void *arg, const cm_change *ch)
 {
     sk_cluster *c = arg;
@@ -186,10 +210,11 @@ static void on_change(void *arg, const cm_change *ch)
         sk_custody_log_changed(c->cu, ch->now, ch->was);
         break;
     case CM_CH_WALREF:
+    case CM_CH_PAYREF:
         sk_custody_walref_changed(c->cu);
         break;
     case CM_CH_NODE:
-        sk_handoff_node_changed(c->h, ch->now, ch->was);
+        peer_changed(c, ch->now, ch->was);
         break;
     case CM_CH_BCONF:
         bconf_changed(c, ch->now, ch->was);
@@ -209,6 +234,8 @@ static void on_deadline(void *arg, int64_t deadline_us)
      * the node sets it on its WAL once open. */
     if (c->n->wal)
         wal_set_ack_deadline(c->n->wal, deadline_us);
+    if (c->n->payload)
+        wal_set_ack_deadline(pay_wal(c->n->payload), deadline_us);
     if (c->cu)
         sk_custody_set_deadline(c->cu, deadline_us);
 }
@@ -248,6 +275,10 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
     }
     sk_custody_tick(c->cu);
     sk_handoff_retry(c->h);
+    if (c->proxy)
+        sk_proxy_tick(c->proxy);
+    if (c->ticks % 4 == 0)
+        sk_links_tick(c->links);
     if (++c->ticks % 10 == 0)
         sk_handoff_audit_walrefs(c->h);
     ensure_offsets_topic(c);
@@ -308,10 +339,14 @@ sk_cluster *sk_cluster_new(sk_node *n, char *why, size_t whylen)
         return NULL;
     }
     c->log_id = cs_log_id(c->s);
-    c->h = sk_handoffs_new(c);
+    rpc_opts ro = {0};
+    ro.self_id = cfg->node_id;
+    c->rpc = rpc_client_new(n->base, &ro);
+    c->h = c->rpc ? sk_handoffs_new(c) : NULL;
     c->cu = sk_custody_new(c);
     c->ctl = sk_controller_new(c);
-    if (!c->h || !c->cu || !c->ctl) {
+    c->links = sk_links_new(n, c);
+    if (!c->rpc || !c->h || !c->cu || !c->ctl || !c->links) {
         snprintf(why, whylen, "out of memory");
         sk_cluster_destroy(c);
         return NULL;
@@ -344,7 +379,12 @@ int sk_cluster_start(sk_cluster *c)
     size_t nn;
     nodes = cm_nodes(m, &nn);
     for (size_t i = 0; i < nn; i++)
-        sk_handoff_node_changed(c->h, &nodes[i], NULL);
+        peer_changed(c, &nodes[i], NULL);
+    if (n->payload) {
+        c->proxy = sk_proxy_new(n, c, c->rpc, n->payload, cs_payload_log_id(c->s));
+        if (!c->proxy)
+            return SK_ERR_NOMEM;
+    }
     size_t lit = 0;
     const cm_log *logs = cm_logs(m, &lit);
     for (size_t i = 0; i < lit; i++)
@@ -382,6 +422,8 @@ void sk_cluster_close(sk_cluster *c)
         sk_controller_set_active(c->ctl, false);
     sk_handoffs_close(c->h);
     sk_custody_close(c->cu);
+    sk_links_close(c->links);
+    sk_proxy_close(c->proxy);
 }
 
 void sk_cluster_destroy(sk_cluster *c)
@@ -395,9 +437,18 @@ void sk_cluster_destroy(sk_cluster *c)
      * modules whose callbacks those are go after it. */
     cs_stop(c->s);
     c->s = NULL;
+    /* Likewise the RPC client: its calls in flight end here, answering
+     * the handoffs and the proxy. */
+    rpc_client_destroy(c->rpc);
+    c->rpc = NULL;
     sk_controller_destroy(c->ctl);
     sk_custody_destroy(c->cu);
     sk_handoffs_destroy(c->h);
+    sk_links_destroy(c->links);
+    if (c->proxy) {
+        sk_proxy_destroy(c->proxy); /* closes the payload log */
+        c->n->payload = NULL;
+    }
     if (c->readers) {
         size_t it = 0;
         void *v;
@@ -426,9 +477,29 @@ int64_t sk_cluster_log_id(const sk_cluster *c)
     return c->log_id;
 }
 
+int64_t sk_cluster_payload_log_id(const sk_cluster *c)
+{
+    return cs_payload_log_id(c->s);
+}
+
 sk_node *sk_cluster_node(sk_cluster *c)
 {
     return c->n;
+}
+
+rpc_client *sk_cluster_rpc(sk_cluster *c)
+{
+    return c->rpc;
+}
+
+sk_links *sk_cluster_links(sk_cluster *c)
+{
+    return c->links;
+}
+
+sk_proxy *sk_cluster_proxy(sk_cluster *c)
+{
+    return c->proxy;
 }
 
 sk_handoffs *sk_cluster_handoffs(sk_cluster *c)

@@ -44,6 +44,7 @@ void sk_cluster_destroy(sk_cluster *c);
 cs_session *sk_cluster_session(sk_cluster *c);
 cm_model *sk_cluster_model(sk_cluster *c);
 int64_t sk_cluster_log_id(const sk_cluster *c);
+int64_t sk_cluster_payload_log_id(const sk_cluster *c);
 /* The URL of log `log`'s WAL directory under wal.url. */
 int sk_cluster_log_url(const sk_config *cfg, int64_t log, char *buf, size_t len)
     __attribute__((warn_unused_result));
@@ -101,6 +102,11 @@ void sk_cluster_get_stats(sk_cluster *c, sk_cluster_stats *st);
  * node, and the handoff machinery. */
 typedef struct sk_handoffs sk_handoffs;
 sk_handoffs *sk_cluster_handoffs(sk_cluster *c);
+/* The node-to-node RPC client, the main's side of proxied batches and the
+ * proxy (NULL without a payload log). */
+struct rpc_client *sk_cluster_rpc(sk_cluster *c);
+struct sk_links *sk_cluster_links(sk_cluster *c);
+struct sk_proxy *sk_cluster_proxy(sk_cluster *c);
 const cm_part *sk_cluster_part_state(sk_cluster *c, const sk_part *p);
 sk_node *sk_cluster_node(sk_cluster *c);
 

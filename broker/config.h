@@ -105,6 +105,8 @@ typedef struct sk_config {
     int64_t leader_imbalance_check_interval_seconds;
     int32_t cluster_max_moves;
     int64_t controlled_shutdown_timeout_ms;
+    bool zone_routing_enable;
+    int32_t confirm_linger_us;
 
     /* set when the user gave the property (file or override) */
     uint64_t explicit_mask[2];

@@ -32,7 +32,10 @@ typedef struct clog {
     int64_t id;
     int32_t node; /* whose incarnation wrote it */
     cu_state state;
-    sk_vlog *v;
+    bool payload; /* a payload log: nothing to replay, kept while mains read it */
+    sk_vlog *v;   /* a data log, open */
+    wal *pw;      /* a payload log, open (fenced) */
+    wal_lsn pend; /* and its end */
     int64_t started_ms;
     int64_t retry_ms; /* CU_WAITING: when to try opening again */
     int64_t said_ms;  /* when it last said why it is still kept */
@@ -72,6 +75,15 @@ static void open_work(void *arg)
     sk_node *n = l->cu->n;
     const sk_config *cfg = n->cfg;
     char dbpath[4200], url[4200];
+    if (l->payload) {
+        /* Nothing to restore: the log is only read by mains, by position. */
+        l->err = sk_cluster_log_url(cfg, l->id, url, sizeof url) ? SK_ERR_INVAL : 0;
+        if (l->err == 0) {
+            l->st = wal_storage_open(n->base, url, l->why, sizeof l->why);
+            l->err = l->st ? 0 : SK_ERR_IO;
+        }
+        return;
+    }
     sk_cluster_view_path(cfg, "custody", l->id, dbpath, sizeof dbpath);
     /* A view left by an earlier custody of this log may be behind what a
      * later custodian appended: start from the snapshot every time. */
@@ -90,6 +102,37 @@ static void open_work(void *arg)
     }
     l->st = wal_storage_open(n->base, url, l->why, sizeof l->why);
     l->err = l->st ? 0 : SK_ERR_IO;
+}
+
+static int no_replay(void *arg, wal_lsn lsn, uint8_t type, const uint8_t *p, uint32_t len)
+{
+    (void)arg;
+    (void)lsn;
+    (void)type;
+    (void)p;
+    (void)len;
+    return 0;
+}
+
+/* A payload log is fenced and its torn tail cut: its end is then final. */
+static void fence_payload_work(void *arg)
+{
+    clog *l = arg;
+    sk_node *n = l->cu->n;
+    char proof[128];
+    snprintf(proof, sizeof proof, "the cluster saw node %d's lease expire", l->node);
+    wal_opts o = {0};
+    o.segment_bytes = (uint64_t)n->cfg->wal_segment_bytes;
+    o.max_pending_bytes = 1u << 20;
+    o.node_id = (uint32_t)l->node;
+    o.lease_ms = n->cfg->wal_lease_ms;
+    o.io_timeout_ms = n->cfg->wal_io_timeout_ms;
+    o.takeover_proof = proof;
+    wal_storage *st = l->st;
+    l->st = NULL;
+    l->pw = wal_open(n->base, st, &o, UINT64_MAX, no_replay, NULL, &l->err, l->why, sizeof l->why);
+    if (l->pw)
+        l->pend = wal_end_lsn(l->pw);
 }
 
 /* The WAL's recovery and replay, on the custody thread too. */
@@ -152,6 +195,13 @@ static void open_done(void *arg)
         open_failed(l);
         return;
     }
+    if (l->payload) {
+        if (sk_workq_submit(cu->q, fence_payload_work, replay_done, l) != 0) {
+            l->err = SK_ERR_CLOSED;
+            open_failed(l);
+        }
+        return;
+    }
     l->v = sk_vlog_new(cu->n, l->id, l->store, NULL);
     if (!l->v) {
         l->err = SK_ERR_NOMEM;
@@ -171,18 +221,19 @@ static void replay_done(void *arg)
     sk_custody *cu = l->cu;
     if (cu->closing)
         return;
-    if (l->err || sk_vlog_start(l->v) != 0) {
+    if (l->err || (!l->payload && sk_vlog_start(l->v) != 0)) {
         open_failed(l);
         return;
     }
-    wal_set_ack_deadline(sk_vlog_wal(l->v), cu->deadline_us);
+    wal *w = l->payload ? l->pw : sk_vlog_wal(l->v);
+    wal_set_ack_deadline(w, cu->deadline_us);
     l->state = CU_OPEN;
     cu->st.opened++;
     cu->st.last_open_ms = sk_mono_ms() - l->started_ms;
-    SK_INFO("custody", "dead log %lld of node %d fenced and replayed in %lld ms (LSN %llu to %llu)",
-            (long long)l->id, l->node, (long long)cu->st.last_open_ms,
-            (unsigned long long)wal_start_lsn(sk_vlog_wal(l->v)),
-            (unsigned long long)wal_end_lsn(sk_vlog_wal(l->v)));
+    SK_INFO("custody", "dead %s log %lld of node %d fenced%s in %lld ms (LSN %llu to %llu)",
+            l->payload ? "payload" : "data", (long long)l->id, l->node,
+            l->payload ? "" : " and replayed", (long long)cu->st.last_open_ms,
+            (unsigned long long)wal_start_lsn(w), (unsigned long long)wal_end_lsn(w));
     reconcile_log(cu, l);
 }
 
@@ -231,12 +282,39 @@ static bool log_needed(sk_custody *cu, int64_t id, size_t *parts, size_t *refs)
     return *parts || *refs;
 }
 
+/* Mains that may still read payload log `id` below its end: their
+ * payrefs on it (a payref of a log that is gone needs nothing). */
+static size_t payload_readers(sk_custody *cu, int64_t id, wal_lsn end)
+{
+    cm_model *m = sk_cluster_model(cu->c);
+    size_t it = 0, n = 0;
+    const cm_payref *r;
+    while ((r = cm_payref_next(m, &it)) != NULL)
+        if (r->plog == id && (wal_lsn)r->lsn < end && cm_log_get(m, r->mlog))
+            n++;
+    return n;
+}
+
 static void finish_log(sk_custody *cu, clog *l);
 
 static void reconcile_log(sk_custody *cu, clog *l)
 {
     if (l->state != CU_OPEN)
         return;
+    if (l->payload) {
+        size_t readers = payload_readers(cu, l->id, l->pend);
+        if (readers == 0) {
+            finish_log(cu, l);
+            return;
+        }
+        int64_t now = sk_mono_ms();
+        if (now - l->said_ms >= 30000) {
+            l->said_ms = now;
+            SK_INFO("custody", "dead payload log %lld still needed: %zu mains may read it",
+                    (long long)l->id, readers);
+        }
+        return;
+    }
     cm_model *m = sk_cluster_model(cu->c);
     sk_handoffs *h = sk_cluster_handoffs(cu->c);
     size_t it = 0;
@@ -284,6 +362,44 @@ static void key_deleted(void *arg, int err, const etcd_txn_result *r)
                 sk_err_name(err));
 }
 
+static void del_key(sk_custody *cu, const char *key, size_t kl, bool prefix)
+{
+    cs_session *s = sk_cluster_session(cu->c);
+    char end[KEY_MAX];
+    size_t el = 0;
+    if (prefix) {
+        memcpy(end, key, kl);
+        end[kl - 1]++; /* the key ends with '/': its range ends at '0' */
+        el = kl;
+    }
+    if (etcd_delete(cs_etcd(s), (const uint8_t *)key, kl, prefix ? (const uint8_t *)end : NULL,
+                    el, key_deleted, cu) != 0)
+        SK_WARN("custody", "cannot delete %.*s", (int)kl, key);
+}
+
+/* A finished log's keys: its payrefs (a data log's on payload logs, or
+ * every one on a payload log), then its logs/ key. */
+static void delete_keys(sk_custody *cu, clog *l)
+{
+    cs_session *s = sk_cluster_session(cu->c);
+    char key[KEY_MAX];
+    size_t kl;
+    if (l->payload) {
+        kl = cm_key_log_payrefs(cs_prefix(s), l->id, key, sizeof key);
+        del_key(cu, key, kl, true);
+    } else {
+        size_t it = 0;
+        const cm_payref *r;
+        while ((r = cm_payref_next(sk_cluster_model(cu->c), &it)) != NULL)
+            if (r->mlog == l->id) {
+                kl = cm_key_payref(cs_prefix(s), r->plog, r->mlog, key, sizeof key);
+                del_key(cu, key, kl, false);
+            }
+    }
+    kl = cm_key_log(cs_prefix(s), l->id, key, sizeof key);
+    del_key(cu, key, kl, false);
+}
+
 static void delete_done(void *arg)
 {
     clog *l = arg;
@@ -297,14 +413,12 @@ static void delete_done(void *arg)
         l->retry_ms = sk_mono_ms() + RETRY_MS;
         return;
     }
-    cs_session *s = sk_cluster_session(cu->c);
-    char key[KEY_MAX];
-    size_t kl = cm_key_log(cs_prefix(s), l->id, key, sizeof key);
-    if (etcd_delete(cs_etcd(s), (const uint8_t *)key, kl, NULL, 0, key_deleted, cu) != 0)
-        SK_WARN("custody", "cannot delete dead log %lld's key", (long long)l->id);
+    delete_keys(cu, l);
     cu->st.finished++;
-    SK_INFO("custody", "dead log %lld of node %d: every partition moved; log deleted after %lld ms",
-            (long long)l->id, l->node, (long long)(sk_mono_ms() - l->started_ms));
+    SK_INFO("custody", "dead %s log %lld of node %d: %s; log deleted after %lld ms",
+            l->payload ? "payload" : "data", (long long)l->id, l->node,
+            l->payload ? "no main reads it any more" : "every partition moved",
+            (long long)(sk_mono_ms() - l->started_ms));
     sk_map_del(cu->logs, &l->id, sizeof l->id);
     free(l);
 }
@@ -316,6 +430,9 @@ static void finish_log(sk_custody *cu, clog *l)
      * it), then delete its files off the loop. */
     sk_vlog_destroy(l->v);
     l->v = NULL;
+    if (l->pw)
+        wal_close(l->pw);
+    l->pw = NULL;
     if (sk_workq_submit(cu->q, delete_work, delete_done, l) != 0) {
         l->state = CU_WAITING;
         l->retry_ms = sk_mono_ms() + RETRY_MS;
@@ -341,6 +458,8 @@ void sk_custody_log_changed(sk_custody *cu, const cm_log *now, const cm_log *was
          * still opening is dropped when its job ends. */
         if (l && l->state == CU_OPEN) {
             sk_vlog_destroy(l->v);
+            if (l->pw)
+                wal_close(l->pw);
             sk_map_del(cu->logs, &l->id, sizeof l->id);
             free(l);
         } else if (l && l->state == CU_WAITING) {
@@ -357,6 +476,7 @@ void sk_custody_log_changed(sk_custody *cu, const cm_log *now, const cm_log *was
     l->cu = cu;
     l->id = now->id;
     l->node = now->node;
+    l->payload = now->kind == CM_LOG_PAYLOAD;
     if (sk_map_put(cu->logs, &l->id, sizeof l->id, l) != 0) {
         free(l);
         return;
@@ -407,7 +527,7 @@ void sk_custody_set_deadline(sk_custody *cu, int64_t deadline_us)
     while (sk_map_next(cu->logs, &it, NULL, NULL, &v)) {
         clog *l = v;
         if (l->state == CU_OPEN)
-            wal_set_ack_deadline(sk_vlog_wal(l->v), deadline_us);
+            wal_set_ack_deadline(l->payload ? l->pw : sk_vlog_wal(l->v), deadline_us);
     }
 }
 
@@ -451,6 +571,9 @@ void sk_custody_close(sk_custody *cu)
     void *v;
     while (sk_map_next(cu->logs, &it, NULL, NULL, &v)) {
         clog *l = v;
+        if (l->pw)
+            wal_close(l->pw);
+        l->pw = NULL;
         sk_vlog_destroy(l->v);
         l->v = NULL;
         if (l->store)

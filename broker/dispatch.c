@@ -51,6 +51,7 @@ static sk_api_entry table[] = {
     {60, 0, 2, 0, 0, h_describe_cluster, NULL},
     /* Skiff's node-to-node RPCs (proto/rpc): served, never advertised. */
     {KR_HANDOFF_READY, 0, 0, 0, 0, h_handoff_ready, NULL},
+    {KR_CONFIRM, 0, 0, 0, 0, h_confirm, NULL},
 };
 #define NTABLE ((int)(sizeof table / sizeof table[0]))
 

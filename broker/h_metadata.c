@@ -13,6 +13,7 @@
 #include "net.h"
 #include "node.h"
 #include "plog.h"
+#include "route.h"
 #include "sk_arena.h"
 #include "sk_err.h"
 #include "sk_log.h"
@@ -30,6 +31,16 @@
 static const char *listener_name(sk_req *r)
 {
     return sk_conn_advertised(r->conn)->name;
+}
+
+/* The client's zone when zone routing applies to it: a cluster with zone
+ * routing on, a client of known zone, and a live node of that zone. */
+static const char *routed_zone(sk_req *r)
+{
+    sk_node *n = r->node;
+    if (!n->cluster || !n->cfg->zone_routing_enable || !r->conn->zone[0])
+        return NULL;
+    return zr_zone_served(sk_cluster_model(n->cluster), r->conn->zone) ? r->conn->zone : NULL;
 }
 
 int sk_brokers_for(sk_req *r, sk_broker **out)
@@ -50,9 +61,13 @@ int sk_brokers_for(sk_req *r, sk_broker **out)
     sk_broker *bs = sk_arena_alloc(r->arena, (nn ? nn : 1) * sizeof *bs);
     if (!bs)
         return -1;
+    /* A client of a routed zone hears only of its zone's nodes: they serve
+     * all it needs (coordinators aside, which FindCoordinator names). */
+    const char *zone = routed_zone(r);
     int k = 0;
     for (size_t i = 0; i < nn; i++)
-        if (sk_broker_addr(r, nodes[i].id, &bs[k]))
+        if ((!zone || strncmp(nodes[i].rack, zone, sizeof nodes[i].rack) == 0) &&
+            sk_broker_addr(r, nodes[i].id, &bs[k]))
             k++;
     *out = bs;
     return k;
@@ -80,14 +95,30 @@ bool sk_broker_addr(sk_req *r, int32_t node, sk_broker *out)
 int32_t sk_controller_for(sk_req *r)
 {
     sk_node *n = r->node;
-    return n->cluster ? sk_cluster_controller(n->cluster) : n->cfg->node_id;
+    if (!n->cluster)
+        return n->cfg->node_id;
+    int32_t ctl = sk_cluster_controller(n->cluster);
+    const char *zone = routed_zone(r);
+    if (!zone)
+        return ctl;
+    /* Any node takes admin requests: name one the client knows of. */
+    const cm_model *m = sk_cluster_model(n->cluster);
+    const char *cz = zr_node_zone(m, ctl);
+    if (cz && strncmp(cz, zone, CM_ZONE_MAX) == 0)
+        return ctl;
+    size_t nn;
+    const cm_node *nodes = cm_nodes(m, &nn);
+    for (size_t i = 0; i < nn; i++)
+        if (strncmp(nodes[i].rack, zone, sizeof nodes[i].rack) == 0)
+            return nodes[i].id;
+    return ctl;
 }
 
 /* ---- topics ---- */
 
-/* The partition's leader as clients see it: this node (a single node), or
- * its main when that node is live (-1 between two mains). */
-static int32_t leader_of(sk_req *r, const sk_part *p)
+/* The partition's main as it stands: this node (a single node), or the
+ * main when that node is live (-1 between two mains). */
+static int32_t main_of(sk_req *r, const sk_part *p)
 {
     sk_node *n = r->node;
     if (!n->cluster)
@@ -95,6 +126,17 @@ static int32_t leader_of(sk_req *r, const sk_part *p)
     if (p->main_node < 0 || !cm_node_get(sk_cluster_model(n->cluster), p->main_node))
         return -1;
     return p->main_node;
+}
+
+/* The partition's leader as this client sees it: its main, or for a client
+ * of a routed zone a node of that zone (proxy/route.h). */
+static int32_t leader_of(sk_req *r, const sk_part *p)
+{
+    int32_t main = main_of(r, p);
+    const char *zone = routed_zone(r);
+    if (main < 0 || !zone)
+        return main;
+    return zr_leader(sk_cluster_model(r->node->cluster), main, zone, &p->topic->id, p->index);
 }
 
 static void fill_topic(sk_req *r, kp_MetadataRequest *req,
@@ -278,7 +320,7 @@ static int16_t coordinator_of(sk_req *r, kc_str key, sk_broker *out)
         sk_part *p = key.len >= 0
                          ? sk_cluster_group_part(n->cluster, key.p ? key.p : "", (size_t)key.len)
                          : NULL;
-        node = p ? leader_of(r, p) : -1;
+        node = p ? main_of(r, p) : -1;
     }
     if (node < 0 || !sk_broker_addr(r, node, out))
         return SK_KAFKA_COORDINATOR_NOT_AVAILABLE;

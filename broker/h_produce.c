@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "append.h"
+#include "cluster.h"
 #include "config.h"
 #include "dispatch.h"
 #include "handlers.h"
@@ -16,22 +18,22 @@
 #include "metrics.h"
 #include "node.h"
 #include "plog.h"
+#include "proxied.h"
 #include "pstate.h"
 #include "sk_arena.h"
 #include "sk_err.h"
 #include "sk_log.h"
 #include "sk_time.h"
 
-/* One partition's append in flight. Allocated outside the request's arena:
- * an acks=0 request, or one answered at its deadline, is finished before its
- * appends are durable; the append then only moves the watermark. */
+/* One partition's append in flight, waited for by its request. Allocated
+ * outside the request's arena: a request answered at its deadline is gone
+ * before its appends are durable. */
 struct pappend {
     sk_req *r; /* NULL once nobody waits for the answer */
     sk_node *n;
     kp_ProduceResponse_PartitionProduceResponse *pr;
     kc_uuid id;
     int32_t part;
-    int64_t last;
     int slot; /* index in the request's list */
 };
 
@@ -120,20 +122,14 @@ static void append_durable(void *arg, int err)
 {
     struct pappend *pa = arg;
     untrack(pa);
-    sk_part *p = sk_part_get(sk_topic_get_id(pa->n, &pa->id), pa->part);
-    if (p && p->own == SK_OWN_NONE)
-        p = NULL; /* handed over meanwhile: its state went with its HANDOFF */
-    if (err == 0 && p && pa->last + 1 > p->hw) {
-        p->hw = pa->last + 1;
-        sk_part_wake(p);
-    }
     if (pa->r) {
+        sk_part *p = sk_part_get(sk_topic_get_id(pa->n, &pa->id), pa->part);
         if (err != 0) {
             pa->pr->error_code = SK_KAFKA_KAFKA_STORAGE_ERROR;
             pa->pr->base_offset = -1;
             if (pa->r->version >= 8)
                 pa->pr->error_message = sk_req_str(pa->r, "the write-ahead log failed");
-        } else if (p) {
+        } else if (p && p->own != SK_OWN_NONE) {
             pa->pr->log_start_offset = p->log_start;
         }
         produce_maybe_respond(pa->r);
@@ -184,37 +180,74 @@ static const char *validate_message(int code)
     }
 }
 
-/* Appends one partition's batch; fills pr. Returns whether an asynchronous
- * completion is pending for it. */
-static bool produce_partition(sk_req *r, int16_t acks, sk_topic *t,
-                              kp_ProduceRequest_PartitionProduceData *pd,
-                              kp_ProduceResponse_PartitionProduceResponse *pr)
+/* A retry of a batch already written: answer with its original offset,
+ * once the original is durable. */
+static bool answer_duplicate(sk_req *r, int16_t acks, kp_ProduceResponse_PartitionProduceResponse *pr,
+                             const sk_pbatch *dup)
 {
     sk_node *n = r->node;
-    pr->index = pd->index;
-    sk_part *p = sk_part_get(t, pd->index);
-    if (!p) {
-        set_error(r, pr, SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION,
-                  "This server does not host this topic-partition.");
+    pr->base_offset = dup->base;
+    pr->log_append_time_ms = dup->timestamp;
+    if (acks == 0 || wal_durable_lsn(n->wal) >= dup->lsn_end)
+        return false;
+    struct pappend *pa = calloc(1, sizeof *pa);
+    if (pa) {
+        pa->r = r;
+        pa->pr = pr;
+    }
+    if (!pa || !track(r, pa)) {
+        free(pa);
+        set_error(r, pr, SK_KAFKA_REQUEST_TIMED_OUT, "out of memory");
         return false;
     }
-    if (!sk_part_serving(p)) {
-        set_error(r, pr, SK_KAFKA_NOT_LEADER_OR_FOLLOWER,
-                  "This node is not the partition's leader (main) now.");
-        return false;
-    }
-    pr->log_start_offset = p->log_start;
-    if (sk_node_wal_full(n)) {
-        static int64_t last_log;
-        if (sk_mono_ms() - last_log > 10000) {
-            last_log = sk_mono_ms();
-            SK_WARN("produce", "refusing produce: the WAL holds more than wal.max.retained.bytes "
-                    "(uploads to the object store are behind)");
+    r->pending++;
+    sk_node_wait_durable(n, dup->lsn_end, dup_durable, pa);
+    return true;
+}
+
+static bool append(sk_req *r, int16_t acks, sk_topic *t, sk_part *p,
+                   kp_ProduceRequest_PartitionProduceData *pd, kb_header *h,
+                   kp_ProduceResponse_PartitionProduceResponse *pr)
+{
+    /* acks=0: nobody waits for the record to be durable. */
+    struct pappend *pa = NULL;
+    if (acks != 0) {
+        pa = calloc(1, sizeof *pa);
+        if (!pa || !track(r, pa)) {
+            free(pa);
+            set_error(r, pr, SK_KAFKA_REQUEST_TIMED_OUT, "out of memory");
+            return false;
         }
-        set_error(r, pr, SK_KAFKA_NOT_ENOUGH_REPLICAS,
-                  "the WAL is full: uploads to the object store are behind");
+        pa->r = r;
+        pa->n = r->node;
+        pa->pr = pr;
+        pa->id = t->id;
+        pa->part = p->index;
+    }
+    sk_append_res res;
+    int rc = sk_append(r->node, p, pd->records.p, (uint32_t)pd->records.len, h, NULL,
+                       pa ? append_durable : NULL, pa, &res);
+    if (rc != 0) {
+        if (pa)
+            untrack(pa);
+        free(pa);
+        set_error(r, pr,
+                  rc == SK_ERR_AGAIN ? SK_KAFKA_REQUEST_TIMED_OUT : SK_KAFKA_KAFKA_STORAGE_ERROR,
+                  "the write-ahead log cannot take the batch");
         return false;
     }
+    pr->base_offset = res.base;
+    pr->log_append_time_ms = res.append_ts;
+    if (acks == 0)
+        return false;
+    r->pending++;
+    return true;
+}
+
+/* Checks a partition's batch as Kafka does; fills h, or pr with the error. */
+static bool validate(sk_req *r, sk_topic *t, kp_ProduceRequest_PartitionProduceData *pd,
+                     kp_ProduceResponse_PartitionProduceResponse *pr, kb_header *hp)
+{
     if (pd->records.len <= 0) {
         set_error(r, pr, SK_KAFKA_INVALID_RECORD, "a produce request must carry one batch");
         return false;
@@ -228,9 +261,8 @@ static bool produce_partition(sk_req *r, int16_t acks, sk_topic *t,
     lim.ts_after_max_ms = t->conf.ts_after_max_ms;
     lim.log_append_time = t->conf.log_append_time;
     lim.validate_records = true;
-    kb_header h;
     int32_t bad = -1;
-    int code = kb_validate(pd->records.p, (size_t)pd->records.len, &lim, &h, &bad);
+    int code = kb_validate(pd->records.p, (size_t)pd->records.len, &lim, hp, &bad);
     if (code != 0) {
         set_error(r, pr, (int16_t)(code > 0 ? code : SK_KAFKA_CORRUPT_MESSAGE),
                   validate_message(code));
@@ -247,7 +279,7 @@ static bool produce_partition(sk_req *r, int16_t acks, sk_topic *t,
                  sk_err_name(code));
         return false;
     }
-    if (h.attributes & KB_ATTR_TRANSACTIONAL) {
+    if (hp->attributes & KB_ATTR_TRANSACTIONAL) {
         /* Kafka refuses a transactional batch outside a transactional
          * request this way; Skiff has no transactions at all. */
         kp_ProduceRequest *req = r->body;
@@ -257,118 +289,150 @@ static bool produce_partition(sk_req *r, int16_t acks, sk_topic *t,
                   "transactions are not supported");
         return false;
     }
-    int32_t count = h.last_offset_delta + 1;
-    sk_pstate *ps = NULL;
-    if (h.producer_id >= 0) {
-        ps = sk_part_pstate(p, h.producer_id, false);
-        const sk_pbatch *dup;
-        int last_seq = sk_seq_add(h.base_sequence, h.last_offset_delta);
-        int rc = sk_pstate_check(ps, h.producer_epoch, h.base_sequence, last_seq, &dup);
-        if (rc == SK_PSTATE_DUPLICATE) {
-            /* A retry of a batch already written: answer with its original
-             * offset, once the original is durable. */
-            pr->base_offset = dup->base;
-            pr->log_append_time_ms = dup->timestamp;
-            if (acks == 0 || wal_durable_lsn(n->wal) >= dup->lsn_end)
-                return false;
-            struct pappend *pa = calloc(1, sizeof *pa);
-            if (!pa) {
-                set_error(r, pr, SK_KAFKA_REQUEST_TIMED_OUT, "out of memory");
-                return false;
-            }
-            pa->r = r;
-            pa->pr = pr;
-            if (!track(r, pa)) {
-                free(pa);
-                set_error(r, pr, SK_KAFKA_REQUEST_TIMED_OUT, "out of memory");
-                return false;
-            }
-            r->pending++;
-            sk_node_wait_durable(n, dup->lsn_end, dup_durable, pa);
-            return true;
+    return true;
+}
+
+static void proxied_done(void *arg, int16_t code, const char *msg, int64_t base,
+                         int64_t append_ts, int64_t log_start)
+{
+    struct pappend *pa = arg;
+    if (pa) {
+        untrack(pa);
+        if (pa->r) {
+            pa->pr->error_code = code;
+            pa->pr->base_offset = code ? -1 : base;
+            pa->pr->log_append_time_ms = code ? -1 : append_ts;
+            if (log_start >= 0)
+                pa->pr->log_start_offset = log_start;
+            if (code && msg && pa->r->version >= 8)
+                pa->pr->error_message = sk_req_str(pa->r, msg);
+            produce_maybe_respond(pa->r);
         }
-        if (rc != SK_PSTATE_APPEND) {
-            set_error(r, pr, (int16_t)rc,
-                      rc == SK_KAFKA_INVALID_PRODUCER_EPOCH
-                          ? "the producer epoch is older than the current one"
-                          : "out of order sequence number");
+        free(pa);
+    }
+}
+
+static void proxied_silent(void *arg, int16_t code, const char *msg, int64_t base,
+                           int64_t append_ts, int64_t log_start)
+{
+    (void)arg;
+    (void)code;
+    (void)msg;
+    (void)base;
+    (void)append_ts;
+    (void)log_start;
+}
+
+/* A partition whose main is in another zone: the batch goes through this
+ * node's payload log to the main (proxied.h). */
+static bool proxy_partition(sk_req *r, int16_t acks, sk_topic *t, sk_part *p,
+                            kp_ProduceRequest_PartitionProduceData *pd,
+                            kp_ProduceResponse_PartitionProduceResponse *pr)
+{
+    sk_proxy *x = sk_cluster_proxy(r->node->cluster);
+    if (sk_proxy_full(x)) {
+        set_error(r, pr, SK_KAFKA_NOT_ENOUGH_REPLICAS,
+                  "the proxy's payload log is full: mains' uploads are behind");
+        return false;
+    }
+    kb_header h;
+    if (!validate(r, t, pd, pr, &h))
+        return false;
+    const uint8_t *batch = pd->records.p;
+    uint8_t *copy = NULL;
+    if (t->conf.log_append_time) {
+        /* Set here, once: the payload's CRC then covers it. */
+        copy = malloc((size_t)pd->records.len);
+        if (!copy) {
+            set_error(r, pr, SK_KAFKA_REQUEST_TIMED_OUT, "out of memory");
             return false;
         }
+        memcpy(copy, batch, (size_t)pd->records.len);
+        kb_set_log_append_time(copy, sk_now_ms());
+        (void)!kb_parse_header(copy, (size_t)pd->records.len, &h);
+        batch = copy;
     }
-
-    sk_cbatch *cb = malloc(sizeof *cb + (size_t)pd->records.len);
-    struct pappend *pa = calloc(1, sizeof *pa);
-    if (!cb || !pa) {
-        free(cb);
-        free(pa);
-        set_error(r, pr, SK_KAFKA_REQUEST_TIMED_OUT, "out of memory");
-        return false;
-    }
-    memcpy(cb->data, pd->records.p, (size_t)pd->records.len);
-    cb->len = (uint32_t)pd->records.len;
-    int64_t base = p->next_offset;
-    kb_set_base_offset(cb->data, base);
-    kb_set_leader_epoch(cb->data, p->leader_epoch);
-    int64_t append_ts = -1;
-    if (t->conf.log_append_time) {
-        kb_set_log_append_time(cb->data, now);
-        h.attributes |= KB_ATTR_LOG_APPEND_TIME;
-        h.max_timestamp = now;
-        append_ts = now;
-    }
-    h.base_offset = base;
-    cb->base = base;
-    cb->last = base + h.last_offset_delta;
-    cb->max_ts = h.max_timestamp;
-    pa->r = acks == 0 ? NULL : r;
-    if (pa->r && !track(r, pa)) {
-        free(cb);
-        free(pa);
-        set_error(r, pr, SK_KAFKA_REQUEST_TIMED_OUT, "out of memory");
-        return false;
-    }
-    pa->n = n;
-    pa->pr = pr;
-    pa->id = t->id;
-    pa->part = p->index;
-    pa->last = cb->last;
-    wal_lsn lsn, lsn_end;
-    int rc = sk_node_append_data(n, p, cb->data, cb->len, &h, append_durable, pa, &lsn, &lsn_end);
-    if (rc != 0) {
-        untrack(pa);
-        free(cb);
-        free(pa);
-        set_error(r, pr,
-                  rc == SK_ERR_AGAIN ? SK_KAFKA_REQUEST_TIMED_OUT : SK_KAFKA_KAFKA_STORAGE_ERROR,
-                  "the write-ahead log cannot take the batch");
-        return false;
-    }
-    /* Effects follow the append (see node.h). */
-    cb->lsn = lsn;
-    p->next_offset = cb->last + 1;
-    if (h.max_timestamp > p->max_ts) {
-        p->max_ts = h.max_timestamp;
-        p->max_ts_base = base;
-    }
-    if (h.producer_id >= 0) {
-        ps = sk_part_pstate(p, h.producer_id, true);
-        if (ps) {
-            sk_pbatch pb = {h.base_sequence, sk_seq_add(h.base_sequence, h.last_offset_delta),
-                            base, cb->last, append_ts, lsn_end};
-            sk_pstate_push(ps, h.producer_epoch, &pb);
-            ps->last_ts = now;
+    kp_ProduceRequest *req = r->body;
+    int64_t deadline = sk_mono_us() + (int64_t)(req->timeout_ms > 0 ? req->timeout_ms : 30000) * 1000;
+    struct pappend *pa = NULL;
+    if (acks != 0) {
+        pa = calloc(1, sizeof *pa);
+        if (!pa || !track(r, pa)) {
+            free(pa);
+            free(copy);
+            set_error(r, pr, SK_KAFKA_REQUEST_TIMED_OUT, "out of memory");
+            return false;
         }
+        pa->r = r;
+        pa->n = r->node;
+        pa->pr = pr;
+        pa->id = t->id;
+        pa->part = p->index;
     }
-    sk_cache_add(n, p, cb);
-    n->n_produced_batches++;
-    n->n_produced_bytes += cb->len;
-    (void)count;
-    pr->base_offset = base;
-    pr->log_append_time_ms = append_ts;
+    int16_t code = sk_proxy_produce(x, p, batch, (uint32_t)pd->records.len, &h, deadline,
+                                    pa ? proxied_done : proxied_silent, pa);
+    free(copy);
+    if (code) {
+        if (pa)
+            untrack(pa);
+        free(pa);
+        set_error(r, pr, code, "the proxy cannot take the batch");
+        return false;
+    }
     if (acks == 0)
         return false;
     r->pending++;
     return true;
+}
+
+/* Appends one partition's batch; fills pr. Returns whether an asynchronous
+ * completion is pending for it. */
+static bool produce_partition(sk_req *r, int16_t acks, sk_topic *t,
+                              kp_ProduceRequest_PartitionProduceData *pd,
+                              kp_ProduceResponse_PartitionProduceResponse *pr)
+{
+    sk_node *n = r->node;
+    pr->index = pd->index;
+    sk_part *p = sk_part_get(t, pd->index);
+    if (!p) {
+        set_error(r, pr, SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION,
+                  "This server does not host this topic-partition.");
+        return false;
+    }
+    if (!sk_part_serving(p)) {
+        if (sk_proxy_serves(n, r->conn->zone, p))
+            return proxy_partition(r, acks, t, p, pd, pr);
+        set_error(r, pr, SK_KAFKA_NOT_LEADER_OR_FOLLOWER,
+                  "This node is not the partition's leader (main) now.");
+        return false;
+    }
+    pr->log_start_offset = p->log_start;
+    if (sk_node_wal_full(n)) {
+        static int64_t last_log;
+        if (sk_mono_ms() - last_log > 10000) {
+            last_log = sk_mono_ms();
+            SK_WARN("produce", "refusing produce: the WAL holds more than wal.max.retained.bytes "
+                    "(uploads to the object store are behind)");
+        }
+        set_error(r, pr, SK_KAFKA_NOT_ENOUGH_REPLICAS,
+                  "the WAL is full: uploads to the object store are behind");
+        return false;
+    }
+    kb_header h;
+    if (!validate(r, t, pd, pr, &h))
+        return false;
+    const sk_pbatch *dup;
+    int rc = sk_append_check(p, &h, &dup);
+    if (rc == SK_PSTATE_DUPLICATE)
+        return answer_duplicate(r, acks, pr, dup);
+    if (rc != SK_PSTATE_APPEND) {
+        set_error(r, pr, (int16_t)rc,
+                  rc == SK_KAFKA_INVALID_PRODUCER_EPOCH
+                      ? "the producer epoch is older than the current one"
+                      : "out of order sequence number");
+        return false;
+    }
+    return append(r, acks, t, p, pd, &h, pr);
 }
 
 void h_produce(sk_req *r)

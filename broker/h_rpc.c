@@ -5,10 +5,13 @@
  */
 #include <stddef.h>
 
+#include "cluster.h"
 #include "dispatch.h"
 #include "handlers.h"
 #include "handoff.h"
 #include "krpc.h"
+#include "link.h"
+#include "types.h"
 #include "sk_err.h"
 
 /* HandoffReady: a source node says partitions wait for this node. Each is
@@ -39,4 +42,17 @@ void h_handoff_ready(sk_req *r)
     resp->partitions.n = n;
     resp->partitions.v = out;
     sk_req_respond(r);
+}
+
+/* Confirm: a proxy names batches of this node's partitions in its payload
+ * log (docs/zones.md); the links module answers once they are linked. */
+void h_confirm(sk_req *r)
+{
+    if (!r->node->cluster) {
+        kr_ConfirmResponse *resp = r->resp;
+        resp->error_code = SK_KAFKA_NOT_LEADER_OR_FOLLOWER;
+        sk_req_respond(r);
+        return;
+    }
+    sk_links_confirm(sk_cluster_links(r->node->cluster), r);
 }

@@ -95,7 +95,7 @@ struct sk_handoffs {
     sk_node *n;
     sk_map *adopts; /* pkey -> adopt */
     sk_map *writes; /* pkey (with log) -> hwrite */
-    rpc_client *rpc;
+    rpc_client *rpc; /* the cluster's */
     sk_handoff_stats st;
 };
 
@@ -972,24 +972,6 @@ int16_t sk_handoff_ready(sk_node *n, const kc_uuid *topic, int32_t part, int32_t
     return 0;
 }
 
-/* ---- peers ---- */
-
-void sk_handoff_node_changed(sk_handoffs *h, const cm_node *now, const cm_node *was)
-{
-    if (!now) {
-        rpc_peer_remove(h->rpc, was->id);
-        return;
-    }
-    if (now->id == h->n->cfg->node_id)
-        return;
-    const char *host;
-    int32_t port;
-    const char *lname = h->n->cfg->inter_broker_listener_name;
-    if (sk_cluster_node_addr(h->c, now->id, *lname ? lname : NULL, &host, &port, NULL) &&
-        rpc_peer_set(h->rpc, now->id, host, port) != 0)
-        SK_WARN("cluster", "cannot set the address of node %d", now->id);
-}
-
 /* ---- life ---- */
 
 sk_handoffs *sk_handoffs_new(sk_cluster *c)
@@ -1001,10 +983,8 @@ sk_handoffs *sk_handoffs_new(sk_cluster *c)
     h->n = sk_cluster_node(c);
     h->adopts = sk_map_new();
     h->writes = sk_map_new();
-    rpc_opts ro = {0};
-    ro.self_id = h->n->cfg->node_id;
-    h->rpc = rpc_client_new(h->n->base, &ro);
-    if (!h->adopts || !h->writes || !h->rpc) {
+    h->rpc = sk_cluster_rpc(c);
+    if (!h->adopts || !h->writes) {
         sk_handoffs_destroy(h);
         return NULL;
     }
@@ -1036,7 +1016,6 @@ void sk_handoffs_destroy(sk_handoffs *h)
             write_free(v);
         sk_map_destroy(h->writes);
     }
-    rpc_client_destroy(h->rpc);
     free(h);
 }
 

@@ -36,12 +36,10 @@ typedef struct sk_vlog sk_vlog;
 
 sk_handoffs *sk_handoffs_new(sk_cluster *c);
 /* The node stops: callbacks still to come only return; destroy (after the
- * etcd client, the readers and the logs are gone) frees everything. */
+ * etcd client, the RPC client, the readers and the logs are gone) frees
+ * everything. */
 void sk_handoffs_close(sk_handoffs *h);
 void sk_handoffs_destroy(sk_handoffs *h);
-
-/* A node joined, changed or left: the address its RPCs go to. */
-void sk_handoff_node_changed(sk_handoffs *h, const cm_node *now, const cm_node *was);
 
 void sk_handoff_reconcile(sk_handoffs *h, sk_part *p, const cm_part *cp);
 /* The partition's key or topic is gone: what is held here is dropped (a

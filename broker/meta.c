@@ -32,6 +32,46 @@ int sk_data_decode(const uint8_t *p, size_t n, kc_uuid *id, int32_t *part, const
     return 0;
 }
 
+static void put_le(uint8_t *p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get_le(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+void sk_link_encode(uint8_t out[SK_LINK_SIZE], const sk_link *l)
+{
+    sk_data_header(out, &l->id, l->part);
+    put_le(out + SK_DATA_HEADER, (uint64_t)l->plog, 8);
+    put_le(out + SK_DATA_HEADER + 8, l->plsn, 8);
+    put_le(out + SK_DATA_HEADER + 16, l->len, 4);
+    memcpy(out + SK_DATA_HEADER + 20, l->head, KB_HEADER_SIZE);
+}
+
+int sk_link_decode(const uint8_t *p, size_t n, sk_link *l)
+{
+    const uint8_t *batch;
+    size_t blen;
+    if (n != SK_LINK_SIZE || sk_data_decode(p, n, &l->id, &l->part, &batch, &blen) != 0)
+        return SK_ERR_CORRUPT;
+    l->plog = (int64_t)get_le(batch, 8);
+    l->plsn = get_le(batch + 8, 8);
+    l->len = (uint32_t)get_le(batch + 16, 4);
+    memcpy(l->head, batch + 20, KB_HEADER_SIZE);
+    kb_header h;
+    if (l->plog <= 0 || l->len < KB_HEADER_SIZE || kb_parse_header_copy(l->head, KB_HEADER_SIZE, &h) ||
+        (int64_t)h.batch_length + KB_LOG_OVERHEAD != (int64_t)l->len)
+        return SK_ERR_CORRUPT;
+    return 0;
+}
+
 void sk_meta_head(sk_buf *b, uint8_t kind)
 {
     sk_buf_u8(b, META_VERSION);

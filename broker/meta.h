@@ -5,6 +5,14 @@
  *  - SK_WAL_DATA: one RecordBatch of one partition, offsets already assigned:
  *      u8 version (1) | 16-byte topic id | u32 partition | batch bytes
  *  - SK_WAL_META: a change of metadata: u8 version (1) | u8 kind | fields
+ *  - SK_WAL_LINK: a batch a proxy wrote to its payload log, given offsets
+ *    here (docs/zones.md): u8 version (1) | 16-byte topic id | u32
+ *    partition | u64 payload log id | u64 payload record LSN | u32 batch
+ *    length | the batch's first 61 bytes as served (its final base offset
+ *    and leader epoch). The link stands for the batch: it is indexed, read,
+ *    uploaded and handed over like a DATA record at its own LSN.
+ *  - SK_WAL_PAYLOAD, only in a payload log: a batch as a client sent it,
+ *    offsets not yet assigned; laid out as SK_WAL_DATA.
  *  - WAL_T_PREAMBLE (the first record of every segment): a snapshot of all
  *    metadata as of the segment's start, so that any retained segment is a
  *    place to rebuild from (see snapshot below).
@@ -20,16 +28,22 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kbatch.h"
 #include "kc.h"
+#include "payload.h"
 #include "sk_buf.h"
 #include "types.h"
 
 enum {
     SK_WAL_DATA = 2,
     SK_WAL_META = 3,
+    SK_WAL_LINK = 4,
+    SK_WAL_PAYLOAD = PAY_RECORD,
 };
 
 #define SK_DATA_HEADER 21 /* version + topic id + partition */
+#define SK_LINK_SIZE (SK_DATA_HEADER + 8 + 8 + 4 + KB_HEADER_SIZE)
+_Static_assert(PAY_HEADER == SK_DATA_HEADER, "payload records are laid out as data records");
 
 enum sk_meta_kind {
     SK_META_TOPIC_CREATE = 1, /* id, name, partitions, rf, configs */
@@ -69,6 +83,18 @@ typedef struct sk_meta {
 void sk_data_header(uint8_t out[SK_DATA_HEADER], const kc_uuid *id, int32_t part);
 int sk_data_decode(const uint8_t *p, size_t n, kc_uuid *id, int32_t *part, const uint8_t **batch,
                    size_t *batch_len);
+
+/* Link records. */
+typedef struct sk_link {
+    kc_uuid id;
+    int32_t part;
+    int64_t plog;  /* the payload log */
+    wal_lsn plsn;  /* the PAYLOAD record's LSN there */
+    uint32_t len;  /* batch bytes */
+    uint8_t head[KB_HEADER_SIZE];
+} sk_link;
+void sk_link_encode(uint8_t out[SK_LINK_SIZE], const sk_link *l);
+int sk_link_decode(const uint8_t *p, size_t n, sk_link *l);
 
 /* Metadata records. HANDOFF and ADOPT give their state in body (see
  * hstate.h); DROP gives id and part. */

@@ -22,6 +22,7 @@
 #include "handlers.h"
 #include "kbatch.h"
 #include "meta.h"
+#include "payload.h"
 #include "metrics.h"
 #include "net.h"
 #include "plog.h"
@@ -57,10 +58,10 @@ int sk_node_append(sk_node *n, uint8_t type, const struct iovec *iov, int iovcnt
 }
 
 int sk_node_append_data(sk_node *n, sk_part *p, const uint8_t *batch, uint32_t len,
-                        const kb_header *h, sk_durable_fn fn, void *arg, wal_lsn *lsn,
-                        wal_lsn *lsn_end)
+                        const kb_header *h, const sk_link *link, sk_durable_fn fn, void *arg,
+                        wal_lsn *lsn, wal_lsn *lsn_end)
 {
-    int rc = sk_vlog_append_data(n->log, p, batch, len, h, fn, arg, lsn, lsn_end);
+    int rc = sk_vlog_append_data(n->log, p, batch, len, h, link, fn, arg, lsn, lsn_end);
     if (rc == 0)
         check_pending(n);
     return rc;
@@ -105,12 +106,68 @@ bool sk_node_wal_full(const sk_node *n)
     return wal_end_lsn(n->wal) - wal_start_lsn(n->wal) > (uint64_t)n->cfg->wal_max_retained_bytes;
 }
 
+int sk_node_read_log(sk_node *n, int64_t log, wal_lsn lsn, uint8_t *type, void *buf,
+                     uint32_t cap, uint32_t *len)
+{
+    if (log == 0 || !n->cluster || log == sk_cluster_log_id(n->cluster))
+        return wal_read_record(n->wal, lsn, type, buf, cap, len);
+    if (n->payload && log == sk_cluster_payload_log_id(n->cluster))
+        return wal_read_record(pay_wal(n->payload), lsn, type, buf, cap, len);
+    return sk_cluster_read_foreign(n->cluster, log, lsn, type, buf, cap, len);
+}
+
+/* The batch a link stands for, laid out as a DATA record in buf. */
+static int follow_link(sk_node *n, const uint8_t *rec, uint32_t rlen, uint8_t *buf, uint32_t cap,
+                       uint32_t *len)
+{
+    sk_link l;
+    if (!n->cluster || sk_link_decode(rec, rlen, &l) != 0)
+        return SK_ERR_CORRUPT;
+    uint8_t type;
+    uint32_t plen;
+    int rc = sk_node_read_log(n, l.plog, l.plsn, &type, buf, cap, &plen);
+    if (rc == SK_ERR_NOMEM)
+        *len = SK_DATA_HEADER + l.len;
+    if (rc)
+        return rc;
+    kc_uuid id;
+    int32_t part;
+    const uint8_t *batch;
+    uint32_t blen;
+    kb_header h, lh;
+    if (type != PAY_RECORD || pay_parse(buf, plen, &id, &part, &batch, &blen) != 0 ||
+        memcmp(&id, &l.id, sizeof id) != 0 || part != l.part || blen != l.len ||
+        kb_parse_header(batch, blen, &h) != 0 || kb_parse_header_copy(l.head, sizeof l.head, &lh) ||
+        h.crc != lh.crc)
+        return SK_ERR_CORRUPT;
+    /* Same bytes but for the fields outside the CRC: offsets, epoch. */
+    memcpy(buf + SK_DATA_HEADER, l.head, KB_HEADER_SIZE);
+    *len = plen;
+    return 0;
+}
+
 int sk_node_read_batch(sk_node *n, const sk_batch_loc *loc, uint8_t *type, void *buf,
                        uint32_t cap, uint32_t *len)
 {
-    if (loc->log == 0 || !n->cluster || loc->log == sk_cluster_log_id(n->cluster))
-        return wal_read_record(n->wal, loc->lsn, type, buf, cap, len);
-    return sk_cluster_read_foreign(n->cluster, loc->log, loc->lsn, type, buf, cap, len);
+    /* A link is bigger than the smallest batches' records. */
+    uint8_t small[SK_LINK_SIZE];
+    uint8_t *dst = cap >= sizeof small ? buf : small;
+    int rc = sk_node_read_log(n, loc->log, loc->lsn, type, dst, cap >= sizeof small ? cap : sizeof small,
+                         len);
+    if (rc == 0 && *type == SK_WAL_LINK) {
+        uint8_t rec[SK_LINK_SIZE];
+        if (*len != sizeof rec)
+            return SK_ERR_CORRUPT;
+        memcpy(rec, dst, sizeof rec);
+        *type = SK_WAL_DATA;
+        return follow_link(n, rec, sizeof rec, buf, cap, len);
+    }
+    if (rc == 0 && dst == small) {
+        if (*len > cap)
+            return SK_ERR_NOMEM;
+        memcpy(buf, small, *len);
+    }
+    return rc;
 }
 
 int sk_node_read_job(sk_node *n, void (*fn)(void *), void (*done)(void *), void *arg)
@@ -454,6 +511,28 @@ static int member_wal_step(sk_node *n, void *arg, char *why, size_t whylen)
     return rc;
 }
 
+/* The payload log (docs/zones.md): a fresh WAL with nothing to replay. */
+static int payload_step(sk_node *n, void *arg, char *why, size_t whylen)
+{
+    const char *url = arg;
+    wal_storage *st = wal_storage_open(n->base, url, why, whylen);
+    if (!st)
+        return SK_ERR_IO;
+    wal_opts o = {0};
+    o.segment_bytes = (uint64_t)n->cfg->wal_segment_bytes;
+    o.max_pending_bytes = (uint64_t)n->cfg->wal_max_pending_bytes +
+                          (uint64_t)n->cfg->socket_request_max_bytes + (64u << 20);
+    o.node_id = (uint32_t)n->cfg->node_id;
+    o.lease_ms = n->cfg->wal_lease_ms;
+    o.io_timeout_ms = n->cfg->wal_io_timeout_ms;
+    n->payload = pay_open(n->base, st, &o, why, whylen);
+    if (!n->payload)
+        return SK_ERR_IO;
+    /* Like the data log: nothing is written past the membership lease. */
+    wal_set_ack_deadline(pay_wal(n->payload), cs_deadline(sk_cluster_session(n->cluster)));
+    return 0;
+}
+
 /* Views of earlier incarnations' logs: their logs are dead, taken over by
  * custodians that rebuild what they need from the shared volume. */
 static void remove_old_views(const sk_config *cfg, const char *keep)
@@ -495,6 +574,14 @@ static int open_member(sk_node *n, char *why, size_t whylen)
     int rc = new_own_log(n, store, log, why, whylen);
     if (rc == 0)
         rc = startup_retry(n, "the shared volume", member_wal_step, url, why, whylen);
+    char purl[4200];
+    if (rc == 0 && sk_cluster_log_url(cfg, sk_cluster_payload_log_id(n->cluster), purl,
+                                      sizeof purl) != 0) {
+        snprintf(why, whylen, "property wal.url: too long");
+        rc = SK_ERR_INVAL;
+    }
+    if (rc == 0)
+        rc = startup_retry(n, "the shared volume", payload_step, purl, why, whylen);
     if (rc == 0) {
         n->groups = sk_groups_new(n);
         if (!n->groups) {
@@ -831,6 +918,8 @@ void sk_node_destroy(sk_node *n)
     n->wal = NULL;
     sk_cluster_destroy(n->cluster);
     n->cluster = NULL;
+    pay_close(n->payload); /* when no proxy took it */
+    n->payload = NULL;
     sk_tier_destroy(n->tier);
     n->tier = NULL;
     sk_groups_destroy(n->groups);

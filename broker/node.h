@@ -45,12 +45,14 @@ typedef void (*sk_durable_fn)(void *arg, int err);
  * SQLite view after that. Returns SK_ERR_IO when the WAL has failed. */
 int sk_node_append(sk_node *n, uint8_t type, const struct iovec *iov, int iovcnt,
                    sk_durable_fn fn, void *arg, wal_lsn *lsn_end);
-/* Appends a partition's batch (final offsets already written in it). *lsn
- * is where the record starts, *lsn_end where it ends. */
+/* Appends a partition's batch (final offsets already written in it), as a
+ * DATA record or as a LINK to a payload log (sk_vlog_append_data). *lsn is
+ * where the record starts, *lsn_end where it ends. */
 struct kb_header;
+struct sk_link;
 int sk_node_append_data(sk_node *n, sk_part *p, const uint8_t *batch, uint32_t len,
-                        const struct kb_header *h, sk_durable_fn fn, void *arg, wal_lsn *lsn,
-                        wal_lsn *lsn_end);
+                        const struct kb_header *h, const struct sk_link *link, sk_durable_fn fn,
+                        void *arg, wal_lsn *lsn, wal_lsn *lsn_end);
 /* Runs fn once the WAL is durable up to `end` (at once if it already is). */
 void sk_node_wait_durable(sk_node *n, wal_lsn end, sk_durable_fn fn, void *arg);
 
@@ -59,8 +61,16 @@ void sk_node_wait_durable(sk_node *n, wal_lsn end, sk_durable_fn fn, void *arg);
 bool sk_node_wal_full(const sk_node *n);
 /* Reads the WAL record of a batch the view indexes: in this node's own WAL,
  * or (a cluster's adopted partitions) in the WAL of the log that holds it.
- * Reader threads; errors as wal_read_record. */
+ * A LINK record is followed to its payload log: the answer is then a DATA
+ * record of the batch as served (the link's header on the payload's
+ * records). Reader threads; errors as wal_read_record, SK_ERR_CORRUPT when
+ * the payload is not the linked batch. */
 struct sk_batch_loc;
+/* Reads the record at lsn of any log's WAL: this node's own log (log 0 or
+ * its id), its payload log, or another log on the shared volume. Reader
+ * threads; errors as wal_read_record. */
+int sk_node_read_log(sk_node *n, int64_t log, wal_lsn lsn, uint8_t *type, void *buf,
+                     uint32_t cap, uint32_t *len) __attribute__((warn_unused_result));
 int sk_node_read_batch(sk_node *n, const struct sk_batch_loc *loc, uint8_t *type, void *buf,
                        uint32_t cap, uint32_t *len);
 /* Runs fn on a reader thread, then done on the loop. */

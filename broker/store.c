@@ -333,6 +333,18 @@ int sk_store_rec_parse(sk_store_rec *rec, wal_lsn lsn, uint8_t type, const uint8
         rec->end = lsn + WAL_RECORD_HEADER + len;
         return 0;
     }
+    if (type == SK_WAL_LINK) {
+        /* A linked batch is indexed at the link's position, as if its
+         * bytes were there (reads follow the link). */
+        sk_link l;
+        kb_header h;
+        if (sk_link_decode(payload, len, &l) || kb_parse_header_copy(l.head, sizeof l.head, &h))
+            return SK_ERR_CORRUPT;
+        sk_store_rec_data(rec, &l.id, l.part, &h, l.len);
+        rec->lsn = lsn;
+        rec->end = lsn + WAL_RECORD_HEADER + len;
+        return 0;
+    }
     rec->payload = malloc(len ? len : 1);
     if (!rec->payload)
         return SK_ERR_NOMEM;

@@ -191,6 +191,7 @@ struct sk_node {
     struct zone_map *zones;
     struct sk_tier *tier;
     struct sk_cluster *cluster; /* NULL for a single node */
+    struct pay_log *payload;    /* cluster: this node's payload log (proxy/payload.h) */
     const struct sk_cmeta_ops *cmeta; /* where metadata changes go (cmeta.h) */
 
     char cluster_id[32];

@@ -292,21 +292,31 @@ int sk_vlog_append(sk_vlog *v, uint8_t type, const struct iovec *iov, int iovcnt
 }
 
 int sk_vlog_append_data(sk_vlog *v, sk_part *p, const uint8_t *batch, uint32_t len,
-                        const kb_header *h, sk_vlog_fn fn, void *arg, wal_lsn *lsn,
-                        wal_lsn *lsn_end)
+                        const kb_header *h, const sk_link *link, sk_vlog_fn fn, void *arg,
+                        wal_lsn *lsn, wal_lsn *lsn_end)
 {
     struct pend *pe = calloc(1, sizeof *pe);
     if (!pe)
         return SK_ERR_NOMEM;
-    uint8_t head[SK_DATA_HEADER];
-    sk_data_header(head, &p->topic->id, p->index);
+    uint8_t head[SK_DATA_HEADER], lrec[SK_LINK_SIZE];
     sk_store_rec_data(&pe->rec, &p->topic->id, p->index, h, len);
-    struct iovec iov[2] = {{head, sizeof head}, {(void *)batch, len}};
+    struct iovec iov[2];
+    int iovcnt = 1;
+    if (link) {
+        sk_link_encode(lrec, link);
+        iov[0] = (struct iovec){lrec, sizeof lrec};
+    } else {
+        sk_data_header(head, &p->topic->id, p->index);
+        iov[0] = (struct iovec){head, sizeof head};
+        iov[1] = (struct iovec){(void *)batch, len};
+        iovcnt = 2;
+    }
     wal_lsn end;
-    int rc = append_pend(v, SK_WAL_DATA, iov, 2, pe, fn, arg, &end);
+    int rc = append_pend(v, link ? SK_WAL_LINK : SK_WAL_DATA, iov, iovcnt, pe, fn, arg, &end);
     if (rc == 0) {
+        size_t rlen = link ? sizeof lrec : sizeof head + len;
         if (lsn)
-            *lsn = end - WAL_RECORD_HEADER - sizeof head - len;
+            *lsn = end - WAL_RECORD_HEADER - rlen;
         if (lsn_end)
             *lsn_end = end;
     }

@@ -65,11 +65,15 @@ wal_lsn sk_vlog_applied(const sk_vlog *v);
  * end, and fn runs once it is durable. */
 int sk_vlog_append(sk_vlog *v, uint8_t type, const struct iovec *iov, int iovcnt, sk_vlog_fn fn,
                    void *arg, wal_lsn *lsn_end) __attribute__((warn_unused_result));
-/* Appends a partition's batch (final offsets written in it). */
+/* Appends a partition's batch (final offsets written in it): a DATA record,
+ * or, when `link` is given, a LINK record to the batch in a payload log
+ * (link->head holds the batch's header). */
 struct kb_header;
+struct sk_link;
 int sk_vlog_append_data(sk_vlog *v, sk_part *p, const uint8_t *batch, uint32_t len,
-                        const struct kb_header *h, sk_vlog_fn fn, void *arg, wal_lsn *lsn,
-                        wal_lsn *lsn_end) __attribute__((warn_unused_result));
+                        const struct kb_header *h, const struct sk_link *link, sk_vlog_fn fn,
+                        void *arg, wal_lsn *lsn, wal_lsn *lsn_end)
+    __attribute__((warn_unused_result));
 
 /* Runs fn once the WAL is durable up to `end` (at once if it is). */
 void sk_vlog_wait_durable(sk_vlog *v, wal_lsn end, sk_vlog_fn fn, void *arg);

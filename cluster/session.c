@@ -306,7 +306,7 @@ static char *node_value(cs_session *s)
     return cm_encode_node(&nd);
 }
 
-/* Registers the node (if its key is free) and its log, in one transaction.
+/* Registers the node (if its key is free) and its logs, in one transaction.
  * SK_ERR_EXIST: another process holds the node id. */
 static int step_register(cs_session *s, void *arg)
 {
@@ -322,23 +322,32 @@ static int step_register(cs_session *s, void *arg)
     lg.state = CM_LOG_LIVE;
     lg.custodian = -1;
     char *nv = node_value(s), *lv = cm_encode_log(&lg);
+    /* The payload log (docs/zones.md) lives and dies with the data log. */
+    char pkey[KEY_MAX];
+    size_t pkl = cm_key_log(s->prefix, cs_payload_log_id(s), pkey, sizeof pkey);
+    lg.id = cs_payload_log_id(s);
+    lg.kind = CM_LOG_PAYLOAD;
+    char *pv = cm_encode_log(&lg);
     int rc = SK_ERR_NOMEM;
-    if (nv && lv) {
+    if (nv && lv && pv) {
         etcd_cmp c = {.key = (const uint8_t *)nkey, .klen = nkl, .target = ETCD_TARGET_CREATE,
                       .result = ETCD_CMP_EQUAL, .number = 0};
-        etcd_op ops[2] = {
+        etcd_op ops[3] = {
             {.type = ETCD_OP_PUT, .key = (const uint8_t *)nkey, .klen = nkl,
              .value = (const uint8_t *)nv, .vlen = strlen(nv), .lease = s->lease},
             {.type = ETCD_OP_PUT, .key = (const uint8_t *)lkey, .klen = lkl,
              .value = (const uint8_t *)lv, .vlen = strlen(lv)},
+            {.type = ETCD_OP_PUT, .key = (const uint8_t *)pkey, .klen = pkl,
+             .value = (const uint8_t *)pv, .vlen = strlen(pv)},
         };
         struct sync y = {0};
-        rc = wait_sync(s, &y, etcd_txn(s->e, &c, 1, ops, 2, NULL, 0, sync_txn_cb, &y));
+        rc = wait_sync(s, &y, etcd_txn(s->e, &c, 1, ops, 3, NULL, 0, sync_txn_cb, &y));
         if (rc == 0 && !y.succeeded)
             rc = SK_ERR_EXIST;
     }
     free(nv);
     free(lv);
+    free(pv);
     return rc;
 }
 
@@ -822,7 +831,8 @@ cs_session *cs_start(struct event_base *base, const cs_opts *o, const cs_callbac
         return NULL;
     }
     int64_t deadline = o->start_timeout_ms ? sk_mono_ms() + o->start_timeout_ms : 0;
-    struct alloc_step log = {"next_log", 1, 0};
+    /* Two ids: the data log, and the payload log right after it. */
+    struct alloc_step log = {"next_log", 2, 0};
     int rc = with_retry(s, "create the cluster id", deadline, step_cluster_id, NULL);
     if (rc == 0)
         rc = with_retry(s, "allocate a log id", deadline, step_alloc, &log);
@@ -892,6 +902,11 @@ cm_model *cs_model(cs_session *s)
 int64_t cs_log_id(const cs_session *s)
 {
     return s->log_id;
+}
+
+int64_t cs_payload_log_id(const cs_session *s)
+{
+    return s->log_id + 1;
 }
 
 int64_t cs_lease(const cs_session *s)

@@ -74,6 +74,9 @@ void cs_stop(cs_session *s);
 etcd *cs_etcd(cs_session *s);
 cm_model *cs_model(cs_session *s);
 int64_t cs_log_id(const cs_session *s);
+/* This incarnation's payload log (docs/zones.md): always cs_log_id + 1, so
+ * that it is never older than the data log its node registers. */
+int64_t cs_payload_log_id(const cs_session *s);
 int64_t cs_lease(const cs_session *s);
 const char *cs_prefix(const cs_session *s);
 int32_t cs_node_id(const cs_session *s);

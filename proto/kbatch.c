@@ -125,6 +125,17 @@ int kb_parse_header(const uint8_t *p, size_t len, kb_header *h)
     return 0;
 }
 
+int kb_parse_header_copy(const uint8_t *p, size_t len, kb_header *h)
+{
+    if (len < KB_HEADER_SIZE)
+        return SK_ERR_PARSE;
+    int64_t total = kb_total_size(p, len);
+    if (total < KB_HEADER_SIZE)
+        return SK_ERR_PARSE;
+    parse_fields(p, KB_HEADER_SIZE, h);
+    return 0;
+}
+
 /* ---- Record varints (zigzag, as protobuf sint32/sint64) ----------------- */
 
 /* Reads a zigzag varint of at most 5 bytes. Like Kafka, bits beyond 32 in

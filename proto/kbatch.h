@@ -62,6 +62,10 @@ typedef struct kb_header {
  * SK_ERR_PARSE when fewer than KB_HEADER_SIZE bytes or batchLength does not
  * fit in len. No CRC check. */
 int kb_parse_header(const uint8_t *p, size_t len, kb_header *h);
+/* Parses a copy of a batch's first KB_HEADER_SIZE bytes, kept apart from
+ * its records (a link record's). SK_ERR_PARSE when len is short or the
+ * batchLength is smaller than a header. */
+int kb_parse_header_copy(const uint8_t *p, size_t len, kb_header *h);
 
 /* Total size of the batch at p (batchLength + 12), or -1 if len < 12 or
  * batchLength is negative. */

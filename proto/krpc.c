@@ -3,7 +3,7 @@
  * Do not edit: change the specs (or the generator) and run
  *     python3 tools/kgen.py --rpc proto/rpc --out proto
  * which the build does by itself when they change.
- * Input fingerprint (sha256 over the spec files read): 0a60bf2b7a2d85d3cd9b84875e1bd859
+ * Input fingerprint (sha256 over the spec files read): 4ba248721cc51ad78736a451d90dd2c1
  */
 #include "krpc.h"
 
@@ -113,23 +113,189 @@ const kc_struct kr_HandoffReadyResponse_desc = {
     .fields = kr_HandoffReadyResponse_fields,
 };
 
+/* ---- ConfirmRequest (key 10001): versions 0-0, flexible 0+ ---- */
+
+static const kc_field kr_ConfirmRequest_Batch_fields[] = {
+    {
+        .name = "TopicId", .type = KC_UUID, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
+        .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_ConfirmRequest_Batch, topic_id),
+    },
+    {
+        .name = "Partition", .type = KC_INT32, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
+        .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_ConfirmRequest_Batch, partition),
+    },
+    {
+        .name = "Epoch", .type = KC_INT32, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
+        .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_ConfirmRequest_Batch, epoch),
+    },
+    {
+        .name = "Lsn", .type = KC_INT64, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
+        .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_ConfirmRequest_Batch, lsn),
+    },
+    {
+        .name = "Length", .type = KC_INT32, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
+        .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_ConfirmRequest_Batch, length),
+    },
+    {
+        .name = "Crc", .type = KC_INT32, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
+        .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_ConfirmRequest_Batch, crc),
+    },
+    {
+        .name = "ProducerId", .type = KC_INT64, .ver_min = 0, .ver_max = KC_VMAX,
+        .null_min = -1, .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_ConfirmRequest_Batch, producer_id),
+    },
+    {
+        .name = "ProducerEpoch", .type = KC_INT16, .ver_min = 0, .ver_max = KC_VMAX,
+        .null_min = -1, .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_ConfirmRequest_Batch, producer_epoch),
+    },
+    {
+        .name = "BaseSequence", .type = KC_INT32, .ver_min = 0, .ver_max = KC_VMAX,
+        .null_min = -1, .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_ConfirmRequest_Batch, base_sequence),
+    },
+    {
+        .name = "LastOffsetDelta", .type = KC_INT32, .ver_min = 0, .ver_max = KC_VMAX,
+        .null_min = -1, .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_ConfirmRequest_Batch, last_offset_delta),
+    },
+    {
+        .name = "MaxTimestamp", .type = KC_INT64, .ver_min = 0, .ver_max = KC_VMAX,
+        .null_min = -1, .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_ConfirmRequest_Batch, max_timestamp),
+    },
+};
+const kc_struct kr_ConfirmRequest_Batch_desc = {
+    .name = "Batch",
+    .size = sizeof(kr_ConfirmRequest_Batch),
+    .nfields = 11,
+    .fields = kr_ConfirmRequest_Batch_fields,
+};
+
+static const kc_field kr_ConfirmRequest_fields[] = {
+    {
+        .name = "ProxyNode", .type = KC_INT32, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
+        .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_ConfirmRequest, proxy_node),
+    },
+    {
+        .name = "PayloadLog", .type = KC_INT64, .ver_min = 0, .ver_max = KC_VMAX,
+        .null_min = -1, .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_ConfirmRequest, payload_log),
+    },
+    {
+        .name = "Batches", .type = KC_ARRAY, .elem_type = KC_STRUCT, .ver_min = 0,
+        .ver_max = KC_VMAX, .null_min = -1, .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_ConfirmRequest, batches),
+        .elem_size = sizeof(kr_ConfirmRequest_Batch), .sub = &kr_ConfirmRequest_Batch_desc,
+    },
+};
+const kc_struct kr_ConfirmRequest_desc = {
+    .name = "ConfirmRequest",
+    .size = sizeof(kr_ConfirmRequest),
+    .nfields = 3,
+    .fields = kr_ConfirmRequest_fields,
+};
+
+/* ---- ConfirmResponse (key 10001) ---- */
+
+static const kc_field kr_ConfirmResponse_Batch_fields[] = {
+    {
+        .name = "Lsn", .type = KC_INT64, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
+        .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_ConfirmResponse_Batch, lsn),
+    },
+    {
+        .name = "ErrorCode", .type = KC_INT16, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
+        .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_ConfirmResponse_Batch, error_code),
+    },
+    {
+        .name = "ErrorMessage", .type = KC_STRING, .ver_min = 0, .ver_max = KC_VMAX,
+        .null_min = 0, .null_max = KC_VMAX, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_ConfirmResponse_Batch, error_message), .def_str = NULL,
+    },
+    {
+        .name = "BaseOffset", .type = KC_INT64, .ver_min = 0, .ver_max = KC_VMAX,
+        .null_min = -1, .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_ConfirmResponse_Batch, base_offset),
+    },
+    {
+        .name = "LogAppendTimeMs", .type = KC_INT64, .ver_min = 0, .ver_max = KC_VMAX,
+        .null_min = -1, .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_ConfirmResponse_Batch, log_append_time_ms),
+    },
+    {
+        .name = "LogStartOffset", .type = KC_INT64, .ver_min = 0, .ver_max = KC_VMAX,
+        .null_min = -1, .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_ConfirmResponse_Batch, log_start_offset),
+    },
+};
+const kc_struct kr_ConfirmResponse_Batch_desc = {
+    .name = "Batch",
+    .size = sizeof(kr_ConfirmResponse_Batch),
+    .nfields = 6,
+    .fields = kr_ConfirmResponse_Batch_fields,
+};
+
+static const kc_field kr_ConfirmResponse_fields[] = {
+    {
+        .name = "ThrottleTimeMs", .type = KC_INT32, .ver_min = 0, .ver_max = KC_VMAX,
+        .null_min = -1, .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_ConfirmResponse, throttle_time_ms),
+    },
+    {
+        .name = "ErrorCode", .type = KC_INT16, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
+        .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_ConfirmResponse, error_code),
+    },
+    {
+        .name = "PayrefRevision", .type = KC_INT64, .ver_min = 0, .ver_max = KC_VMAX,
+        .null_min = -1, .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_ConfirmResponse, payref_revision),
+    },
+    {
+        .name = "Batches", .type = KC_ARRAY, .elem_type = KC_STRUCT, .ver_min = 0,
+        .ver_max = KC_VMAX, .null_min = -1, .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_ConfirmResponse, batches),
+        .elem_size = sizeof(kr_ConfirmResponse_Batch), .sub = &kr_ConfirmResponse_Batch_desc,
+    },
+};
+const kc_struct kr_ConfirmResponse_desc = {
+    .name = "ConfirmResponse",
+    .size = sizeof(kr_ConfirmResponse),
+    .nfields = 4,
+    .fields = kr_ConfirmResponse_fields,
+};
+
 /* ---- the API table, indexed by key - KRPC_KEY_MIN ---- */
 
-static const kc_api krpc_apis[1] = {
+static const kc_api krpc_apis[2] = {
     [10000 - KRPC_KEY_MIN] = {.key = 10000, .name = "HandoffReady", .min_ver = 0, .max_ver = 0,
             .flex_min = 0,
             .req = &kr_HandoffReadyRequest_desc,
             .resp = &kr_HandoffReadyResponse_desc},
+    [10001 - KRPC_KEY_MIN] = {.key = 10001, .name = "Confirm", .min_ver = 0, .max_ver = 0,
+            .flex_min = 0,
+            .req = &kr_ConfirmRequest_desc,
+            .resp = &kr_ConfirmResponse_desc},
 };
 
 const kc_api *krpc_api_get(int16_t key)
 {
-    if (key < KRPC_KEY_MIN || key > 10000 || krpc_apis[key - KRPC_KEY_MIN].name == NULL)
+    if (key < KRPC_KEY_MIN || key > 10001 || krpc_apis[key - KRPC_KEY_MIN].name == NULL)
         return NULL;
     return &krpc_apis[key - KRPC_KEY_MIN];
 }
 
 int krpc_api_max_key(void)
 {
-    return 10000;
+    return 10001;
 }

@@ -3,7 +3,7 @@
  * Do not edit: change the specs (or the generator) and run
  *     python3 tools/kgen.py --rpc proto/rpc --out proto
  * which the build does by itself when they change.
- * Input fingerprint (sha256 over the spec files read): 0a60bf2b7a2d85d3cd9b84875e1bd859
+ * Input fingerprint (sha256 over the spec files read): 4ba248721cc51ad78736a451d90dd2c1
  */
 /*
  * krpc: Skiff's node-to-node RPCs, declared like the Kafka messages of
@@ -28,6 +28,7 @@
 /* The internal APIs. */
 enum kr_api_key {
     KR_HANDOFF_READY = 10000,
+    KR_CONFIRM = 10001,
 };
 
 /* ---- HandoffReadyRequest (key 10000): versions 0-0, flexible 0+ ---- */
@@ -79,6 +80,84 @@ typedef struct kr_HandoffReadyResponse {
 
 extern const kc_struct kr_HandoffReadyResponse_Partition_desc;
 extern const kc_struct kr_HandoffReadyResponse_desc;
+
+/* ---- ConfirmRequest (key 10001): versions 0-0, flexible 0+ ---- */
+
+typedef struct kr_ConfirmRequest_Batch {
+    /* The id of the partition's topic. */
+    kc_uuid topic_id;                                    /* v0+ */
+    /* The partition index. */
+    int32_t partition;                                   /* v0+ */
+    /* The partition's epoch as the proxy knows it: the receiver refuses a newer one
+     * than its own. */
+    int32_t epoch;                                       /* v0+ */
+    /* The position of the batch's PAYLOAD record in the payload log: with PayloadLog,
+     * the batch's identity for retries. */
+    int64_t lsn;                                         /* v0+ */
+    /* The batch's length in bytes. */
+    int32_t length;                                      /* v0+ */
+    /* The batch's CRC-32C, as in its header. */
+    int32_t crc;                                         /* v0+ */
+    /* The batch's producer id, or -1. */
+    int64_t producer_id;                                 /* v0+ */
+    /* The batch's producer epoch, or -1. */
+    int16_t producer_epoch;                              /* v0+ */
+    /* The batch's first sequence number, or -1. */
+    int32_t base_sequence;                               /* v0+ */
+    /* The batch's last offset delta: it takes LastOffsetDelta + 1 offsets. */
+    int32_t last_offset_delta;                           /* v0+ */
+    /* The batch's largest timestamp (the proxy's clock for a LogAppendTime topic). */
+    int64_t max_timestamp;                               /* v0+ */
+} kr_ConfirmRequest_Batch;
+
+typedef struct kr_ConfirmRequest {
+    /* The node that wrote the batches to its payload log. */
+    int32_t proxy_node;                                  /* v0+ */
+    /* The id of that payload log. */
+    int64_t payload_log;                                 /* v0+ */
+    /* Durable batches of that payload log for partitions of the receiving main, in the
+     * order the proxy wrote them. */
+    struct { int32_t n; kr_ConfirmRequest_Batch *v; } batches; /* v0+ */
+} kr_ConfirmRequest;
+
+extern const kc_struct kr_ConfirmRequest_Batch_desc;
+extern const kc_struct kr_ConfirmRequest_desc;
+
+/* ---- ConfirmResponse (key 10001) ---- */
+
+typedef struct kr_ConfirmResponse_Batch {
+    /* The batch's position in the payload log, as in the request. */
+    int64_t lsn;                                         /* v0+ */
+    /* 0 when the batch is linked and durable; otherwise the Kafka error to give the
+     * producer. */
+    int16_t error_code;                                  /* v0+ */
+    /* A message for the producer, or null. */
+    kc_str error_message;                                /* v0+, nullable 0+, default null */
+    /* The offset given to the batch's first record, or -1 on error. */
+    int64_t base_offset;                                 /* v0+ */
+    /* The time given to the batch for a LogAppendTime topic, else -1. */
+    int64_t log_append_time_ms;                          /* v0+ */
+    /* The partition's log start offset. */
+    int64_t log_start_offset;                            /* v0+ */
+} kr_ConfirmResponse_Batch;
+
+typedef struct kr_ConfirmResponse {
+    /* Always 0: nodes do not throttle each other; kept so that every response can
+     * carry it. */
+    int32_t throttle_time_ms;                            /* v0+ */
+    /* An error for the whole request (0 if none); the per-batch answers then do not
+     * apply. */
+    int16_t error_code;                                  /* v0+ */
+    /* The etcd revision from which the main's payref on the payload log is there to be
+     * seen (0 if no batch got that far): the proxy trims its payload log past the
+     * batches answered here only once it has seen that revision. */
+    int64_t payref_revision;                             /* v0+ */
+    /* One entry per batch of the request, in its order. */
+    struct { int32_t n; kr_ConfirmResponse_Batch *v; } batches; /* v0+ */
+} kr_ConfirmResponse;
+
+extern const kc_struct kr_ConfirmResponse_Batch_desc;
+extern const kc_struct kr_ConfirmResponse_desc;
 
 /* The internal API `key` (KRPC_KEY_MIN..krpc_api_max_key()), NULL when
  * there is none; the kc_api feeds kc_decode/kc_size/kc_encode as Kafka's. */

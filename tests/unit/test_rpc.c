@@ -73,7 +73,12 @@ static void test_api_table(void **state)
     assert_ptr_equal(api->req, &kr_HandoffReadyRequest_desc);
     assert_ptr_equal(api->resp, &kr_HandoffReadyResponse_desc);
     assert_int_equal(KRPC_KEY_MIN, 10000);
-    assert_int_equal(krpc_api_max_key(), 10000);
+    assert_int_equal(krpc_api_max_key(), KR_CONFIRM);
+    const kc_api *cf = krpc_api_get(KR_CONFIRM);
+    assert_non_null(cf);
+    assert_string_equal(cf->name, "Confirm");
+    assert_ptr_equal(cf->req, &kr_ConfirmRequest_desc);
+    assert_ptr_equal(cf->resp, &kr_ConfirmResponse_desc);
     assert_null(krpc_api_get(KRPC_KEY_MIN - 1));
     assert_null(krpc_api_get((int16_t)(krpc_api_max_key() + 1)));
     assert_null(krpc_api_get(18));
@@ -930,7 +935,9 @@ static void test_no_callback_inside_rpc_call(void **state)
     kr_HandoffReadyRequest req;
     kc_init(&kr_HandoffReadyRequest_desc, &req);
     outcome never = {0};
-    assert_int_equal(rpc_call(f->c, 77, 10001, 0, &req, 1000, record_cb, &never), SK_ERR_INVAL);
+    assert_int_equal(rpc_call(f->c, 77, (int16_t)(krpc_api_max_key() + 1), 0, &req, 1000,
+                             record_cb, &never),
+                     SK_ERR_INVAL);
     assert_int_equal(rpc_call(f->c, 77, KP_API_VERSIONS, 0, &req, 1000, record_cb, &never),
                      SK_ERR_INVAL);
     assert_int_equal(rpc_call(f->c, 77, KR_HANDOFF_READY, 1, &req, 1000, record_cb, &never),
