@@ -15,6 +15,7 @@
 #include "controller.h"
 #include "custody.h"
 #include "etcd.h"
+#include "follow.h"
 #include "groups.h"
 #include "handoff.h"
 #include "link.h"
@@ -46,6 +47,7 @@ struct sk_cluster {
     sk_controller *ctl;
     sk_links *links;  /* this node as main of proxied batches */
     sk_proxy *proxy;  /* this node as proxy */
+    sk_follows *follows; /* ... and its consumers' fetches */
     struct event *tick_ev;
     uint64_t ticks;
     bool started;
@@ -346,7 +348,8 @@ sk_cluster *sk_cluster_new(sk_node *n, char *why, size_t whylen)
     c->cu = sk_custody_new(c);
     c->ctl = sk_controller_new(c);
     c->links = sk_links_new(n, c);
-    if (!c->rpc || !c->h || !c->cu || !c->ctl || !c->links) {
+    c->follows = c->rpc ? sk_follows_new(n, c, c->rpc) : NULL;
+    if (!c->rpc || !c->h || !c->cu || !c->ctl || !c->links || !c->follows) {
         snprintf(why, whylen, "out of memory");
         sk_cluster_destroy(c);
         return NULL;
@@ -424,6 +427,7 @@ void sk_cluster_close(sk_cluster *c)
     sk_custody_close(c->cu);
     sk_links_close(c->links);
     sk_proxy_close(c->proxy);
+    sk_follows_close(c->follows);
 }
 
 void sk_cluster_destroy(sk_cluster *c)
@@ -445,6 +449,7 @@ void sk_cluster_destroy(sk_cluster *c)
     sk_custody_destroy(c->cu);
     sk_handoffs_destroy(c->h);
     sk_links_destroy(c->links);
+    sk_follows_destroy(c->follows);
     if (c->proxy) {
         sk_proxy_destroy(c->proxy); /* closes the payload log */
         c->n->payload = NULL;
@@ -500,6 +505,11 @@ sk_links *sk_cluster_links(sk_cluster *c)
 sk_proxy *sk_cluster_proxy(sk_cluster *c)
 {
     return c->proxy;
+}
+
+sk_follows *sk_cluster_follows(sk_cluster *c)
+{
+    return c->follows;
 }
 
 sk_handoffs *sk_cluster_handoffs(sk_cluster *c)

@@ -102,11 +102,12 @@ void sk_cluster_get_stats(sk_cluster *c, sk_cluster_stats *st);
  * node, and the handoff machinery. */
 typedef struct sk_handoffs sk_handoffs;
 sk_handoffs *sk_cluster_handoffs(sk_cluster *c);
-/* The node-to-node RPC client, the main's side of proxied batches and the
- * proxy (NULL without a payload log). */
+/* The node-to-node RPC client, the main's side of proxied batches, the
+ * proxy (NULL without a payload log) and its following of mains. */
 struct rpc_client *sk_cluster_rpc(sk_cluster *c);
 struct sk_links *sk_cluster_links(sk_cluster *c);
 struct sk_proxy *sk_cluster_proxy(sk_cluster *c);
+struct sk_follows *sk_cluster_follows(sk_cluster *c);
 const cm_part *sk_cluster_part_state(sk_cluster *c, const sk_part *p);
 sk_node *sk_cluster_node(sk_cluster *c);
 

@@ -52,6 +52,7 @@ static sk_api_entry table[] = {
     /* Skiff's node-to-node RPCs (proto/rpc): served, never advertised. */
     {KR_HANDOFF_READY, 0, 0, 0, 0, h_handoff_ready, NULL},
     {KR_CONFIRM, 0, 0, 0, 0, h_confirm, NULL},
+    {KR_FOLLOW, 0, 0, 0, 0, h_follow, NULL},
 };
 #define NTABLE ((int)(sizeof table / sizeof table[0]))
 
@@ -315,6 +316,8 @@ void sk_dispatch(sk_req *r)
         return;
     }
     r->entry = e;
+    if (internal_api(key))
+        r->conn->unordered = true; /* another node's connection (net.h) */
     if (key >= 0 && key < SK_METRICS_APIS)
         r->node->metrics.requests[key]++;
     /* The arena holds the decoded request (bounded by the frame: the codec

@@ -12,13 +12,16 @@
 #include <string.h>
 
 #include "config.h"
+#include "cluster.h"
 #include "dispatch.h"
+#include "follow.h"
 #include "handlers.h"
 #include "kmsg.h"
 #include "meta.h"
 #include "net.h"
 #include "node.h"
 #include "plog.h"
+#include "proxied.h"
 #include "sk_arena.h"
 #include "sk_err.h"
 #include "sk_log.h"
@@ -35,6 +38,8 @@ struct disk {
     bool have;      /* result below is valid */
     bool from_objs; /* the job found the batch in an object: read it there */
     bool via_hint;  /* ... or the partition's last object range did */
+    bool from_proxy; /* a proxied partition: read where its main says */
+    bool proxy_tried;
     int64_t offset, max_bytes;
     kc_uuid id;
     int32_t part;
@@ -46,7 +51,8 @@ struct disk {
     int err;
 };
 
-struct sk_fwait {
+typedef struct sk_fwait {
+    sk_waiter base; /* first: plog parks and wakes it as an sk_waiter */
     sk_req *r;
     sk_node *n;
     struct event *timer;
@@ -61,14 +67,14 @@ struct sk_fwait {
     bool disk_tried;
     bool shutdown;
     sk_arena *keep; /* the decoded request and the response skeleton */
-};
+} sk_fwait;
 
 static void fetch_eval(sk_fwait *w);
 
 static void unpark(sk_fwait *w)
 {
     for (int i = 0; i < w->nregs; i++)
-        sk_part_del_waiter(w->regs[i], w);
+        sk_part_del_waiter(w->regs[i], &w->base);
     w->nregs = 0;
     w->parked = false;
     if (w->timer)
@@ -92,12 +98,26 @@ static void fetch_cleanup(sk_req *r)
     r->hctx = NULL;
 }
 
-void sk_fetch_wake(sk_fwait *w)
+static void fetch_wake(sk_waiter *base)
 {
+    sk_fwait *w = (sk_fwait *)base;
     if (w->finished || w->job_running)
         return;
     unpark(w);
+    /* Something moved: a proxied partition may read again. */
+    for (int i = 0; i < w->nflat; i++)
+        w->disk[i].proxy_tried = false;
     fetch_eval(w);
+}
+
+static void fetch_stop(sk_waiter *base)
+{
+    sk_fwait *w = (sk_fwait *)base;
+    w->shutdown = true;
+    if (w->job_running)
+        unpark(w); /* its disk read answers when done */
+    else
+        fetch_wake(base);
 }
 
 void sk_fetch_wake_all(sk_node *n)
@@ -111,12 +131,8 @@ void sk_fetch_wake_all(sk_node *n)
         for (int32_t i = 0; i < t->nparts; i++) {
             sk_part *p = t->parts[i];
             while (p->nwaiters > 0) {
-                sk_fwait *w = p->waiters[0];
-                w->shutdown = true;
-                if (w->job_running)
-                    unpark(w); /* its disk read answers when done */
-                else
-                    sk_fetch_wake(w);
+                sk_waiter *w = p->waiters[0];
+                w->stop(w);
             }
         }
     }
@@ -233,6 +249,7 @@ static void tier_done(void *arg, int err, uint8_t *buf, size_t len, int64_t firs
     struct disk *d = &w->disk[tr->idx];
     free(tr);
     d->from_objs = false;
+    d->from_proxy = false;
     free(d->buf);
     d->buf = NULL;
     d->len = 0;
@@ -268,7 +285,7 @@ static void start_object_reads(sk_fwait *w)
     w->tier_pending++;
     for (int i = 0; i < w->nflat; i++) {
         struct disk *d = &w->disk[i];
-        if (!d->from_objs || w->finished)
+        if (!(d->from_objs || d->from_proxy) || w->finished)
             continue;
         struct tread *tr = malloc(sizeof *tr);
         if (!tr) {
@@ -280,8 +297,15 @@ static void start_object_reads(sk_fwait *w)
         tr->w = w;
         tr->idx = i;
         w->tier_pending++;
-        sk_tier_read(w->n->tier, &d->loc, d->stream, d->offset, (size_t)d->max_bytes, tier_done,
-                     tr);
+        sk_part *p = d->from_proxy ? sk_part_get(sk_topic_get_id(w->n, &d->id), d->part) : NULL;
+        if (d->from_proxy && p)
+            sk_follow_read(sk_cluster_follows(w->n->cluster), p, d->offset, d->max_bytes,
+                           tier_done, tr);
+        else if (d->from_proxy)
+            tier_done(tr, SK_ERR_NOENT, NULL, 0, -1, -1);
+        else
+            sk_tier_read(w->n->tier, &d->loc, d->stream, d->offset, (size_t)d->max_bytes,
+                         tier_done, tr);
     }
     /* The extra count keeps a read that completes at once from evaluating
      * before every read is started. */
@@ -305,6 +329,78 @@ static int16_t check_epoch(const sk_part *p, int32_t current)
         return 0;
     return current > p->leader_epoch ? SK_KAFKA_UNKNOWN_LEADER_EPOCH
                                      : SK_KAFKA_FENCED_LEADER_EPOCH;
+}
+
+/* What one partition's evaluation decided. */
+enum { PE_NONE, PE_DATA, PE_ERROR, PE_READ };
+
+/* A partition this node serves as the proxy of its main (docs/zones.md):
+ * the watermarks are the main's, as last heard; the batches come from the
+ * followed tail or from a read where the main says they are. */
+static int eval_proxied(sk_fwait *w, sk_part *p, const kp_FetchRequest_FetchPartition *fp,
+                        kp_FetchResponse_PartitionData *pd, struct disk *d, int64_t limit,
+                        bool first_data, int64_t *bytes)
+{
+    sk_follows *f = sk_cluster_follows(w->n->cluster);
+    sk_follow_marks m;
+    int64_t off = fp->fetch_offset;
+    if (d->have && d->err > 0 && d->offset == off) {
+        pd->error_code = (int16_t)d->err; /* the main's answer */
+        return PE_ERROR;
+    }
+    if (!sk_follow_marks_of(f, p, &m)) {
+        /* Never heard: ask (a read answers with the marks too). */
+        if (d->proxy_tried)
+            return PE_NONE;
+        goto read;
+    }
+    pd->high_watermark = pd->last_stable_offset = m.hw;
+    pd->log_start_offset = m.log_start;
+    int16_t ee = check_epoch(p, fp->current_leader_epoch);
+    if (ee) {
+        pd->error_code = ee;
+        return PE_ERROR;
+    }
+    if (off < m.log_start) {
+        pd->error_code = SK_KAFKA_OFFSET_OUT_OF_RANGE;
+        return PE_ERROR;
+    }
+    if (off >= m.hw) {
+        /* The main may be further: a read past the marks tells. */
+        if (off > m.hw && !d->proxy_tried)
+            goto read;
+        sk_follow_poll(f, p, m.hw);
+        return PE_NONE;
+    }
+    const uint8_t *buf;
+    int64_t len;
+    if (d->have && d->err == 0 && d->len > 0 && off >= d->first_base && off < d->end) {
+        buf = d->buf;
+        len = d->len;
+    } else if (!sk_follow_tail(f, p, off, limit > 0 ? limit : 1, &buf, &len)) {
+        if (d->proxy_tried)
+            return PE_NONE;
+        goto read;
+    }
+    if (!first_data && len > limit)
+        return PE_NONE;
+    kc_bytes *seg = sk_arena_alloc(w->r->arena, sizeof *seg);
+    if (!seg)
+        return PE_NONE;
+    seg->p = (uint8_t *)buf;
+    seg->len = (int32_t)len;
+    pd->records = (kc_records){NULL, (int32_t)len, 1, seg};
+    *bytes = len;
+    return PE_DATA;
+read:
+    d->from_proxy = true;
+    d->proxy_tried = true;
+    d->have = false;
+    d->offset = off;
+    d->max_bytes = limit > 0 ? limit : 1;
+    d->id = p->topic->id;
+    d->part = p->index;
+    return PE_READ;
 }
 
 static void fetch_eval(sk_fwait *w)
@@ -333,6 +429,28 @@ static void fetch_eval(sk_fwait *w)
             pd->records = (kc_records){NULL, 0, 0, NULL};
             pd->error_code = 0;
             sk_part *p = sk_part_get(t, fp->partition);
+            if (p && !sk_part_serving(p) && sk_proxy_serves(n, r->conn->zone, p)) {
+                int64_t limit = fp->partition_max_bytes > 0 ? fp->partition_max_bytes : 0;
+                if (budget - total < limit)
+                    limit = budget - total;
+                pd->high_watermark = pd->last_stable_offset = pd->log_start_offset = -1;
+                int64_t got = 0;
+                switch (eval_proxied(w, p, fp, pd, d, limit, first_data, &got)) {
+                case PE_DATA:
+                    total += got;
+                    first_data = false;
+                    break;
+                case PE_ERROR:
+                    any_error = true;
+                    break;
+                case PE_READ:
+                    need_objs = true;
+                    break;
+                default:
+                    break;
+                }
+                continue;
+            }
             if (!sk_part_serving(p)) {
                 /* Not here (any more): the client refreshes its metadata. */
                 pd->error_code = p ? SK_KAFKA_NOT_LEADER_OR_FOLLOWER
@@ -466,7 +584,7 @@ static void fetch_eval(sk_fwait *w)
                                         : NULL;
         for (int32_t j = 0; j < ft->partitions.n; j++) {
             sk_part *p = sk_part_get(t, ft->partitions.v[j].partition);
-            if (p && sk_part_add_waiter(p, w) == 0)
+            if (p && sk_part_add_waiter(p, &w->base) == 0)
                 w->regs[w->nregs++] = p;
         }
     }
@@ -518,6 +636,7 @@ void h_fetch(sk_req *r)
         sk_req_close(r, "out of memory");
         return;
     }
+    w->base = (sk_waiter){fetch_wake, fetch_stop};
     w->r = r;
     w->n = n;
     w->nflat = nflat;

@@ -10,14 +10,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cluster.h"
 #include "config.h"
 #include "dispatch.h"
 #include "handlers.h"
 #include "kbatch.h"
 #include "kmsg.h"
 #include "meta.h"
+#include "net.h"
 #include "node.h"
+#include "peer.h"
 #include "plog.h"
+#include "proxied.h"
 #include "sk_arena.h"
 #include "sk_err.h"
 #include "sk_log.h"
@@ -27,6 +31,7 @@
 #define LATEST -1
 #define EARLIEST -2
 #define MAX_TIMESTAMP -3
+#define FWD_TIMEOUT_MS 10000
 
 struct scan {
     int64_t target;
@@ -77,8 +82,97 @@ struct lo_job {
     sk_req *r;
     struct lo_item *items;
     int n;
-    int pending; /* object reads */
+    int pending;  /* object reads */
+    int forwards; /* requests to mains in other zones not answered yet */
+    bool local_done;
 };
+
+/* ---- partitions of mains in other zones: asked of them ---- */
+
+/* A partition this node serves as proxy (docs/zones.md): its main answers,
+ * exactly as it would answer the client. */
+static bool proxied(sk_req *r, const sk_part *p)
+{
+    return p && !sk_part_serving(p) && sk_proxy_serves(r->node, r->conn->zone, p);
+}
+
+/* One forwarded partition: where the answer goes. */
+struct fwd_ent {
+    int32_t main;
+    int ti, pi; /* the request's topic and partition indexes */
+};
+
+/* The forwarded partitions to one main. */
+struct fwd_call {
+    sk_req *r;
+    void *job;
+    struct fwd_ent *ents; /* those of this main */
+    int n;
+    void (*copy)(struct fwd_call *c, int i, int err, const void *resp);
+    void (*done)(void *job);
+};
+
+static int16_t fwd_error(int err)
+{
+    /* Not reached: the client refreshes its metadata; no answer in time:
+     * it retries. Either way retriable. */
+    return err == SK_ERR_TIMEOUT ? SK_KAFKA_REQUEST_TIMED_OUT : SK_KAFKA_NOT_LEADER_OR_FOLLOWER;
+}
+
+static void fwd_done(void *arg, int err, const void *resp)
+{
+    struct fwd_call *c = arg;
+    for (int i = 0; i < c->n; i++)
+        c->copy(c, i, err, resp);
+    c->done(c->job);
+    free(c->ents);
+    free(c);
+}
+
+/* Groups ents by main and sends each group, built by `build` (the request
+ * for group entries [0, n) of c, in r's arena), as one request. Returns the
+ * number of calls sent; copy runs once per entry, done once per call. */
+static int forward(sk_req *r, struct fwd_ent *ents, int n, int16_t key, void *job,
+                   void *(*build)(struct fwd_call *c),
+                   void (*copy)(struct fwd_call *c, int i, int err, const void *resp),
+                   void (*done)(void *job))
+{
+    int calls = 0;
+    bool *taken = calloc((size_t)(n ? n : 1), sizeof *taken);
+    if (!taken)
+        return 0;
+    for (int a = 0; a < n; a++) {
+        if (taken[a])
+            continue;
+        struct fwd_call *c = calloc(1, sizeof *c);
+        struct fwd_ent *g = malloc((size_t)n * sizeof *g);
+        if (!c || !g) {
+            free(c);
+            free(g);
+            break;
+        }
+        *c = (struct fwd_call){r, job, g, 0, copy, done};
+        for (int b = a; b < n; b++)
+            if (!taken[b] && ents[b].main == ents[a].main) {
+                taken[b] = true;
+                g[c->n++] = ents[b];
+            }
+        void *req = build(c);
+        int rc = req ? rpc_call(sk_cluster_rpc(r->node->cluster), ents[a].main, key, r->version,
+                                req, FWD_TIMEOUT_MS, fwd_done, c)
+                     : SK_ERR_NOMEM;
+        if (rc != 0) {
+            for (int i = 0; i < c->n; i++)
+                copy(c, i, SK_ERR_IO, NULL);
+            free(c->ents);
+            free(c);
+            continue;
+        }
+        calls++;
+    }
+    free(taken);
+    return calls;
+}
 
 static bool read_and_scan(sk_node *n, const sk_batch_loc *loc, int64_t target, int64_t *off,
                           int64_t *ts)
@@ -142,6 +236,23 @@ static bool cache_lookup(const sk_part *p, int64_t from_base, int64_t target, in
     return false;
 }
 
+static void lo_respond(struct lo_job *j)
+{
+    if (!j->local_done || j->forwards > 0)
+        return;
+    sk_req *r = j->r;
+    free(j->items);
+    free(j);
+    sk_req_respond(r);
+}
+
+static void lo_forward_done(void *job)
+{
+    struct lo_job *j = job;
+    j->forwards--;
+    lo_respond(j);
+}
+
 static void lo_finish(struct lo_job *j)
 {
     sk_req *r = j->r;
@@ -159,9 +270,8 @@ static void lo_finish(struct lo_job *j)
             it->out->timestamp = -1;
         }
     }
-    free(j->items);
-    free(j);
-    sk_req_respond(r);
+    j->local_done = true;
+    lo_respond(j);
 }
 
 struct lo_read {
@@ -217,6 +327,47 @@ static void lo_done(void *arg)
         lo_finish(j);
 }
 
+static void *lo_build(struct fwd_call *c)
+{
+    sk_req *r = c->r;
+    const kp_ListOffsetsRequest *req = r->body;
+    kp_ListOffsetsRequest *fr = sk_arena_alloc(r->arena, sizeof *fr);
+    kp_ListOffsetsRequest_ListOffsetsTopic *ts =
+        sk_req_array(r, &kp_ListOffsetsRequest_ListOffsetsTopic_desc, c->n);
+    if (!fr || !ts)
+        return NULL;
+    *fr = *req;
+    fr->replica_id = -1;
+    for (int i = 0; i < c->n; i++) {
+        const kp_ListOffsetsRequest_ListOffsetsTopic *lt = &req->topics.v[c->ents[i].ti];
+        ts[i] = *lt;
+        ts[i].partitions.n = 1;
+        ts[i].partitions.v = &lt->partitions.v[c->ents[i].pi];
+    }
+    fr->topics.n = c->n;
+    fr->topics.v = ts;
+    return fr;
+}
+
+static void lo_copy(struct fwd_call *c, int i, int err, const void *resp)
+{
+    kp_ListOffsetsResponse *mine = c->r->resp;
+    kp_ListOffsetsResponse_ListOffsetsPartitionResponse *out =
+        &mine->topics.v[c->ents[i].ti].partitions.v[c->ents[i].pi];
+    const kp_ListOffsetsResponse *a = resp;
+    if (!err && (i >= a->topics.n || a->topics.v[i].partitions.n != 1))
+        err = SK_ERR_PARSE;
+    if (err) {
+        out->error_code = fwd_error(err);
+        return;
+    }
+    const kp_ListOffsetsResponse_ListOffsetsPartitionResponse *o = &a->topics.v[i].partitions.v[0];
+    out->error_code = o->error_code;
+    out->timestamp = o->timestamp;
+    out->offset = o->offset;
+    out->leader_epoch = o->leader_epoch;
+}
+
 void h_list_offsets(sk_req *r)
 {
     sk_node *n = r->node;
@@ -231,7 +382,9 @@ void h_list_offsets(sk_req *r)
     struct lo_job *j = calloc(1, sizeof *j);
     if (j)
         j->items = calloc((size_t)(total ? total : 1), sizeof *j->items);
-    if ((nt && !trs) || !j || !j->items) {
+    struct fwd_ent *fwd = sk_arena_alloc(r->arena, (size_t)(total ? total : 1) * sizeof *fwd);
+    int nfwd = 0;
+    if ((nt && !trs) || !j || !j->items || !fwd) {
         if (j)
             free(j->items);
         free(j);
@@ -262,6 +415,10 @@ void h_list_offsets(sk_req *r)
             out->offset = -1;
             out->timestamp = -1;
             sk_part *p = sk_part_get(t, lp->partition_index);
+            if (proxied(r, p) && nfwd < total) {
+                fwd[nfwd++] = (struct fwd_ent){p->main_node, i, k};
+                continue;
+            }
             if (!sk_part_serving(p)) {
                 out->error_code =
                     p ? SK_KAFKA_NOT_LEADER_OR_FOLLOWER : SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION;
@@ -316,12 +473,72 @@ void h_list_offsets(sk_req *r)
             }
         }
     }
+    j->forwards = 1; /* until every call is sent */
+    j->forwards += forward(r, fwd, nfwd, KP_LIST_OFFSETS, j, lo_build, lo_copy, lo_forward_done);
+    j->forwards--;
     bool need_store = false;
     for (int i = 0; i < j->n; i++)
         need_store |= !j->items[i].check_cache;
     if (need_store && sk_node_read_job(n, lo_work, lo_done, j) == 0)
         return;
     lo_finish(j);
+}
+
+static void *oe_build(struct fwd_call *c)
+{
+    sk_req *r = c->r;
+    const kp_OffsetForLeaderEpochRequest *req = r->body;
+    kp_OffsetForLeaderEpochRequest *fr = sk_arena_alloc(r->arena, sizeof *fr);
+    kp_OffsetForLeaderEpochRequest_OffsetForLeaderTopic *ts =
+        sk_req_array(r, &kp_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_desc, c->n);
+    if (!fr || !ts)
+        return NULL;
+    *fr = *req;
+    fr->replica_id = -1;
+    for (int i = 0; i < c->n; i++) {
+        const kp_OffsetForLeaderEpochRequest_OffsetForLeaderTopic *lt =
+            &req->topics.v[c->ents[i].ti];
+        ts[i] = *lt;
+        ts[i].partitions.n = 1;
+        ts[i].partitions.v = &lt->partitions.v[c->ents[i].pi];
+    }
+    fr->topics.n = c->n;
+    fr->topics.v = ts;
+    return fr;
+}
+
+static void oe_copy(struct fwd_call *c, int i, int err, const void *resp)
+{
+    kp_OffsetForLeaderEpochResponse *mine = c->r->resp;
+    kp_OffsetForLeaderEpochResponse_EpochEndOffset *out =
+        &mine->topics.v[c->ents[i].ti].partitions.v[c->ents[i].pi];
+    const kp_OffsetForLeaderEpochResponse *a = resp;
+    if (!err && (i >= a->topics.n || a->topics.v[i].partitions.n != 1))
+        err = SK_ERR_PARSE;
+    if (err) {
+        out->error_code = fwd_error(err);
+        return;
+    }
+    const kp_OffsetForLeaderEpochResponse_EpochEndOffset *o = &a->topics.v[i].partitions.v[0];
+    out->error_code = o->error_code;
+    out->leader_epoch = o->leader_epoch;
+    out->end_offset = o->end_offset;
+}
+
+/* The request waits for its forwarded partitions. */
+struct oe_job {
+    sk_req *r;
+    int forwards;
+};
+
+static void oe_forward_done(void *job)
+{
+    struct oe_job *j = job;
+    if (--j->forwards > 0)
+        return;
+    sk_req *r = j->r;
+    free(j);
+    sk_req_respond(r);
 }
 
 void h_offset_for_leader_epoch(sk_req *r)
@@ -338,6 +555,14 @@ void h_offset_for_leader_epoch(sk_req *r)
     }
     resp->topics.n = nt;
     resp->topics.v = trs;
+    int total = 0, nfwd = 0;
+    for (int32_t i = 0; i < nt; i++)
+        total += req->topics.v[i].partitions.n > 0 ? req->topics.v[i].partitions.n : 0;
+    struct fwd_ent *fwd = sk_arena_alloc(r->arena, (size_t)(total ? total : 1) * sizeof *fwd);
+    if (!fwd) {
+        sk_req_close(r, "out of memory");
+        return;
+    }
     for (int32_t i = 0; i < nt; i++) {
         kp_OffsetForLeaderEpochRequest_OffsetForLeaderTopic *lt = &req->topics.v[i];
         int32_t np = lt->partitions.n > 0 ? lt->partitions.n : 0;
@@ -358,6 +583,10 @@ void h_offset_for_leader_epoch(sk_req *r)
             out->leader_epoch = -1;
             out->end_offset = -1;
             sk_part *p = sk_part_get(t, lp->partition);
+            if (proxied(r, p) && nfwd < total) {
+                fwd[nfwd++] = (struct fwd_ent){p->main_node, i, k};
+                continue;
+            }
             if (!sk_part_serving(p)) {
                 out->error_code =
                     p ? SK_KAFKA_NOT_LEADER_OR_FOLLOWER : SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION;
@@ -379,5 +608,15 @@ void h_offset_for_leader_epoch(sk_req *r)
             }
         }
     }
+    struct oe_job *j = nfwd ? calloc(1, sizeof *j) : NULL;
+    if (j) {
+        *j = (struct oe_job){r, 1};
+        j->forwards += forward(r, fwd, nfwd, KP_OFFSET_FOR_LEADER_EPOCH, j, oe_build, oe_copy,
+                               oe_forward_done);
+        oe_forward_done(j); /* responds once the forwarded partitions are answered */
+        return;
+    }
+    for (int k = 0; k < nfwd; k++) /* out of memory: retriable */
+        trs[fwd[k].ti].partitions.v[fwd[k].pi].error_code = SK_KAFKA_REQUEST_TIMED_OUT;
     sk_req_respond(r);
 }

@@ -48,11 +48,9 @@ bool sk_broker_addr(sk_req *r, int32_t node, sk_broker *out);
 /* Skiff's node-to-node RPCs (h_rpc.c). */
 void h_handoff_ready(sk_req *r);
 void h_confirm(sk_req *r);
+void h_follow(sk_req *r);
 
-/* A fetch parked on a partition whose high watermark moved (or which went
- * away): re-evaluate it. */
-void sk_fetch_wake(sk_fwait *w);
-/* Shutdown: answer every parked fetch now. */
+/* Shutdown: answer every parked fetch and follow request now. */
 void sk_fetch_wake_all(sk_node *n);
 
 #endif

@@ -120,14 +120,25 @@ static void req_free(sk_req *r)
     conn_unref(c);
 }
 
-/* Writes every finished request at the head of the queue, in order. */
+/* Writes every finished request at the head of the queue, in order; on a
+ * connection of another node, every finished request (its client matches
+ * answers by correlation id, and a long-polling Follow must not hold up a
+ * Confirm behind it). */
 static void conn_flush(sk_conn *c)
 {
-    while (c->head && c->head->state != SK_REQ_RUNNING) {
-        sk_req *r = c->head;
-        c->head = r->next;
-        if (!c->head)
-            c->tail = NULL;
+    sk_req **pp = &c->head, *prev = NULL;
+    while (*pp) {
+        sk_req *r = *pp;
+        if (r->state == SK_REQ_RUNNING) {
+            if (!c->unordered)
+                break;
+            prev = r;
+            pp = &r->next;
+            continue;
+        }
+        *pp = r->next;
+        if (c->tail == r)
+            c->tail = prev;
         c->ninflight--;
         if (!c->closed && !c->close_after) {
             if (r->state == SK_REQ_DONE && r->out) {

@@ -36,6 +36,7 @@ struct sk_conn {
     bool close_after;  /* close once the output buffer drains */
     bool read_enabled;
     sk_req *head, *tail; /* requests in arrival order */
+    bool unordered;      /* another node's: answers go out as they are ready */
     int ninflight;
     int listener; /* index into cfg->listeners */
     char peer[64];

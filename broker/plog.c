@@ -333,13 +333,38 @@ int sk_part_cached(const sk_part *p, int64_t from, int64_t hw, int64_t max_bytes
     return n;
 }
 
+int sk_part_cached_batches(const sk_part *p, int64_t from, int64_t hw, int64_t max_bytes,
+                           const sk_cbatch **out, int max, bool *miss)
+{
+    *miss = false;
+    if (from >= hw)
+        return 0;
+    int64_t i = cq_find(p, from);
+    if (i < 0) {
+        *miss = true;
+        return 0;
+    }
+    int n = 0;
+    int64_t bytes = 0;
+    for (; i < p->cq_len && n < max; i++) {
+        const sk_cbatch *b = cq_at(p, (uint32_t)i);
+        if (b->base >= hw || (n > 0 && bytes + b->len > max_bytes))
+            break;
+        out[n++] = b;
+        bytes += b->len;
+        if (bytes >= max_bytes)
+            break;
+    }
+    return n;
+}
+
 /* ---- parked fetches ---- */
 
-int sk_part_add_waiter(sk_part *p, sk_fwait *w)
+int sk_part_add_waiter(sk_part *p, sk_waiter *w)
 {
     if (p->nwaiters == p->capwaiters) {
         int ncap = p->capwaiters ? p->capwaiters * 2 : 4;
-        sk_fwait **nw = realloc(p->waiters, (size_t)ncap * sizeof *nw);
+        sk_waiter **nw = realloc(p->waiters, (size_t)ncap * sizeof *nw);
         if (!nw)
             return SK_ERR_NOMEM;
         p->waiters = nw;
@@ -349,7 +374,7 @@ int sk_part_add_waiter(sk_part *p, sk_fwait *w)
     return 0;
 }
 
-void sk_part_del_waiter(sk_part *p, sk_fwait *w)
+void sk_part_del_waiter(sk_part *p, sk_waiter *w)
 {
     for (int i = 0; i < p->nwaiters; i++)
         if (p->waiters[i] == w) {
@@ -360,18 +385,18 @@ void sk_part_del_waiter(sk_part *p, sk_fwait *w)
 
 void sk_part_wake(sk_part *p)
 {
-    /* A woken fetch unregisters itself from its partitions, which changes
+    /* A woken waiter unregisters itself from its partitions, which changes
      * the array under us: take the list first. */
     int n = p->nwaiters;
     if (n == 0)
         return;
-    sk_fwait *local[16];
-    sk_fwait **list = n <= 16 ? local : malloc((size_t)n * sizeof *list);
+    sk_waiter *local[16];
+    sk_waiter **list = n <= 16 ? local : malloc((size_t)n * sizeof *list);
     if (!list)
         return;
     memcpy(list, p->waiters, (size_t)n * sizeof *list);
     for (int i = 0; i < n; i++)
-        sk_fetch_wake(list[i]);
+        list[i]->wake(list[i]);
     if (list != local)
         free(list);
 }

@@ -57,15 +57,19 @@ void sk_cache_evict(sk_node *n);
  * `from` is older than the cache (it must be read from storage). */
 int sk_part_cached(const sk_part *p, int64_t from, int64_t hw, int64_t max_bytes, kc_bytes *segs,
                    int maxsegs, int64_t *bytes, bool *miss);
+/* The same as cached batches: up to max of them from the one holding
+ * `from`, below hw, until max_bytes (the first always counts). */
+int sk_part_cached_batches(const sk_part *p, int64_t from, int64_t hw, int64_t max_bytes,
+                           const sk_cbatch **out, int max, bool *miss);
 /* The cached batch holding offset, or NULL. */
 const sk_cbatch *sk_part_cached_at(const sk_part *p, int64_t offset);
 /* Oldest offset the cache holds for p, or -1. */
 int64_t sk_part_cache_start(const sk_part *p);
 
-/* Parked fetches. */
-int sk_part_add_waiter(sk_part *p, sk_fwait *w);
-void sk_part_del_waiter(sk_part *p, sk_fwait *w);
-/* Wakes every fetch parked on p (the high watermark moved or p went away). */
+/* Parked fetches and follow requests. */
+int sk_part_add_waiter(sk_part *p, sk_waiter *w);
+void sk_part_del_waiter(sk_part *p, sk_waiter *w);
+/* Wakes every waiter parked on p (the high watermark moved or p went away). */
 void sk_part_wake(sk_part *p);
 
 #endif

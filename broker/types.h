@@ -33,7 +33,7 @@ typedef struct sk_part sk_part;
 typedef struct sk_cbatch sk_cbatch;
 typedef struct sk_pstate sk_pstate;
 typedef struct sk_store sk_store;
-typedef struct sk_fwait sk_fwait;
+typedef struct sk_waiter sk_waiter;
 typedef struct sk_groups sk_groups;
 
 /* ---- topic configuration ---- */
@@ -88,6 +88,15 @@ struct sk_pstate {
     int64_t last_ts; /* wall-clock ms of the last append, for expiry */
 };
 
+/* Something parked on partitions until their high watermark moves: a
+ * fetch, or a proxy's follow request. plog calls wake when the watermark
+ * moves or the partition goes; stop at shutdown (answer now). Both unpark
+ * it from every partition it waits on. */
+struct sk_waiter {
+    void (*wake)(sk_waiter *w);
+    void (*stop)(sk_waiter *w);
+};
+
 /* What this node does with a partition. A single node serves all of its
  * partitions; in a cluster a node serves those whose main it is
  * (docs/cluster.md): it adopts them, serves them, and hands them over. */
@@ -117,7 +126,7 @@ struct sk_part {
     sk_map *producers; /* pid (int64) -> sk_pstate */
     struct sk_obj_loc *obj_hint; /* the object range the last read from objects used */
     /* parked fetches to wake when hw moves */
-    sk_fwait **waiters;
+    sk_waiter **waiters;
     int nwaiters, capwaiters;
 };
 

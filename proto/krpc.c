@@ -3,7 +3,7 @@
  * Do not edit: change the specs (or the generator) and run
  *     python3 tools/kgen.py --rpc proto/rpc --out proto
  * which the build does by itself when they change.
- * Input fingerprint (sha256 over the spec files read): 4ba248721cc51ad78736a451d90dd2c1
+ * Input fingerprint (sha256 over the spec files read): a3ef0d428de043a7a69eef466feb4fcf
  */
 #include "krpc.h"
 
@@ -275,9 +275,203 @@ const kc_struct kr_ConfirmResponse_desc = {
     .fields = kr_ConfirmResponse_fields,
 };
 
+/* ---- FollowRequest (key 10002): versions 0-0, flexible 0+ ---- */
+
+static const kc_field kr_FollowRequest_Partition_fields[] = {
+    {
+        .name = "TopicId", .type = KC_UUID, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
+        .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_FollowRequest_Partition, topic_id),
+    },
+    {
+        .name = "Partition", .type = KC_INT32, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
+        .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_FollowRequest_Partition, partition),
+    },
+    {
+        .name = "Offset", .type = KC_INT64, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
+        .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_FollowRequest_Partition, offset),
+    },
+    {
+        .name = "MaxBytes", .type = KC_INT32, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
+        .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_FollowRequest_Partition, max_bytes),
+    },
+};
+const kc_struct kr_FollowRequest_Partition_desc = {
+    .name = "Partition",
+    .size = sizeof(kr_FollowRequest_Partition),
+    .nfields = 4,
+    .fields = kr_FollowRequest_Partition_fields,
+};
+
+static const kc_field kr_FollowRequest_fields[] = {
+    {
+        .name = "ProxyNode", .type = KC_INT32, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
+        .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_FollowRequest, proxy_node),
+    },
+    {
+        .name = "MaxWaitMs", .type = KC_INT32, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
+        .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_FollowRequest, max_wait_ms),
+    },
+    {
+        .name = "Partitions", .type = KC_ARRAY, .elem_type = KC_STRUCT, .ver_min = 0,
+        .ver_max = KC_VMAX, .null_min = -1, .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_FollowRequest, partitions),
+        .elem_size = sizeof(kr_FollowRequest_Partition),
+        .sub = &kr_FollowRequest_Partition_desc,
+    },
+};
+const kc_struct kr_FollowRequest_desc = {
+    .name = "FollowRequest",
+    .size = sizeof(kr_FollowRequest),
+    .nfields = 3,
+    .fields = kr_FollowRequest_fields,
+};
+
+/* ---- FollowResponse (key 10002) ---- */
+
+static const kc_field kr_FollowResponse_Batch_fields[] = {
+    {
+        .name = "BaseOffset", .type = KC_INT64, .ver_min = 0, .ver_max = KC_VMAX,
+        .null_min = -1, .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_FollowResponse_Batch, base_offset),
+    },
+    {
+        .name = "LastOffset", .type = KC_INT64, .ver_min = 0, .ver_max = KC_VMAX,
+        .null_min = -1, .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_FollowResponse_Batch, last_offset),
+    },
+    {
+        .name = "Log", .type = KC_INT64, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
+        .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_FollowResponse_Batch, log),
+    },
+    {
+        .name = "Lsn", .type = KC_INT64, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
+        .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_FollowResponse_Batch, lsn),
+    },
+    {
+        .name = "Length", .type = KC_INT32, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
+        .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_FollowResponse_Batch, length),
+    },
+};
+const kc_struct kr_FollowResponse_Batch_desc = {
+    .name = "Batch",
+    .size = sizeof(kr_FollowResponse_Batch),
+    .nfields = 5,
+    .fields = kr_FollowResponse_Batch_fields,
+};
+
+static const kc_field kr_FollowResponse_Partition_fields[] = {
+    {
+        .name = "TopicId", .type = KC_UUID, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
+        .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_FollowResponse_Partition, topic_id),
+    },
+    {
+        .name = "Partition", .type = KC_INT32, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
+        .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_FollowResponse_Partition, partition),
+    },
+    {
+        .name = "ErrorCode", .type = KC_INT16, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
+        .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_FollowResponse_Partition, error_code),
+    },
+    {
+        .name = "HighWatermark", .type = KC_INT64, .ver_min = 0, .ver_max = KC_VMAX,
+        .null_min = -1, .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_FollowResponse_Partition, high_watermark),
+    },
+    {
+        .name = "LogStartOffset", .type = KC_INT64, .ver_min = 0, .ver_max = KC_VMAX,
+        .null_min = -1, .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_FollowResponse_Partition, log_start_offset),
+    },
+    {
+        .name = "LeaderEpoch", .type = KC_INT32, .ver_min = 0, .ver_max = KC_VMAX,
+        .null_min = -1, .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_FollowResponse_Partition, leader_epoch),
+    },
+    {
+        .name = "Batches", .type = KC_ARRAY, .elem_type = KC_STRUCT, .ver_min = 0,
+        .ver_max = KC_VMAX, .null_min = -1, .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_FollowResponse_Partition, batches),
+        .elem_size = sizeof(kr_FollowResponse_Batch), .sub = &kr_FollowResponse_Batch_desc,
+    },
+    {
+        .name = "ObjectKey", .type = KC_STRING, .ver_min = 0, .ver_max = KC_VMAX, .null_min = 0,
+        .null_max = KC_VMAX, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_FollowResponse_Partition, object_key), .def_str = NULL,
+    },
+    {
+        .name = "ObjectSize", .type = KC_INT64, .ver_min = 0, .ver_max = KC_VMAX,
+        .null_min = -1, .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_FollowResponse_Partition, object_size),
+    },
+    {
+        .name = "RangeStart", .type = KC_INT64, .ver_min = 0, .ver_max = KC_VMAX,
+        .null_min = -1, .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_FollowResponse_Partition, range_start),
+    },
+    {
+        .name = "RangeEnd", .type = KC_INT64, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
+        .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_FollowResponse_Partition, range_end),
+    },
+    {
+        .name = "RangeMaxTimestamp", .type = KC_INT64, .ver_min = 0, .ver_max = KC_VMAX,
+        .null_min = -1, .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_FollowResponse_Partition, range_max_timestamp),
+    },
+    {
+        .name = "RangeSize", .type = KC_INT64, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
+        .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_FollowResponse_Partition, range_size),
+    },
+};
+const kc_struct kr_FollowResponse_Partition_desc = {
+    .name = "Partition",
+    .size = sizeof(kr_FollowResponse_Partition),
+    .nfields = 13,
+    .fields = kr_FollowResponse_Partition_fields,
+};
+
+static const kc_field kr_FollowResponse_fields[] = {
+    {
+        .name = "ThrottleTimeMs", .type = KC_INT32, .ver_min = 0, .ver_max = KC_VMAX,
+        .null_min = -1, .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_FollowResponse, throttle_time_ms),
+    },
+    {
+        .name = "ErrorCode", .type = KC_INT16, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
+        .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_FollowResponse, error_code),
+    },
+    {
+        .name = "Partitions", .type = KC_ARRAY, .elem_type = KC_STRUCT, .ver_min = 0,
+        .ver_max = KC_VMAX, .null_min = -1, .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_FollowResponse, partitions),
+        .elem_size = sizeof(kr_FollowResponse_Partition),
+        .sub = &kr_FollowResponse_Partition_desc,
+    },
+};
+const kc_struct kr_FollowResponse_desc = {
+    .name = "FollowResponse",
+    .size = sizeof(kr_FollowResponse),
+    .nfields = 3,
+    .fields = kr_FollowResponse_fields,
+};
+
 /* ---- the API table, indexed by key - KRPC_KEY_MIN ---- */
 
-static const kc_api krpc_apis[2] = {
+static const kc_api krpc_apis[3] = {
     [10000 - KRPC_KEY_MIN] = {.key = 10000, .name = "HandoffReady", .min_ver = 0, .max_ver = 0,
             .flex_min = 0,
             .req = &kr_HandoffReadyRequest_desc,
@@ -286,16 +480,20 @@ static const kc_api krpc_apis[2] = {
             .flex_min = 0,
             .req = &kr_ConfirmRequest_desc,
             .resp = &kr_ConfirmResponse_desc},
+    [10002 - KRPC_KEY_MIN] = {.key = 10002, .name = "Follow", .min_ver = 0, .max_ver = 0,
+            .flex_min = 0,
+            .req = &kr_FollowRequest_desc,
+            .resp = &kr_FollowResponse_desc},
 };
 
 const kc_api *krpc_api_get(int16_t key)
 {
-    if (key < KRPC_KEY_MIN || key > 10001 || krpc_apis[key - KRPC_KEY_MIN].name == NULL)
+    if (key < KRPC_KEY_MIN || key > 10002 || krpc_apis[key - KRPC_KEY_MIN].name == NULL)
         return NULL;
     return &krpc_apis[key - KRPC_KEY_MIN];
 }
 
 int krpc_api_max_key(void)
 {
-    return 10001;
+    return 10002;
 }

@@ -3,7 +3,7 @@
  * Do not edit: change the specs (or the generator) and run
  *     python3 tools/kgen.py --rpc proto/rpc --out proto
  * which the build does by itself when they change.
- * Input fingerprint (sha256 over the spec files read): 4ba248721cc51ad78736a451d90dd2c1
+ * Input fingerprint (sha256 over the spec files read): a3ef0d428de043a7a69eef466feb4fcf
  */
 /*
  * krpc: Skiff's node-to-node RPCs, declared like the Kafka messages of
@@ -29,6 +29,7 @@
 enum kr_api_key {
     KR_HANDOFF_READY = 10000,
     KR_CONFIRM = 10001,
+    KR_FOLLOW = 10002,
 };
 
 /* ---- HandoffReadyRequest (key 10000): versions 0-0, flexible 0+ ---- */
@@ -158,6 +159,95 @@ typedef struct kr_ConfirmResponse {
 
 extern const kc_struct kr_ConfirmResponse_Batch_desc;
 extern const kc_struct kr_ConfirmResponse_desc;
+
+/* ---- FollowRequest (key 10002): versions 0-0, flexible 0+ ---- */
+
+typedef struct kr_FollowRequest_Partition {
+    /* The id of the partition's topic. */
+    kc_uuid topic_id;                                    /* v0+ */
+    /* The partition index. */
+    int32_t partition;                                   /* v0+ */
+    /* The first offset the proxy wants located, or up to which it knows the log. */
+    int64_t offset;                                      /* v0+ */
+    /* How many bytes of batches to locate from Offset on (0: none, the watermarks
+     * only). */
+    int32_t max_bytes;                                   /* v0+ */
+} kr_FollowRequest_Partition;
+
+typedef struct kr_FollowRequest {
+    /* The node that serves these partitions to consumers of its zone. */
+    int32_t proxy_node;                                  /* v0+ */
+    /* How long the main may wait for a partition's high watermark to pass its offset
+     * when none has. */
+    int32_t max_wait_ms;                                 /* v0+ */
+    /* The partitions followed. */
+    struct { int32_t n; kr_FollowRequest_Partition *v; } partitions; /* v0+ */
+} kr_FollowRequest;
+
+extern const kc_struct kr_FollowRequest_Partition_desc;
+extern const kc_struct kr_FollowRequest_desc;
+
+/* ---- FollowResponse (key 10002) ---- */
+
+typedef struct kr_FollowResponse_Batch {
+    /* The batch's first offset. */
+    int64_t base_offset;                                 /* v0+ */
+    /* The batch's last offset. */
+    int64_t last_offset;                                 /* v0+ */
+    /* The log whose WAL holds the batch's record (a LINK record leads on to a payload
+     * log). */
+    int64_t log;                                         /* v0+ */
+    /* The record's position in that log. */
+    int64_t lsn;                                         /* v0+ */
+    /* The batch's length in bytes. */
+    int32_t length;                                      /* v0+ */
+} kr_FollowResponse_Batch;
+
+typedef struct kr_FollowResponse_Partition {
+    /* The id of the partition's topic. */
+    kc_uuid topic_id;                                    /* v0+ */
+    /* The partition index. */
+    int32_t partition;                                   /* v0+ */
+    /* 0, or why the partition cannot be followed here (NOT_LEADER_OR_FOLLOWER,
+     * OFFSET_OUT_OF_RANGE, ...). */
+    int16_t error_code;                                  /* v0+ */
+    /* The partition's high watermark (its last stable offset too: Skiff has no
+     * transactions). */
+    int64_t high_watermark;                              /* v0+ */
+    /* The partition's log start offset. */
+    int64_t log_start_offset;                            /* v0+ */
+    /* The partition's epoch at the main. */
+    int32_t leader_epoch;                                /* v0+ */
+    /* Batches from Offset on, in offset order, each in a log on the shared volume. */
+    struct { int32_t n; kr_FollowResponse_Batch *v; } batches; /* v0+ */
+    /* When Offset is no longer in any WAL: the object holding it, else null. */
+    kc_str object_key;                                   /* v0+, nullable 0+, default null */
+    /* The object's size in bytes. */
+    int64_t object_size;                                 /* v0+ */
+    /* The first offset of the partition's range in the object. */
+    int64_t range_start;                                 /* v0+ */
+    /* The last offset of that range. */
+    int64_t range_end;                                   /* v0+ */
+    /* The largest timestamp of that range. */
+    int64_t range_max_timestamp;                         /* v0+ */
+    /* The range's size in bytes. */
+    int64_t range_size;                                  /* v0+ */
+} kr_FollowResponse_Partition;
+
+typedef struct kr_FollowResponse {
+    /* Always 0: nodes do not throttle each other; kept so that every response can
+     * carry it. */
+    int32_t throttle_time_ms;                            /* v0+ */
+    /* An error for the whole request (0 if none); the per-partition answers then do
+     * not apply. */
+    int16_t error_code;                                  /* v0+ */
+    /* One entry per partition of the request, in its order. */
+    struct { int32_t n; kr_FollowResponse_Partition *v; } partitions; /* v0+ */
+} kr_FollowResponse;
+
+extern const kc_struct kr_FollowResponse_Batch_desc;
+extern const kc_struct kr_FollowResponse_Partition_desc;
+extern const kc_struct kr_FollowResponse_desc;
 
 /* The internal API `key` (KRPC_KEY_MIN..krpc_api_max_key()), NULL when
  * there is none; the kc_api feeds kc_decode/kc_size/kc_encode as Kafka's. */

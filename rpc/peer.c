@@ -28,6 +28,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "kmsg.h"
 #include "krpc.h"
 #include "sk_arena.h"
 #include "sk_err.h"
@@ -883,7 +884,11 @@ int rpc_call(rpc_client *c, int32_t node, int16_t key, int16_t version, const vo
         return SK_ERR_INVAL;
     if (c->destroying)
         return SK_ERR_CLOSED;
-    const kc_api *api = krpc_api_get(key);
+    /* Skiff's own RPCs, or a Kafka API a proxy asks a main on a client's
+     * behalf; not ApiVersions, whose response header breaks the rule. */
+    const kc_api *api = key >= KRPC_KEY_MIN ? krpc_api_get(key)
+                        : key == KP_API_VERSIONS ? NULL
+                                                 : kc_api_get(key);
     if (!api || version < api->min_ver || version > api->max_ver)
         return SK_ERR_INVAL;
     rpc_pending *p = calloc(1, sizeof *p);

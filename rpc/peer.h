@@ -118,10 +118,12 @@ const char *rpc_peer_state_name(rpc_peer_state s);
 typedef void (*rpc_cb)(void *arg, int err, const void *resp);
 
 /* Sends request `req` (a struct of the API's generated request type) with API
- * `key` at `version` to `node`. Returns 0 (cb will run) or an error (cb will
- * not run): SK_ERR_INVAL for an unknown API or version (the internal APIs of
- * krpc.h only), a NULL req or cb, or timeout_ms <= 0; SK_ERR_NOMEM;
- * SK_ERR_CLOSED from a callback run by rpc_client_destroy. */
+ * `key` at `version` to `node`: one of the internal APIs of krpc.h, or a
+ * Kafka API of kmsg.h but ApiVersions (a proxy asking a main what a client
+ * asked it). Returns 0 (cb will run) or an error (cb will not run):
+ * SK_ERR_INVAL for an unknown API or version, a NULL req or cb, or
+ * timeout_ms <= 0; SK_ERR_NOMEM; SK_ERR_CLOSED from a callback run by
+ * rpc_client_destroy. */
 int rpc_call(rpc_client *c, int32_t node, int16_t key, int16_t version, const void *req,
              int64_t timeout_ms, rpc_cb cb, void *arg) __attribute__((warn_unused_result));
 

@@ -73,7 +73,7 @@ static void test_api_table(void **state)
     assert_ptr_equal(api->req, &kr_HandoffReadyRequest_desc);
     assert_ptr_equal(api->resp, &kr_HandoffReadyResponse_desc);
     assert_int_equal(KRPC_KEY_MIN, 10000);
-    assert_int_equal(krpc_api_max_key(), KR_CONFIRM);
+    assert_int_equal(krpc_api_max_key(), KR_FOLLOW);
     const kc_api *cf = krpc_api_get(KR_CONFIRM);
     assert_non_null(cf);
     assert_string_equal(cf->name, "Confirm");
