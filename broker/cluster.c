@@ -260,6 +260,17 @@ static void on_controller(void *arg, bool controller)
 
 static void ensure_offsets_topic(sk_cluster *c);
 
+/* Whether a live node other than this one, not draining, could adopt. */
+static bool other_node_takes(sk_cluster *c)
+{
+    size_t nn;
+    const cm_node *nodes = cm_nodes(cs_model(c->s), &nn);
+    for (size_t i = 0; i < nn; i++)
+        if (nodes[i].id != c->n->cfg->node_id && !nodes[i].draining)
+            return true;
+    return false;
+}
+
 /* ---- periodic reconciliation: what a lost reply or a failed CAS left ---- */
 
 static void tick_cb(evutil_socket_t fd, short what, void *arg)
@@ -285,9 +296,14 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
         sk_handoff_audit_walrefs(c->h);
     ensure_offsets_topic(c);
     sk_controller_kick(c->ctl);
+    bool alone = c->draining && !other_node_takes(c);
     if (c->draining && c->drain_done &&
-        (sk_handoff_owned(c->h) == 0 || sk_mono_ms() >= c->drain_deadline_ms)) {
-        if (sk_handoff_owned(c->h))
+        (sk_handoff_owned(c->h) == 0 || alone || sk_mono_ms() >= c->drain_deadline_ms)) {
+        if (sk_handoff_owned(c->h) && alone)
+            SK_INFO("cluster", "controlled shutdown: no other live node can take the %zu "
+                    "partitions here; they move when one joins",
+                    sk_handoff_owned(c->h));
+        else if (sk_handoff_owned(c->h))
             SK_WARN("cluster", "controlled shutdown: %zu partitions still here after %lld ms; "
                     "they move as after a crash",
                     sk_handoff_owned(c->h), (long long)c->n->cfg->controlled_shutdown_timeout_ms);
