@@ -256,6 +256,35 @@ static int add_data(const struct job *j, objup_set *set, const uint8_t *rec, uin
     return objup_set_add(set, &b, batch);
 }
 
+/* A LINK record's batch (docs/zones.md): read where the link says, then
+ * added like a DATA record. */
+static int add_link(const struct job *j, objup_set *set, wal_lsn lsn, const uint8_t *rec,
+                    uint32_t len)
+{
+    sk_link l;
+    if (sk_link_decode(rec, len, &l) != 0)
+        return 0;
+    struct smap key = {l.id, l.part, 0};
+    if (!bsearch(&key, j->map, j->nmap, sizeof key, smap_cmp))
+        return 0; /* its topic was deleted */
+    uint32_t cap = l.len + SK_DATA_HEADER, blen;
+    uint8_t *buf = malloc(cap), type;
+    if (!buf)
+        return SK_ERR_NOMEM;
+    sk_batch_loc loc = {.log = 0, .lsn = lsn, .len = l.len};
+    int rc = sk_node_read_batch(j->t->n, &loc, &type, buf, cap, &blen);
+    if (rc == 0 && (type != SK_WAL_DATA || blen != cap))
+        rc = SK_ERR_CORRUPT;
+    if (rc == 0)
+        rc = add_data(j, set, buf, blen);
+    else
+        SK_ERROR("tier", "cannot read the batch linked at LSN %llu (payload log %lld, LSN %llu): %s",
+                 (unsigned long long)lsn, (long long)l.plog, (unsigned long long)l.plsn,
+                 sk_err_name(rc));
+    free(buf);
+    return rc;
+}
+
 /* Reads the WAL from j->from until j->to or a full set; j->end is where it
  * stopped. */
 static int read_wal(struct job *j, objup_set *set)
@@ -275,6 +304,8 @@ static int read_wal(struct job *j, objup_set *set)
         rc = read_record(w, lsn, &type, &rec, &cap, &len);
         if (rc == 0 && type == SK_WAL_DATA)
             rc = add_data(j, set, rec, len);
+        else if (rc == 0 && type == SK_WAL_LINK)
+            rc = add_link(j, set, lsn, rec, len);
         if (rc == 0)
             lsn += WAL_RECORD_HEADER + len;
     }
