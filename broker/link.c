@@ -115,6 +115,13 @@ static void remember(sk_links *l, int64_t plog, int64_t plsn, const sk_append_re
         l->ring_n++;
 }
 
+/* Past its deadline a batch is never linked: the proxy, having asked again
+ * after it, may trim its payload. */
+static bool past_deadline(const kr_ConfirmRequest_Batch *b)
+{
+    return b->deadline_ms > 0 && sk_now_ms() > b->deadline_ms;
+}
+
 /* ---- answers ---- */
 
 static void finish_req(lreq *q)
@@ -274,6 +281,10 @@ static void link_one(sk_links *l, sk_part *p, lent *e)
     }
     if (!sk_part_serving(p)) {
         fail(e, SK_KAFKA_NOT_LEADER_OR_FOLLOWER, "the partition left this node");
+        return;
+    }
+    if (past_deadline(&e->b)) {
+        fail(e, SK_KAFKA_REQUEST_TIMED_OUT, "the confirm came after its deadline");
         return;
     }
     const sk_pbatch *dup;
@@ -538,6 +549,10 @@ static void take(sk_links *l, lreq *q, int64_t plog, int idx, const kr_ConfirmRe
         o->base_offset = d->base;
         o->log_append_time_ms = d->append_ts;
         sk_node_wait_durable(l->n, d->lsn_end, dup_durable, e);
+        return;
+    }
+    if (past_deadline(b)) {
+        answer(e, SK_KAFKA_REQUEST_TIMED_OUT, "the confirm came after its deadline");
         return;
     }
     pref *pr = pref_of(l, plog, true);

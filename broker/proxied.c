@@ -29,12 +29,19 @@ typedef struct pentry {
     void *arg;
 } pentry;
 
-/* A hold whose release waits: for the model to reach `until` (an answered
- * batch), or for main log `mlog`'s payref to pass it (a doubtful one). */
+/* A hold whose release waits: for the model to reach `until` (a batch the
+ * main answered), or, for a batch whose confirm timed out, for a definite
+ * answer: the main's payref passed it, its log is gone, or, asked again
+ * after the batch's deadline, the main says it linked it or refuses it. */
 typedef struct later {
+    struct later *next;
+    sk_proxy *x;
     wal_lsn lsn;
     int64_t until; /* > 0: a revision */
-    int64_t mlog;  /* else this */
+    int64_t mlog;  /* else: the main's log, */
+    int32_t main;  /* its node, */
+    cf_batch b;    /* and the batch to ask about */
+    bool asking;
 } later;
 
 struct sk_proxy {
@@ -43,25 +50,29 @@ struct sk_proxy {
     pay_log *pl;
     int64_t plog;
     cf_client *cf;
-    later *later;
-    size_t nlater, caplater;
+    later *later; /* a list */
     bool closing;
     sk_proxy_stats st;
 };
 
 /* ---- holds ---- */
 
-static void release_later(sk_proxy *x, wal_lsn lsn, int64_t until, int64_t mlog)
+/* After this long past its deadline (ms), a batch's main is asked again:
+ * clocks of nodes differ by less. */
+#define CLOCK_SKEW_MS 5000
+
+static void release_later(sk_proxy *x, wal_lsn lsn, int64_t until, const pentry *e)
 {
-    if (x->nlater == x->caplater) {
-        size_t ncap = x->caplater ? x->caplater * 2 : 64;
-        later *nl = realloc(x->later, ncap * sizeof *nl);
-        if (!nl)
-            return; /* held until the node stops: safe */
-        x->later = nl;
-        x->caplater = ncap;
+    later *l = calloc(1, sizeof *l);
+    if (!l)
+        return; /* held until the node stops: safe */
+    *l = (later){.next = x->later, .x = x, .lsn = lsn, .until = until};
+    if (e) {
+        l->mlog = e->mlog;
+        l->main = e->main;
+        l->b = e->b;
     }
-    x->later[x->nlater++] = (later){lsn, until, mlog};
+    x->later = l;
 }
 
 static bool may_release(sk_proxy *x, const cm_model *m, const later *l)
@@ -73,6 +84,27 @@ static bool may_release(sk_proxy *x, const cm_model *m, const later *l)
         return pr->lsn > (int64_t)l->lsn;
     const cm_log *ml = cm_log_get(m, l->mlog);
     return !ml || ml->state != CM_LOG_LIVE;
+}
+
+static void resolved(void *arg, int err, const cf_answer *a)
+{
+    later *l = arg;
+    l->asking = false;
+    if (err || l->x->closing)
+        return; /* asked again at a later tick */
+    if (a->error == 0)
+        l->until = a->payref_revision > 0 ? a->payref_revision : 1; /* linked */
+    else
+        l->until = 1; /* refused: never linked */
+}
+
+/* A doubtful batch past its deadline: the main answers for sure now. */
+static void ask_again(sk_proxy *x, later *l)
+{
+    if (l->until > 0 || l->asking || sk_now_ms() < l->b.deadline_ms + CLOCK_SKEW_MS)
+        return;
+    if (cf_send(x->cf, l->main, &l->b, sk_mono_us() + 5000000, resolved, l) == 0)
+        l->asking = true;
 }
 
 /* The lowest position a main still reads, from etcd. */
@@ -92,14 +124,17 @@ void sk_proxy_tick(sk_proxy *x)
     if (x->closing)
         return;
     const cm_model *m = sk_cluster_model(x->c);
-    size_t k = 0;
-    for (size_t i = 0; i < x->nlater; i++) {
-        if (may_release(x, m, &x->later[i]))
-            pay_release(x->pl, x->later[i].lsn);
-        else
-            x->later[k++] = x->later[i];
+    for (later **pp = &x->later; *pp;) {
+        later *l = *pp;
+        if (!l->asking && may_release(x, m, l)) {
+            pay_release(x->pl, l->lsn);
+            *pp = l->next;
+            free(l);
+            continue;
+        }
+        ask_again(x, l);
+        pp = &l->next;
     }
-    x->nlater = k;
     pay_trim(x->pl, payref_floor(x, m));
 }
 
@@ -122,7 +157,7 @@ static void confirmed(void *arg, int err, const cf_answer *a)
     switch (err) {
     case 0:
         if (a->error == 0 && a->payref_revision > cm_revision(sk_cluster_model(x->c)))
-            release_later(x, lsn, a->payref_revision, 0);
+            release_later(x, lsn, a->payref_revision, NULL);
         else
             pay_release(x->pl, lsn); /* linked and seen, or refused: not linked */
         if (a->error == 0)
@@ -132,7 +167,7 @@ static void confirmed(void *arg, int err, const cf_answer *a)
     case SK_ERR_TIMEOUT:
         /* The main may have linked it: held until its payref says. */
         x->st.timeouts++;
-        release_later(x, lsn, 0, e->mlog);
+        release_later(x, lsn, 0, e);
         done(e, SK_KAFKA_REQUEST_TIMED_OUT, "the partition's main did not answer in time", NULL);
         return;
     case SK_ERR_IO:
@@ -192,7 +227,8 @@ int16_t sk_proxy_produce(sk_proxy *x, sk_part *p, const uint8_t *batch, uint32_t
                       .len = (int32_t)len, .crc = h->crc, .producer_id = h->producer_id,
                       .producer_epoch = h->producer_epoch, .base_sequence = h->base_sequence,
                       .last_offset_delta = h->last_offset_delta,
-                      .max_timestamp = h->max_timestamp};
+                      .max_timestamp = h->max_timestamp,
+                      .deadline_ms = sk_now_ms() + (deadline_us - sk_mono_us()) / 1000};
     wal_lsn lsn;
     int rc = pay_append(x->pl, &p->topic->id, p->index, batch, len, payload_durable, e, &lsn);
     if (rc) {
@@ -253,9 +289,13 @@ void sk_proxy_destroy(sk_proxy *x)
 {
     if (!x)
         return;
-    cf_destroy(x->cf);
+    cf_destroy(x->cf); /* ends the questions in flight */
     pay_close(x->pl);
-    free(x->later);
+    while (x->later) {
+        later *l = x->later;
+        x->later = l->next;
+        free(l);
+    }
     free(x);
 }
 

@@ -14,7 +14,9 @@
  * of it (their payrefs in etcd) and below every batch whose confirm has no
  * known end: a batch the main answered is released once this node has seen
  * the main's payref (the revision the answer names); one whose confirm timed
- * out, once that main's payref floor passed it or its log is gone.
+ * out, once that main's payref floor passed it, its log is gone, or, asked
+ * again after the batch's deadline (which the main never links past), the
+ * main answers that it linked it (then as an answered batch) or refuses it.
  *
  * Thread: the event loop.
  */

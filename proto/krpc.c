@@ -3,7 +3,7 @@
  * Do not edit: change the specs (or the generator) and run
  *     python3 tools/kgen.py --rpc proto/rpc --out proto
  * which the build does by itself when they change.
- * Input fingerprint (sha256 over the spec files read): a3ef0d428de043a7a69eef466feb4fcf
+ * Input fingerprint (sha256 over the spec files read): 1610f8cfabc0575c1e308e52c13f8a08
  */
 #include "krpc.h"
 
@@ -171,11 +171,16 @@ static const kc_field kr_ConfirmRequest_Batch_fields[] = {
         .null_min = -1, .null_max = -1, .tag_min = -1, .tag_max = -1,
         .offset = offsetof(kr_ConfirmRequest_Batch, max_timestamp),
     },
+    {
+        .name = "DeadlineMs", .type = KC_INT64, .ver_min = 0, .ver_max = KC_VMAX,
+        .null_min = -1, .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_ConfirmRequest_Batch, deadline_ms),
+    },
 };
 const kc_struct kr_ConfirmRequest_Batch_desc = {
     .name = "Batch",
     .size = sizeof(kr_ConfirmRequest_Batch),
-    .nfields = 11,
+    .nfields = 12,
     .fields = kr_ConfirmRequest_Batch_fields,
 };
 

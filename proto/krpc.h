@@ -3,7 +3,7 @@
  * Do not edit: change the specs (or the generator) and run
  *     python3 tools/kgen.py --rpc proto/rpc --out proto
  * which the build does by itself when they change.
- * Input fingerprint (sha256 over the spec files read): a3ef0d428de043a7a69eef466feb4fcf
+ * Input fingerprint (sha256 over the spec files read): 1610f8cfabc0575c1e308e52c13f8a08
  */
 /*
  * krpc: Skiff's node-to-node RPCs, declared like the Kafka messages of
@@ -109,6 +109,10 @@ typedef struct kr_ConfirmRequest_Batch {
     int32_t last_offset_delta;                           /* v0+ */
     /* The batch's largest timestamp (the proxy's clock for a LogAppendTime topic). */
     int64_t max_timestamp;                               /* v0+ */
+    /* Wall-clock time (ms) after which the main must not link the batch: it answers
+     * REQUEST_TIMED_OUT instead, unless it linked it already. A confirm whose outcome
+     * the proxy did not learn is asked again after it, for a definite answer. */
+    int64_t deadline_ms;                                 /* v0+ */
 } kr_ConfirmRequest_Batch;
 
 typedef struct kr_ConfirmRequest {

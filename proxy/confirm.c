@@ -189,6 +189,7 @@ static void fill(kr_ConfirmRequest_Batch *rb, const cf_batch *b)
     rb->base_sequence = b->base_sequence;
     rb->last_offset_delta = b->last_offset_delta;
     rb->max_timestamp = b->max_timestamp;
+    rb->deadline_ms = b->deadline_ms;
 }
 
 /* Takes up to max_batches from the queue into one call. */

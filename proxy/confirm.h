@@ -45,6 +45,7 @@ typedef struct cf_batch {
     int32_t base_sequence;
     int32_t last_offset_delta;
     int64_t max_timestamp;
+    int64_t deadline_ms; /* wall clock: the main links it only before this */
 } cf_batch;
 
 typedef struct cf_answer {
