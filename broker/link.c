@@ -65,7 +65,6 @@ typedef struct pref {
     pref_state state;
     int64_t floor;     /* as published */
     int64_t seen_end;  /* end of the furthest payload linked */
-    int inflight;      /* entries between their checks and their answer */
     lent *waiting;     /* entries waiting for the payref to exist */
     rlink *links;      /* links still in this log's WAL, in LSN order (a ring) */
     size_t head, n, cap;
@@ -176,17 +175,8 @@ static pref *pref_of(sk_links *l, int64_t plog, bool create)
     return p;
 }
 
-/* The entry's part is over: its payref floor may rise past it. */
-static void entry_done(sk_links *l, int64_t plog)
-{
-    pref *p = pref_of(l, plog, false);
-    if (p && p->inflight > 0)
-        p->inflight--;
-}
-
 static void fail(lent *e, int16_t code, const char *msg)
 {
-    entry_done(e->q->l, e->plog);
     answer(e, code, msg);
 }
 
@@ -207,7 +197,6 @@ static void linked_durable(void *arg, int err)
 {
     lent *e = arg;
     sk_links *l = e->q->l;
-    entry_done(l, e->plog);
     if (err) {
         answer(e, SK_KAFKA_KAFKA_STORAGE_ERROR, "the main's write-ahead log failed");
         return;
@@ -293,7 +282,6 @@ static void link_one(sk_links *l, sk_part *p, lent *e)
     if (rc == SK_PSTATE_DUPLICATE) {
         o->base_offset = dup->base;
         o->log_append_time_ms = dup->timestamp;
-        entry_done(l, e->plog);
         sk_node_wait_durable(l->n, dup->lsn_end, dup_durable, e);
         return;
     }
@@ -560,7 +548,6 @@ static void take(sk_links *l, lreq *q, int64_t plog, int idx, const kr_ConfirmRe
         answer(e, SK_KAFKA_REQUEST_TIMED_OUT, "out of memory");
         return;
     }
-    pr->inflight++;
     if (pr->state == PR_EXISTS) {
         start_read(l, e);
         return;
@@ -607,6 +594,23 @@ void sk_links_confirm(sk_links *l, sk_req *r)
 
 /* ---- floors ---- */
 
+/* The lowest position of payload log `plog` that a batch between its
+ * checks and its link still names (INT64_MAX: none). */
+static int64_t pending_min(sk_links *l, const pref *p)
+{
+    int64_t m = INT64_MAX;
+    for (const lent *e = p->waiting; e; e = e->next)
+        if (e->b.lsn < m)
+            m = e->b.lsn;
+    size_t it = 0;
+    void *v;
+    while (sk_map_next(l->queues, &it, NULL, NULL, &v))
+        for (const lent *e = ((const pqueue *)v)->head; e; e = e->next)
+            if (e->plog == p->plog && e->b.lsn < m)
+                m = e->b.lsn;
+    return m;
+}
+
 static int64_t floor_of(sk_links *l, pref *p)
 {
     wal_lsn start = wal_start_lsn(l->n->wal);
@@ -615,6 +619,9 @@ static int64_t floor_of(sk_links *l, pref *p)
         p->n--;
     }
     int64_t f = p->seen_end > p->floor ? p->seen_end : p->floor;
+    int64_t pend = pending_min(l, p);
+    if (pend < f)
+        f = pend;
     for (size_t i = 0; i < p->n; i++) {
         int64_t v = (int64_t)p->links[(p->head + i) % p->cap].plsn;
         if (v < f)
@@ -641,13 +648,13 @@ void sk_links_tick(sk_links *l)
     void *v;
     while (sk_map_next(l->prefs, &it, NULL, NULL, &v)) {
         pref *p = v;
-        if (p->state != PR_EXISTS || p->inflight > 0 || p->updating)
+        if (p->state != PR_EXISTS || p->updating)
             continue;
         const cm_log *pl = cm_log_get(cs_model(s), p->plog);
         int64_t f = floor_of(l, p);
         /* A dead payload log's custodian waits for every floor to pass its
          * end: once nothing of it is retained here, nothing ever will be. */
-        if ((!pl || pl->state != CM_LOG_LIVE) && p->n == 0)
+        if ((!pl || pl->state != CM_LOG_LIVE) && p->n == 0 && pending_min(l, p) == INT64_MAX)
             f = INT64_MAX;
         if (f <= p->floor)
             continue;
