@@ -20,6 +20,7 @@
 #include "plog.h"
 #include "sk_err.h"
 #include "store.h"
+#include "tier.h"
 
 #define MAX_LOCS 64
 
@@ -175,6 +176,12 @@ static bool locate(follow *w, sk_part *p, struct floc *f, const kr_FollowRequest
     const sk_cbatch *cb[MAX_LOCS];
     bool miss;
     int n = sk_part_cached_batches(p, off, p->hw, rp->max_bytes, cb, MAX_LOCS, &miss);
+    /* The cache may outlive the WAL it came from: a batch uploaded (or whose
+     * segment is gone) is read from its object, which the view names. */
+    wal_lsn start = wal_start_lsn(w->n->wal);
+    wal_lsn done = w->n->tier ? sk_tier_trim_bound(w->n->tier) : 0;
+    if (n > 0 && (cb[0]->lsn < start || cb[0]->lsn < done))
+        miss = true;
     if (miss) {
         if (w->disk_tried)
             return true; /* looked up already: nothing more to say */

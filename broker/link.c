@@ -19,6 +19,7 @@
 #include "sk_log.h"
 #include "sk_map.h"
 #include "sk_time.h"
+#include "tier.h"
 
 #define DEDUP_MAX 65536
 #define KEY_MAX 256
@@ -613,8 +614,10 @@ static int64_t pending_min(sk_links *l, const pref *p)
 
 static int64_t floor_of(sk_links *l, pref *p)
 {
-    wal_lsn start = wal_start_lsn(l->n->wal);
-    while (p->n > 0 && p->links[p->head].lsn < start) {
+    /* Links below this are uploaded, and a view snapshot knows it: their
+     * batches are read from objects from now on, by anyone. */
+    wal_lsn done = l->n->tier ? sk_tier_trim_bound(l->n->tier) : 0;
+    while (p->n > 0 && p->links[p->head].lsn < done) {
         p->head = (p->head + 1) % p->cap;
         p->n--;
     }

@@ -17,8 +17,9 @@
  *  5. in arrival order per partition: idempotence, offsets and a LINK
  *     record in this node's log (append.h);
  *  6. the answer goes back once the link is durable.
- * The payref's floor rises as this log's WAL is trimmed (its links are then
- * in objects): the payload log may then be trimmed below it.
+ * The payref's floor rises as links are uploaded (their batches then live
+ * in objects, and a view snapshot says so): the payload log may then be
+ * trimmed below it.
  *
  * Thread: the event loop.
  */
