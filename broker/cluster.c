@@ -31,6 +31,7 @@
 #include "sk_time.h"
 #include "tconf.h"
 #include "wal.h"
+#include "xzone.h"
 
 #define OFFSETS_TOPIC "__consumer_offsets"
 #define TICK_MS 500
@@ -349,7 +350,8 @@ sk_cluster *sk_cluster_new(sk_node *n, char *why, size_t whylen)
     int nls = 0;
     listeners_of(cfg, ls, &nls);
     cs_opts o = {cfg->etcd_endpoints, cfg->etcd_prefix, cfg->node_id, cfg->broker_rack, ls, nls,
-                 cfg->broker_session_timeout_ms, cfg->broker_heartbeat_interval_ms, 0};
+                 cfg->broker_session_timeout_ms, cfg->broker_heartbeat_interval_ms, 0,
+                 sk_xzone_etcd_account, n->xzone};
     cs_callbacks cb = {on_change, on_deadline, on_lost, on_controller, c};
     c->s = cs_start(n->base, &o, &cb, why, whylen);
     if (!c->s) {
@@ -359,6 +361,8 @@ sk_cluster *sk_cluster_new(sk_node *n, char *why, size_t whylen)
     c->log_id = cs_log_id(c->s);
     rpc_opts ro = {0};
     ro.self_id = cfg->node_id;
+    ro.account = sk_xzone_rpc_account;
+    ro.account_arg = n;
     c->rpc = rpc_client_new(n->base, &ro);
     c->h = c->rpc ? sk_handoffs_new(c) : NULL;
     c->cu = sk_custody_new(c);

@@ -108,6 +108,16 @@ static const char *check_etcd_prefix(const char *v)
     return NULL;
 }
 
+static const char *check_price(const char *v)
+{
+    char *end;
+    errno = 0;
+    double d = strtod(v, &end);
+    if (!*v || *end || errno || !(d >= 0.0 && d < 1e6))
+        return "must be a number of dollars, 0 or more, e.g. 0.01";
+    return NULL;
+}
+
 static const char *check_rack(const char *v)
 {
     for (const char *p = v; *p; p++)
@@ -146,7 +156,16 @@ const sk_prop sk_props[] = {
      "resort of zone detection.",
      check_listener_zones, false},
     {"metrics.listener", SK_PROP_STRING, OFF(metrics_listener), "", 0, 0, "Node",
-     "host:port on which to serve Prometheus metrics at /metrics (empty: off).", NULL, false},
+     "host:port on which to serve Prometheus metrics at /metrics, and the cross-zone report "
+     "at /zones (empty: off).",
+     NULL, false},
+    {"zone.transfer.price.per.gib", SK_PROP_STRING, OFF(zone_transfer_price_per_gib), "0.01", 0,
+     0, "Node",
+     "Dollars per GiB that cross availability zones, in each direction: AWS bills $0.01 out "
+     "of the sending instance and $0.01 into the receiving one. The /zones report of "
+     "metrics.listener prices this node's side, what it sends and receives across zones, "
+     "with it.",
+     check_price, false},
     {"log.level", SK_PROP_STRING, OFF(log_level), "info", 0, 0, "Node",
      "Verbosity of the node's log on standard error: error, warn, info or debug.",
      check_log_level, false},

@@ -39,6 +39,7 @@ typedef struct sk_config {
     char *metrics_listener;
     char *client_zone_cidrs;
     char *listener_zones;
+    char *zone_transfer_price_per_gib; /* dollars, checked to parse */
 
     /* storage */
     char *objects_url;

@@ -24,6 +24,7 @@
 #include "sk_err.h"
 #include "sk_log.h"
 #include "sk_time.h"
+#include "xzone.h"
 
 /* One partition's append in flight, waited for by its request. Allocated
  * outside the request's arena: a request answered at its deadline is gone
@@ -236,6 +237,7 @@ static bool append(sk_req *r, int16_t acks, sk_topic *t, sk_part *p,
                   "the write-ahead log cannot take the batch");
         return false;
     }
+    sk_xzone_produced(r->node, false, (size_t)pd->records.len);
     pr->base_offset = res.base;
     pr->log_append_time_ms = res.append_ts;
     if (acks == 0)
@@ -379,6 +381,7 @@ static bool proxy_partition(sk_req *r, int16_t acks, sk_topic *t, sk_part *p,
         set_error(r, pr, code, "the proxy cannot take the batch");
         return false;
     }
+    sk_xzone_produced(r->node, true, (size_t)pd->records.len);
     if (acks == 0)
         return false;
     r->pending++;

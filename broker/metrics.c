@@ -17,6 +17,7 @@
 #include "objstore.h"
 #include "sk_time.h"
 #include "tier.h"
+#include "xzone.h"
 
 #define SKIFF_VERSION "0.1.0"
 
@@ -222,6 +223,7 @@ static void render(sk_node *n, struct evbuffer *b)
     }
     if (n->cluster)
         render_cluster(n, b);
+    sk_xzone_metrics(n, b);
     gauge(b, "skiff_cache_bytes", "Bytes of recent batches held in memory.", (double)n->cache_bytes);
     gauge(b, "skiff_back_pressure", "1 while the node has stopped reading requests.",
           n->paused ? 1 : 0);
@@ -258,12 +260,20 @@ static void render(sk_node *n, struct evbuffer *b)
     }
 }
 
+/* uri is `path`, with or without a query. */
+static bool is_path(const char *uri, const char *path)
+{
+    size_t n = strlen(path);
+    return strncmp(uri, path, n) == 0 && (uri[n] == 0 || uri[n] == '?');
+}
+
 static void http_cb(struct evhttp_request *req, void *arg)
 {
     sk_node *n = arg;
     const char *uri = evhttp_request_get_uri(req);
-    if (strcmp(uri, "/metrics") != 0 && strncmp(uri, "/metrics?", 9) != 0) {
-        evhttp_send_error(req, HTTP_NOTFOUND, "try /metrics");
+    bool zones = is_path(uri, "/zones");
+    if (!zones && !is_path(uri, "/metrics")) {
+        evhttp_send_error(req, HTTP_NOTFOUND, "try /metrics or /zones");
         return;
     }
     struct evbuffer *b = evbuffer_new();
@@ -271,9 +281,12 @@ static void http_cb(struct evhttp_request *req, void *arg)
         evhttp_send_error(req, HTTP_INTERNAL, NULL);
         return;
     }
-    render(n, b);
+    if (zones)
+        sk_xzone_report(n, b);
+    else
+        render(n, b);
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
-                      "text/plain; version=0.0.4");
+                      zones ? "text/plain; charset=utf-8" : "text/plain; version=0.0.4");
     evhttp_send_reply(req, HTTP_OK, "OK", b);
     evbuffer_free(b);
 }

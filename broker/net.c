@@ -20,6 +20,7 @@
 #include "sk_err.h"
 #include "sk_log.h"
 #include "sk_time.h"
+#include "xzone.h"
 #include "zone.h"
 
 /* Smallest request: api key, version, correlation id, client id length. */
@@ -143,9 +144,10 @@ static void conn_flush(sk_conn *c)
         if (!c->closed && !c->close_after) {
             if (r->state == SK_REQ_DONE && r->out) {
                 struct evbuffer *out = bufferevent_get_output(c->bev);
-                if (evbuffer_add_reference(out, r->out, r->out_len, free_ref_cb, r->out) == 0)
+                if (evbuffer_add_reference(out, r->out, r->out_len, free_ref_cb, r->out) == 0) {
                     r->out = NULL;
-                else
+                    sk_xzone_conn_bytes(c, SK_ZA_OUT, r->hdr.api_key, r->out_len);
+                } else
                     c->close_after = true;
             } else if (r->state == SK_REQ_CLOSE) {
                 c->close_after = true;
@@ -189,6 +191,31 @@ static void conn_kick_cb(evutil_socket_t fd, short what, void *arg)
     conn_unref(c);
 }
 
+/* The client id of a request frame: after the API key, version and
+ * correlation id, a nullable string with an int16 length in every request
+ * header version from 1 on. */
+static kc_str frame_client_id(const uint8_t *frame, size_t len)
+{
+    kc_str s = {NULL, -1};
+    int16_t n = (int16_t)(frame[8] << 8 | frame[9]);
+    if (n >= 0 && (size_t)n <= len - MIN_FRAME) {
+        s.p = (const char *)frame + MIN_FRAME;
+        s.len = n;
+    }
+    return s;
+}
+
+/* A request frame (len >= MIN_FRAME) arrived: learn where the connection
+ * is from on its first, count its bytes. */
+static void frame_in(sk_conn *c, const uint8_t *frame, size_t len)
+{
+    if (!c->zone_known) {
+        kc_str id = frame_client_id(frame, len);
+        sk_conn_learn_zone(c, &id);
+    }
+    sk_xzone_conn_bytes(c, SK_ZA_IN, (int16_t)(frame[0] << 8 | frame[1]), 4 + len);
+}
+
 static void process_input(sk_conn *c)
 {
     sk_node *n = c->node;
@@ -229,6 +256,7 @@ static void process_input(sk_conn *c)
         }
         evbuffer_drain(in, 4);
         evbuffer_remove(in, frame, (size_t)size);
+        frame_in(c, frame, (size_t)size);
         r->conn = c;
         r->node = n;
         r->frame = frame;
@@ -308,6 +336,8 @@ static void accept_cb(struct evconnlistener *lev, evutil_socket_t fd, struct soc
     c->node = n;
     c->listener = li;
     c->refs = 1;
+    c->from_node = -1;
+    c->za_slot = -1;
     c->bev = bufferevent_socket_new(n->base, fd, BEV_OPT_CLOSE_ON_FREE);
     c->kick_ev = event_new(n->base, -1, 0, conn_kick_cb, c);
     if (!c->bev || !c->kick_ev) {
@@ -413,6 +443,8 @@ void sk_conn_learn_zone(sk_conn *c, const kc_str *client_id)
                 client_id->len > 0 ? (size_t)client_id->len : 0, (struct sockaddr *)&c->addr,
                 c->node->cfg->listeners[c->listener].name, z);
     snprintf(c->zone, sizeof c->zone, "%s", z);
+    sk_xzone_conn_learn(c, client_id->len > 0 ? client_id->p : NULL,
+                        client_id->len > 0 ? (size_t)client_id->len : 0);
     if (z[0])
         SK_DEBUG("net", "%s (client %.*s) is in zone %s", c->peer,
                  client_id->len > 0 ? client_id->len : 0, client_id->p, z);

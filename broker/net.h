@@ -44,6 +44,8 @@ struct sk_conn {
     sk_conn *next, *prev;
     char zone[64]; /* the client's zone, "" when unknown */
     bool zone_known;
+    int32_t from_node; /* another node's connection: its id; else -1 */
+    int za_slot;       /* its zone's slot in the accounting (xzone.h), -1 until known */
     struct sockaddr_storage addr;
 };
 

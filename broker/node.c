@@ -35,6 +35,7 @@
 #include "tconf.h"
 #include "tier.h"
 #include "vlog.h"
+#include "xzone.h"
 #include "zone.h"
 
 /* ---- appends and durability: the node's own log ---- */
@@ -618,6 +619,9 @@ sk_node *sk_node_new(sk_config *cfg, char *why, size_t whylen)
     n->zones = zone_map_new(cfg->client_zone_cidrs, cfg->listener_zones, why, whylen);
     if (!n->zones)
         goto fail;
+    n->xzone = sk_xzone_new(cfg, n->zones, why, whylen);
+    if (!n->xzone)
+        goto fail;
     if (mkdir_p(cfg->data_dir) != 0) {
         snprintf(why, whylen, "property data.dir: cannot create %s: %s", cfg->data_dir,
                  strerror(errno));
@@ -949,6 +953,10 @@ void sk_node_destroy(sk_node *n)
     if (n->shutdown_ev)
         event_free(n->shutdown_ev);
     n->shutdown_ev = NULL;
+    /* After every client that counts into it (the etcd client's thread, the
+     * RPC client, connections) is gone. */
+    sk_xzone_destroy(n->xzone);
+    n->xzone = NULL;
     if (n->base)
         event_base_free(n->base);
     free(n);

@@ -198,6 +198,7 @@ struct sk_node {
     sk_workq *readers; /* reads of storage and the SQLite view */
     sk_groups *groups;
     struct zone_map *zones;
+    struct sk_xzone *xzone; /* cross-zone accounting (xzone.h) */
     struct sk_tier *tier;
     struct sk_cluster *cluster; /* NULL for a single node */
     struct pay_log *payload;    /* cluster: this node's payload log (proxy/payload.h) */

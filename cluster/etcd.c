@@ -84,6 +84,7 @@ struct req {
     ej_stream js;
     json_t *resp;     /* the first JSON object of the answer */
     bool stopped, too_big, bad;
+    uint64_t body_in; /* bytes of this attempt's answer body */
     /* result (client writes, loop reads after the done list hand-over) */
     int err;
     bool answered;
@@ -115,6 +116,7 @@ struct etcd_watch {
     int64_t next_rev;          /* first revision not delivered yet (0: from now) */
     int64_t restart_at_ms;     /* when h is NULL: start again then */
     int64_t started_ms, backoff_ms;
+    bool heads_counted; /* this transfer's request and headers */
     ej_stream js;
     int end_err;
 };
@@ -283,6 +285,47 @@ static CURL *easy_new(etcd *c, int ep, const char *path)
     return h;
 }
 
+/* ---- byte accounting (client) ---- */
+
+static void account(etcd *c, int ep, uint64_t out, uint64_t in)
+{
+    if (c->o.account && (out || in))
+        c->o.account(c->o.account_arg, ep, out, in);
+}
+
+/* What a transfer sent (request line, headers and body) and received before
+ * its body (status line and headers). */
+static void transfer_heads(CURL *h, uint64_t *out, uint64_t *in)
+{
+    long req = 0, hdr = 0;
+    curl_easy_getinfo(h, CURLINFO_REQUEST_SIZE, &req);
+    curl_easy_getinfo(h, CURLINFO_HEADER_SIZE, &hdr);
+    *out = req > 0 ? (uint64_t)req : 0;
+    *in = hdr > 0 ? (uint64_t)hdr : 0;
+}
+
+/* A unary attempt's bytes, as it ends: its body as the write callback
+ * saw it (curl's own count leaves out what a callback refused, as the
+ * keep-alive's first answer). */
+static void account_attempt(etcd *c, struct req *r)
+{
+    uint64_t out, in;
+    transfer_heads(r->h, &out, &in);
+    account(c, r->ep, out, in + r->body_in);
+}
+
+/* A watch's request and response headers, once (its body is counted as it
+ * arrives). */
+static void account_watch_heads(etcd *c, etcd_watch *w)
+{
+    if (w->heads_counted || !w->h)
+        return;
+    uint64_t out, in;
+    transfer_heads(w->h, &out, &in);
+    w->heads_counted = true;
+    account(c, w->ep, out, in);
+}
+
 /* ---- requests: answers (client) ---- */
 
 static size_t req_write(char *p, size_t size, size_t nmemb, void *ud);
@@ -402,6 +445,7 @@ static void active_remove(etcd *c, struct req *r)
 static void attempt_end(etcd *c, struct req *r)
 {
     if (r->h) {
+        account_attempt(c, r);
         active_remove(c, r);
         curl_multi_remove_handle(c->multi, r->h);
         curl_easy_cleanup(r->h);
@@ -434,6 +478,7 @@ static void attempt_start(etcd *c, struct req *r)
 {
     r->ep = atomic_load(&c->ep);
     r->stopped = r->too_big = r->bad = false;
+    r->body_in = 0;
     int64_t left = r->deadline_ms - sk_mono_ms();
     CURL *h = easy_new(c, r->ep, r->path);
     if (!h) {
@@ -528,6 +573,7 @@ static size_t req_write(char *p, size_t size, size_t nmemb, void *ud)
 {
     struct req *r = ud;
     size_t n = size * nmemb;
+    r->body_in += n;
     if (r->resp)
         return n; /* the rest of a unary answer: whitespace */
     int rc = ej_stream_feed(&r->js, p, n, req_on_msg, r);
@@ -580,6 +626,7 @@ static size_t watch_write(char *p, size_t size, size_t nmemb, void *ud);
 static void watch_stop_transfer(etcd *c, etcd_watch *w)
 {
     if (w->h) {
+        account_watch_heads(c, w);
         curl_multi_remove_handle(c->multi, w->h);
         curl_easy_cleanup(w->h);
         w->h = NULL;
@@ -626,6 +673,7 @@ static void watch_start_transfer(etcd *c, etcd_watch *w)
     curl_easy_setopt(h, CURLOPT_WRITEDATA, w);
     curl_easy_setopt(h, CURLOPT_PRIVATE, w);
     w->h = h;
+    w->heads_counted = false;
     w->started_ms = sk_mono_ms();
     w->end_err = 0;
     curl_multi_add_handle(c->multi, h);
@@ -721,6 +769,8 @@ static size_t watch_write(char *p, size_t size, size_t nmemb, void *ud)
         }
         atomic_store(&w->paused, false);
     }
+    account_watch_heads(w->c, w);
+    account(w->c, w->ep, 0, n);
     int rc = ej_stream_feed(&w->js, p, n, watch_on_msg, w);
     if (rc == EJ_MORE)
         return n;

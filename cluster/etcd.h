@@ -74,6 +74,13 @@ typedef struct etcd_opts {
     int64_t connect_timeout_ms; /* per endpoint (0: 1000) */
     size_t max_response;        /* bytes of one response or watch message (0: 8 MiB) */
     int max_queued;             /* requests waiting or in flight (0: 4096) */
+    /* Byte accounting (NULL: none), called on the client's own thread, so
+     * it only counts: bytes sent to (`out`) and received from (`in`) the
+     * endpoint at index `endpoint` of the list given to etcd_new, HTTP
+     * headers included, as each request attempt ends and as a watch's
+     * stream arrives. */
+    void (*account)(void *arg, int endpoint, uint64_t out, uint64_t in);
+    void *account_arg;
 } etcd_opts;
 
 /* A key-value pair as etcd returns it. */

@@ -796,6 +796,8 @@ static int new_session(cs_session **out, struct event_base *base, const cs_opts 
     }
     etcd_opts eo = {0};
     eo.request_timeout_ms = o->session_ms > 2000 ? o->session_ms / 2 : 1000;
+    eo.account = o->etcd_account;
+    eo.account_arg = o->etcd_account_arg;
     s->e = etcd_new(base, o->endpoints, &eo, why, whylen);
     return s->e ? 0 : SK_ERR_INVAL;
 }

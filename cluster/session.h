@@ -59,6 +59,9 @@ typedef struct cs_opts {
     /* How long start-up waits for etcd and for the node id to be free
      * before it gives up (0: forever). */
     int64_t start_timeout_ms;
+    /* The etcd client's byte accounting (etcd_opts.account; NULL: none). */
+    void (*etcd_account)(void *arg, int endpoint, uint64_t out, uint64_t in);
+    void *etcd_account_arg;
 } cs_opts;
 
 /* Blocking start-up (see above). NULL with a reason when it gave up or the

@@ -360,6 +360,12 @@ static void connect_failed(rpc_peer *peer, const char *why)
     enter_backoff(peer);
 }
 
+static void account(rpc_client *c, int32_t node, int16_t key, size_t out, size_t in)
+{
+    if (c->o.account)
+        c->o.account(c->o.account_arg, node, key, out, in);
+}
+
 /* Hands the waiting calls to the READY connection. */
 static void flush_queue(rpc_peer *peer)
 {
@@ -376,6 +382,7 @@ static void flush_queue(rpc_peer *peer)
         }
         queue_del(peer, p);
         peer->client->st.bytes_out += p->frame_len;
+        account(peer->client, peer->node, p->api->key, p->frame_len, 0);
         free(p->frame);
         p->frame = NULL;
         p->at = AT_SENT;
@@ -452,6 +459,7 @@ static void handle_frame(rpc_conn *k, uint8_t *frame, size_t len)
     rpc_peer *peer = k->peer;
     int32_t corr = (int32_t)be32(frame);
     rpc_pending *p = sent_find(k, corr);
+    account(peer->client, peer->node, p ? p->api->key : -1, 0, 4 + len);
     if (!p) {
         /* The answer to a call that timed out. */
         SK_DEBUG("rpc", "node %d: response %d to no waiting call, dropped", peer->node, corr);
@@ -966,7 +974,7 @@ rpc_client *rpc_client_new(struct event_base *base, const rpc_opts *o)
     }
     c->nameservers = c->o.nameservers ? strdup(c->o.nameservers) : NULL;
     c->o.nameservers = c->nameservers;
-    snprintf(c->client_id, sizeof c->client_id, "skiff-node-%d", (int)c->o.self_id);
+    snprintf(c->client_id, sizeof c->client_id, RPC_CLIENT_ID_PREFIX "%d", (int)c->o.self_id);
     c->next_corr = 1;
     c->rand = 0x9e3779b97f4a7c15ull ^ (uint64_t)(uintptr_t)c;
     c->peers = sk_map_new();

@@ -74,6 +74,10 @@ struct event_base;
 
 typedef struct rpc_client rpc_client;
 
+/* The client id of every request, followed by the sender's node id: how a
+ * node tells another node's connection from a client's. */
+#define RPC_CLIENT_ID_PREFIX "skiff-node-"
+
 typedef enum {
     RPC_PEER_IDLE,
     RPC_PEER_CONNECTING,
@@ -82,7 +86,7 @@ typedef enum {
 } rpc_peer_state;
 
 typedef struct rpc_opts {
-    int32_t self_id;           /* sent as client id "skiff-node-<id>" */
+    int32_t self_id;           /* sent as client id RPC_CLIENT_ID_PREFIX "<id>" */
     int64_t connect_timeout_ms; /* 0: 2000 */
     int64_t backoff_min_ms;     /* 0: 50 */
     int64_t backoff_max_ms;     /* 0: 2000 */
@@ -91,6 +95,14 @@ typedef struct rpc_opts {
     /* Name servers for host names, "ip[:port],..." (copied), instead of
      * those of /etc/resolv.conf (NULL). /etc/hosts is read either way. */
     const char *nameservers;
+    /* Byte accounting (NULL: none): called on the loop thread from inside
+     * the client's own callbacks, so it only counts and never calls into
+     * the client. `out` bytes of one request frame to `node`
+     * handed to its connection, or `in` bytes of one response frame read
+     * from it (key -1 when no call waits for it any more); frames with
+     * their size prefix, `key` the call's API key. */
+    void (*account)(void *arg, int32_t node, int16_t key, size_t out, size_t in);
+    void *account_arg;
 } rpc_opts;
 
 /* NULL when out of memory, or when nameservers is not a list of addresses. */

@@ -6,6 +6,7 @@
  */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -1088,6 +1089,83 @@ static void test_watch_backpressure(void **state)
 
 /* The only endpoint hangs (SIGSTOP): a write that was sent is "possibly
  * applied" at the request timeout; so is a read. */
+/* What etcd_opts.account saw, from the client's thread. */
+struct acct_seen {
+    atomic_uint_fast64_t out, in;
+    atomic_int bad_endpoint;
+};
+
+static void acct_cb(void *arg, int endpoint, uint64_t out, uint64_t in)
+{
+    struct acct_seen *a = arg;
+    atomic_fetch_add(&a->out, out);
+    atomic_fetch_add(&a->in, in);
+    if (endpoint < 0 || endpoint >= 3)
+        atomic_fetch_add(&a->bad_endpoint, 1);
+}
+
+static void range_done_cb(void *arg, int err, const etcd_range_result *r)
+{
+    assert_int_equal(err, 0);
+    assert_int_equal(r->n, 1);
+    *(bool *)arg = true;
+}
+
+static void test_byte_accounting(void **state)
+{
+    struct fx *f = *state;
+    struct acct_seen a;
+    atomic_init(&a.out, 0);
+    atomic_init(&a.in, 0);
+    atomic_init(&a.bad_endpoint, 0);
+    char eps[256];
+    endpoints_from(eps, sizeof eps, 1);
+    etcd_opts o = {.account = acct_cb, .account_arg = &a};
+    f->c = client(f, eps, &o);
+    char big[3001];
+    memset(big, 'v', 3000);
+    big[3000] = 0;
+    /* A put: the value goes out in base64 (4000 bytes) with the HTTP request. */
+    put_ok(f, f->c, "/t/acct/big", big, 0);
+    uint64_t out = atomic_load(&a.out), in = atomic_load(&a.in);
+    assert_true(out > 4000 && out < 6000);
+    assert_true(in > 100 && in < 2000);
+    /* A range: the value comes back. */
+    bool done = false;
+    assert_int_equal(etcd_range(f->c, U("/t/acct/big"), 11, NULL, 0, 0, 0, 0, range_done_cb,
+                                &done),
+                     0);
+    assert_true(run_until(f, &done, 5000));
+    assert_true(atomic_load(&a.in) - in > 4000);
+    assert_true(atomic_load(&a.out) - out < 1000);
+    /* A keep-alive, whose answer the client stops reading after its first message. */
+    struct lease_out l = lease_op(f, 0, 30);
+    assert_int_equal(l.err, 0);
+    in = atomic_load(&a.in);
+    struct lease_out k = lease_op(f, 1, l.id);
+    assert_int_equal(k.err, 0);
+    assert_true(atomic_load(&a.in) - in > 100);
+    /* A watch's stream, as it arrives. */
+    struct wcol w = {0};
+    watch_prefix(f->c, "/t/acct/w/", 0, &w);
+    int64_t t0 = sk_mono_ms();
+    while (w.n == 0 && sk_mono_ms() - t0 < 5000) {
+        put_ok(f, f->c, "/t/acct/w/probe", "p", 0);
+        run_for(f, 50);
+    }
+    assert_true(w.n > 0);
+    run_for(f, 100);
+    size_t base = w.n;
+    in = atomic_load(&a.in);
+    for (int i = 0; i < 3; i++)
+        put_ok(f, f->c, "/t/acct/w/k", big, 0);
+    assert_true(wait_events(f, &w, base + 3, 5000));
+    run_for(f, 100);
+    /* The puts' answers are small: three events of 4000 bytes of base64 came. */
+    assert_true(atomic_load(&a.in) - in > 3 * 4000);
+    assert_int_equal(atomic_load(&a.bad_endpoint), 0);
+}
+
 static void test_stopped_member_timeout(void **state)
 {
     struct fx *f = *state;
@@ -1308,6 +1386,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_watch_compacted, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_caps, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_watch_backpressure, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_byte_accounting, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_stopped_member_timeout, fx_setup, fx_teardown_heal),
         cmocka_unit_test_setup_teardown(test_no_leader_retry, fx_setup, fx_teardown_heal),
         cmocka_unit_test_setup_teardown(test_leader_kill_failover, fx_setup, fx_teardown_heal),

@@ -591,6 +591,51 @@ static void test_calls_matched_out_of_order(void **state)
     srv_stop(&s);
 }
 
+/* What rpc_opts.account saw. */
+typedef struct acct_seen {
+    int32_t node;
+    int16_t key;
+    size_t out, in;
+    int nout, nin;
+} acct_seen;
+
+static void acct_cb(void *arg, int32_t node, int16_t key, size_t out, size_t in)
+{
+    acct_seen *a = arg;
+    a->node = node;
+    a->key = key;
+    a->out += out;
+    a->in += in;
+    a->nout += out > 0;
+    a->nin += in > 0;
+}
+
+static void test_byte_accounting(void **state)
+{
+    fixture *f = *state;
+    acct_seen a = {0};
+    rpc_opts opts = {.self_id = 7, .account = acct_cb, .account_arg = &a};
+    rpc_client *c = rpc_client_new(f->base, &opts);
+    srv s;
+    srv_start(&s, f->base, 0, SRV_ANSWER);
+    assert_int_equal(rpc_peer_set(c, 4, "127.0.0.1", s.port), 0);
+    outcome o[3];
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(call(c, 4, i, 1, 2000, &o[i]), 0);
+    assert_true(run_until(f, &o[2].ncb, 1, 2000));
+    rpc_stats st;
+    rpc_get_stats(c, &st);
+    /* Every frame, once each way, as the client's own totals count them. */
+    assert_int_equal(a.nout, 3);
+    assert_int_equal(a.nin, 3);
+    assert_int_equal(a.out, st.bytes_out);
+    assert_int_equal(a.in, st.bytes_in);
+    assert_int_equal(a.node, 4);
+    assert_int_equal(a.key, KR_HANDOFF_READY);
+    rpc_client_destroy(c);
+    srv_stop(&s);
+}
+
 static void test_peer_not_listening(void **state)
 {
     fixture *f = *state;
@@ -1045,6 +1090,7 @@ int main(void)
         cmocka_unit_test(test_api_table),
         cmocka_unit_test(test_handoff_ready_roundtrip),
         cmocka_unit_test_setup_teardown(test_calls_matched_out_of_order, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_byte_accounting, setup, teardown),
         cmocka_unit_test_setup_teardown(test_peer_not_listening, setup, teardown),
         cmocka_unit_test_setup_teardown(test_server_closes_after_request, setup, teardown),
         cmocka_unit_test_setup_teardown(test_server_never_answers, setup, teardown),
