@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "dispatch.h"
@@ -383,6 +384,41 @@ static void accept_cb(struct evconnlistener *lev, evutil_socket_t fd, struct soc
     }
     bufferevent_enable(c->bev, EV_WRITE);
     SK_DEBUG("net", "connection from %s", c->peer);
+}
+
+int sk_net_check_ports(const sk_config *cfg, char *why, size_t whylen)
+{
+    for (int i = 0; i < cfg->nlisteners; i++) {
+        const sk_listener *l = &cfg->listeners[i];
+        struct addrinfo hints = {0}, *res = NULL;
+        hints.ai_family = AF_UNSPEC;
+        hints.ai_socktype = SOCK_STREAM;
+        hints.ai_flags = AI_PASSIVE;
+        char port[16];
+        snprintf(port, sizeof port, "%d", l->port);
+        if (getaddrinfo(l->host[0] ? l->host : NULL, port, &hints, &res) != 0)
+            continue; /* sk_net_listen says why */
+        int free_addrs = 0, err = 0;
+        for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+            int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+            int one = 1;
+            if (fd < 0)
+                continue;
+            (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+            if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0)
+                free_addrs++;
+            else
+                err = errno;
+            close(fd);
+        }
+        freeaddrinfo(res);
+        if (!free_addrs && err) {
+            snprintf(why, whylen, "listener %s://%s:%d: cannot bind: %s", l->name, l->host,
+                     l->port, strerror(err));
+            return SK_ERR_INVAL;
+        }
+    }
+    return 0;
 }
 
 int sk_net_listen(sk_node *n, char *why, size_t whylen)

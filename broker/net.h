@@ -50,6 +50,10 @@ struct sk_conn {
 };
 
 int sk_net_listen(sk_node *n, char *why, size_t whylen);
+/* Whether every listener's port can be bound now (a cluster member checks
+ * before it joins, rather than join and leave at once). */
+int sk_net_check_ports(const sk_config *cfg, char *why, size_t whylen)
+    __attribute__((warn_unused_result));
 /* Learns the connection's zone from its first request (see proxy/zone.h). */
 void sk_conn_learn_zone(sk_conn *c, const kc_str *client_id);
 /* The address clients of this connection's listener should use. */

@@ -557,6 +557,8 @@ static void remove_old_views(const sk_config *cfg, const char *keep)
 static int open_member(sk_node *n, char *why, size_t whylen)
 {
     const sk_config *cfg = n->cfg;
+    if (sk_net_check_ports(cfg, why, whylen) != 0)
+        return SK_ERR_INVAL;
     n->cluster = sk_cluster_new(n, why, whylen);
     if (!n->cluster)
         return SK_ERR_IO;
