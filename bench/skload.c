@@ -42,6 +42,7 @@
 #include <unistd.h>
 
 #define MAX_PROPS 64
+#define MAX_PLIST 1024
 #define MAX_ERR_KINDS 16
 #define HDR_MAGIC 0x444c4b53u /* "SKLD" */
 #define HDR_BYTES 32
@@ -77,6 +78,10 @@ static struct cfg {
     const char *batch_size;
     int producers;
     int round_robin;
+    long sticky;
+    const char *client_id;
+    int plist[MAX_PLIST];
+    int nplist;
     int text_payload;
     long long bytes;
     double drain_timeout;
@@ -107,6 +112,7 @@ static struct cfg {
     .acks = "all",
     .compression = "none",
     .producers = 1,
+    .sticky = 1,
     .drain_timeout = 30,
     .e2e_timeout = 10,
     .progress = 1,
@@ -222,7 +228,9 @@ static rd_kafka_conf_t *base_conf(const char *client_id)
 {
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     conf_set(conf, "bootstrap.servers", cfg.bootstrap);
-    conf_set(conf, "client.id", client_id);
+    /* --client-id names every client of this process (a zone tag such as
+     * skiff_az=a must reach the admin and consumer clients too). */
+    conf_set(conf, "client.id", cfg.client_id ? cfg.client_id : client_id);
     rd_kafka_conf_set_error_cb(conf, client_error_cb);
     return conf;
 }
@@ -570,8 +578,12 @@ static void *sender_main(void *arg)
         }
         struct msgctx *ctx = malloc(sizeof(*ctx));
         ctx->due_ns = due;
-        int32_t part = cfg.round_robin ? (int32_t)((i * cfg.producers + p->id) % p->nparts)
-                                       : RD_KAFKA_PARTITION_UA;
+        /* Global record g: --partitions-list / --round-robin send --sticky
+         * consecutive records to one partition, then move to the next. */
+        int64_t g = (i * cfg.producers + p->id) / cfg.sticky;
+        int32_t part = cfg.nplist       ? (int32_t)cfg.plist[g % cfg.nplist]
+                       : cfg.round_robin ? (int32_t)(g % p->nparts)
+                                         : RD_KAFKA_PARTITION_UA;
         atomic_fetch_add(&p->inflight, 1);
         long body = cfg.size >= HDR_BYTES ? HDR_BYTES : 0;
         fill_payload(p->payload + body, cfg.size - body, &p->rng);
@@ -788,7 +800,8 @@ static void e2e_start(struct e2e *c, int nparts)
     c->rk = new_consumer("skload-e2e", 0);
     c->rkt = rd_kafka_topic_new(c->rk, cfg.topic, NULL);
     c->q = rd_kafka_queue_new(c->rk);
-    for (int p = 0; p < nparts; p++) {
+    for (int k = 0; k < (cfg.nplist ? cfg.nplist : nparts); k++) {
+        int p = cfg.nplist ? cfg.plist[k] : k;
         int64_t lo, hi;
         rd_kafka_resp_err_t err = watermarks(c->rk, p, &lo, &hi);
         if (err)
@@ -803,8 +816,8 @@ static void e2e_start(struct e2e *c, int nparts)
 static void e2e_stop(struct e2e *c)
 {
     pthread_join(c->thr, NULL);
-    for (int p = 0; p < c->nparts; p++)
-        rd_kafka_consume_stop(c->rkt, p);
+    for (int k = 0; k < (cfg.nplist ? cfg.nplist : c->nparts); k++)
+        rd_kafka_consume_stop(c->rkt, cfg.nplist ? cfg.plist[k] : k);
     rd_kafka_queue_destroy(c->q);
     rd_kafka_topic_destroy(c->rkt);
     rd_kafka_destroy(c->rk);
@@ -840,6 +853,10 @@ static void print_errs_text(const struct err_kinds *e)
 static int run_produce(void)
 {
     int nparts = ensure_topic();
+    for (int k = 0; k < cfg.nplist; k++)
+        if (cfg.plist[k] >= nparts)
+            fatal("--partitions-list: topic %s has no partition %d (%d partitions)", cfg.topic,
+                  cfg.plist[k], nparts);
     struct e2e e2e;
     if (cfg.mode == M_E2E)
         e2e_start(&e2e, nparts);
@@ -957,11 +974,17 @@ static int run_produce(void)
         printf("{\"mode\":\"%s\",\"bootstrap\":\"%s\",\"topic\":\"%s\",\"partitions\":%d,"
                "\"record_size\":%ld,\"acks\":\"%s\",\"idempotence\":%s,\"compression\":\"%s\","
                "\"linger_ms\":%s,\"batch_size\":%s,\"producers\":%d,\"rate\":%.1f,"
-               "\"max_inflight\":%ld,\"warmup_s\":%.3f,\"duration_s\":%.3f,",
+               "\"max_inflight\":%ld,\"warmup_s\":%.3f,\"duration_s\":%.3f,\"sticky\":%ld,",
                cfg.mode == M_E2E ? "e2e" : "produce", cfg.bootstrap, cfg.topic, nparts, cfg.size,
                cfg.acks, cfg.idempotence ? "true" : "false", cfg.compression,
                cfg.linger_ms ? cfg.linger_ms : "null", cfg.batch_size ? cfg.batch_size : "null",
-               cfg.producers, cfg.rate, cfg.max_inflight, cfg.warmup, cfg.duration);
+               cfg.producers, cfg.rate, cfg.max_inflight, cfg.warmup, cfg.duration, cfg.sticky);
+        if (cfg.nplist) {
+            printf("\"partitions_list\":[");
+            for (int k = 0; k < cfg.nplist; k++)
+                printf("%s%d", k ? "," : "", cfg.plist[k]);
+            printf("],");
+        }
         printf("\"sent\":%lld,\"acked\":%lld,\"failed\":%lld,\"unsent\":%lld,"
                "\"stopped_early\":%s,\"fell_behind\":%s,\"errors\":",
                sent, acked, failed, unsent, early ? "true" : "false", behind ? "true" : "false");
@@ -1203,6 +1226,12 @@ static void usage(int rc)
         "  -P, --producers N           producer instances, one connection each (default 1)\n"
         "      --round-robin           record i to partition i mod N (default: librdkafka's\n"
         "                              sticky partitioner)\n"
+        "      --partitions-list L     only these partitions (comma-separated), in turn; the\n"
+        "                              e2e consumer reads only these\n"
+        "      --sticky N              with --round-robin or --partitions-list: N records\n"
+        "                              in a row to one partition, then the next (default 1)\n"
+        "      --client-id ID          client.id of every client of this process (default\n"
+        "                              skload-...; -X/-C client.id override it per client)\n"
         "      --payload random|text   record content, new for each record (default random:\n"
         "                              incompressible; text: zstd ~2.2x)\n"
         "      --bytes N               consume mode: stop after N payload bytes\n"
@@ -1233,7 +1262,7 @@ int main(int argc, char **argv)
     enum {
         OPT_MODE = 256, OPT_E2E, OPT_CONSUME, OPT_RF, OPT_NOCREATE, OPT_WARMUP, OPT_MAXINF, OPT_IDEMP,
         OPT_LINGER, OPT_BATCH, OPT_RR, OPT_PAYLOAD, OPT_BYTES, OPT_DRAIN, OPT_E2ET, OPT_PROGRESS, OPT_JSON,
-        OPT_TCONFIG, OPT_MAXBEHIND, OPT_BUCKETS,
+        OPT_TCONFIG, OPT_MAXBEHIND, OPT_BUCKETS, OPT_PLIST, OPT_STICKY, OPT_CLIENTID,
     };
     static const struct option opts[] = {
         {"bootstrap", required_argument, 0, 'b'},
@@ -1266,6 +1295,9 @@ int main(int argc, char **argv)
         {"topic-config", required_argument, 0, OPT_TCONFIG},
         {"max-behind", required_argument, 0, OPT_MAXBEHIND},
         {"buckets", no_argument, 0, OPT_BUCKETS},
+        {"partitions-list", required_argument, 0, OPT_PLIST},
+        {"sticky", required_argument, 0, OPT_STICKY},
+        {"client-id", required_argument, 0, OPT_CLIENTID},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -1315,6 +1347,23 @@ int main(int argc, char **argv)
             break;
         case OPT_MAXBEHIND: cfg.max_behind = parse_num(optarg, "max-behind"); break;
         case OPT_BUCKETS: cfg.buckets = 1; break;
+        case OPT_PLIST: {
+            char *copy = strdup(optarg), *save = NULL;
+            for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                if (cfg.nplist == MAX_PLIST)
+                    fatal("--partitions-list: more than %d partitions", MAX_PLIST);
+                double v = parse_num(t, "partition");
+                if (v < 0 || v != (int)v)
+                    fatal("--partitions-list: bad partition %s", t);
+                cfg.plist[cfg.nplist++] = (int)v;
+            }
+            free(copy);
+            if (!cfg.nplist)
+                fatal("--partitions-list: empty");
+            break;
+        }
+        case OPT_STICKY: cfg.sticky = (long)parse_num(optarg, "sticky"); break;
+        case OPT_CLIENTID: cfg.client_id = optarg; break;
         case 'X':
             if (cfg.npprops == MAX_PROPS) fatal("too many -X");
             cfg.pprops[cfg.npprops++] = optarg;
@@ -1330,8 +1379,8 @@ int main(int argc, char **argv)
     if (optind != argc)
         usage(2);
     if (cfg.partitions < 1 || cfg.size < 0 || cfg.producers < 1 || cfg.rate < 0 ||
-        cfg.warmup < 0 || cfg.max_inflight < 0)
-        fatal("partitions, producers >= 1; size, rate, warmup, max-inflight >= 0");
+        cfg.warmup < 0 || cfg.max_inflight < 0 || cfg.sticky < 1)
+        fatal("partitions, producers, sticky >= 1; size, rate, warmup, max-inflight >= 0");
     if (cfg.mode == M_E2E && cfg.size < HDR_BYTES)
         fatal("e2e mode needs records of at least %d bytes", HDR_BYTES);
     if ((cfg.mode == M_PRODUCE || cfg.mode == M_E2E) && cfg.count < 0 && cfg.duration <= 0)
