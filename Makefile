@@ -30,6 +30,7 @@ unit-test: build
 	@cd $(BUILD) && ctest --output-on-failure
 
 # SKIFF_BENCH_ONLY=cluster: only the cluster part (bench/cluster.sh); BENCH_CLUSTER=0: without it.
+# SKIFF_BENCH_ONLY=zones: only the zones part (bench/zones.sh, root); BENCH_ZONES=0: without it.
 bench: test-deps build
 	@SKIFF_BUILD=$${SKIFF_BUILD:-$(BUILD)} bench/run.sh
 

@@ -17,7 +17,11 @@
 #      (BENCH_S3=0 skips it);
 #   8. runs bench/cluster.sh: failover time of a 3-node cluster under SIGKILL and
 #      its produce latency beside a single node (BENCH_CLUSTER=0 skips it;
-#      SKIFF_BENCH_ONLY=cluster runs only this part).
+#      SKIFF_BENCH_ONLY=cluster runs only this part);
+#   9. runs bench/zones.sh: zone routing in three zones with an inter-zone delay,
+#      produce latency through a proxy, cross-zone bytes per produced byte beside
+#      Apache Kafka with RF=3 (BENCH_ZONES=0 skips it; SKIFF_BENCH_ONLY=zones runs
+#      only this part; skipped, saying why, without root or network namespaces).
 #
 # Exit status: 0 when the figures were measured, whatever they are; 1 when
 # the harness failed (build, disk floor, skiffd start-up, skiffd died during
@@ -45,6 +49,7 @@
 #   BENCH_FLOOR_SEQ_S=s        [10] diskfloor sequential test duration
 #   SKIFF_BUILD=dir            [build] where skiffd and bench/ binaries are built
 #   SKIFF_BENCH_ONLY=cluster   only the cluster section (bench/cluster.sh)
+#   SKIFF_BENCH_ONLY=zones     only the zones section (bench/zones.sh)
 set -eu
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -88,7 +93,8 @@ fail() { say "FAILED: $*"; exit 1; }
 case "${SKIFF_BENCH_ONLY:-}" in
   "") ;;
   cluster) SKIFF_BUILD=$BUILD exec "$ROOT/bench/cluster.sh" ;;
-  *) say "SKIFF_BENCH_ONLY=$SKIFF_BENCH_ONLY: the only part that runs alone is 'cluster'"; exit 2 ;;
+  zones) SKIFF_BUILD=$BUILD exec "$ROOT/bench/zones.sh" ;;
+  *) say "SKIFF_BENCH_ONLY=$SKIFF_BENCH_ONLY: the parts that run alone are 'cluster' and 'zones'"; exit 2 ;;
 esac
 
 cleanup() {
@@ -442,5 +448,30 @@ if [ -z "$EXTERNAL" ] && [ "${BENCH_CLUSTER:-1}" != 0 ]; then
     0) ;;
     77) say "cluster section skipped: etcd is not installed" ;;
     *) fail "cluster section (bench/cluster.sh exit $crc)" ;;
+  esac
+fi
+
+# --------------------------------------------------------------- 9. the zones
+# bench/zones.sh: zone routing in three zones (network namespaces) with an inter-zone
+# delay: produce latency through a proxy, cross-zone bytes per produced byte, beside
+# Apache Kafka with RF=3 (Skiff only in smoke runs). BENCH_ZONES=0 skips it.
+if [ -z "$EXTERNAL" ] && [ "${BENCH_ZONES:-1}" != 0 ]; then
+  if [ -n "$BROKER_PID" ]; then
+    kill -TERM "$BROKER_PID" 2>/dev/null || true
+    i=0
+    while kill -0 "$BROKER_PID" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+    kill -KILL "$BROKER_PID" 2>/dev/null || true
+    wait "$BROKER_PID" 2>/dev/null || true
+    BROKER_PID=""
+  fi
+  echo
+  set +e
+  SKIFF_BUILD=$BUILD "$ROOT/bench/zones.sh"
+  zrc=$?
+  set -e
+  case $zrc in
+    0) ;;
+    77) say "zones section skipped: no zones here (root, network namespaces and nftables are needed) or no etcd" ;;
+    *) fail "zones section (bench/zones.sh exit $zrc)" ;;
   esac
 fi
