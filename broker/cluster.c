@@ -17,6 +17,7 @@
 #include "etcd.h"
 #include "follow.h"
 #include "groups.h"
+#include "handlers.h"
 #include "handoff.h"
 #include "link.h"
 #include "node.h"
@@ -49,6 +50,7 @@ struct sk_cluster {
     sk_links *links;  /* this node as main of proxied batches */
     sk_proxy *proxy;  /* this node as proxy */
     sk_follows *follows; /* ... and its consumers' fetches */
+    sk_map *fsessions;   /* proxies' poll sessions of this node (h_follow.c) */
     struct event *tick_ev;
     uint64_t ticks;
     bool started;
@@ -369,7 +371,8 @@ sk_cluster *sk_cluster_new(sk_node *n, char *why, size_t whylen)
     c->ctl = sk_controller_new(c);
     c->links = sk_links_new(n, c);
     c->follows = c->rpc ? sk_follows_new(n, c, c->rpc) : NULL;
-    if (!c->rpc || !c->h || !c->cu || !c->ctl || !c->links || !c->follows) {
+    c->fsessions = sk_map_new();
+    if (!c->rpc || !c->h || !c->cu || !c->ctl || !c->links || !c->follows || !c->fsessions) {
         snprintf(why, whylen, "out of memory");
         sk_cluster_destroy(c);
         return NULL;
@@ -470,6 +473,8 @@ void sk_cluster_destroy(sk_cluster *c)
     sk_handoffs_destroy(c->h);
     sk_links_destroy(c->links);
     sk_follows_destroy(c->follows);
+    if (c->fsessions)
+        h_follow_sessions_free(c->fsessions);
     if (c->proxy) {
         sk_proxy_destroy(c->proxy); /* closes the payload log */
         c->n->payload = NULL;
@@ -530,6 +535,11 @@ sk_proxy *sk_cluster_proxy(sk_cluster *c)
 sk_follows *sk_cluster_follows(sk_cluster *c)
 {
     return c->follows;
+}
+
+sk_map *sk_cluster_follow_sessions(sk_cluster *c)
+{
+    return c->fsessions;
 }
 
 sk_handoffs *sk_cluster_handoffs(sk_cluster *c)

@@ -108,6 +108,9 @@ struct rpc_client *sk_cluster_rpc(sk_cluster *c);
 struct sk_links *sk_cluster_links(sk_cluster *c);
 struct sk_proxy *sk_cluster_proxy(sk_cluster *c);
 struct sk_follows *sk_cluster_follows(sk_cluster *c);
+/* Proxies' poll sessions kept for them (h_follow.c owns the values, one
+ * malloc'd block each). */
+sk_map *sk_cluster_follow_sessions(sk_cluster *c);
 const cm_part *sk_cluster_part_state(sk_cluster *c, const sk_part *p);
 sk_node *sk_cluster_node(sk_cluster *c);
 

@@ -377,6 +377,11 @@ const sk_prop sk_props[] = {
     {"proxy.confirm.linger.us", SK_PROP_INT, OFF(confirm_linger_us), "100", 0, 100000, "Cluster",
      "How long a proxy gathers batches for one main before it sends them in one confirm.",
      NULL, false},
+    {"proxy.fetch.min.wait.ms", SK_PROP_INT, OFF(proxy_fetch_min_wait_ms), "5", 0, 1000, "Cluster",
+     "A proxy following a main's partitions for its consumers: how long the main gathers news "
+     "for one answer once news came (0: answer at once). More saves cross-zone bytes on busy "
+     "partitions; it adds as much to their end-to-end latency through the proxy.",
+     NULL, false},
 
     /* Groups */
     {"group.min.session.timeout.ms", SK_PROP_INT, OFF(group_min_session_timeout_ms), "6000", 1,

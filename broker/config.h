@@ -108,6 +108,7 @@ typedef struct sk_config {
     int64_t controlled_shutdown_timeout_ms;
     bool zone_routing_enable;
     int32_t confirm_linger_us;
+    int32_t proxy_fetch_min_wait_ms;
 
     /* set when the user gave the property (file or override) */
     uint64_t explicit_mask[2];

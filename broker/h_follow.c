@@ -19,6 +19,8 @@
 #include "node.h"
 #include "plog.h"
 #include "sk_err.h"
+#include "sk_map.h"
+#include "sk_time.h"
 #include "store.h"
 #include "tier.h"
 
@@ -38,14 +40,35 @@ struct floc {
     sk_obj_loc obj;
 };
 
+/* A proxy's poll session: its partition list, with where each is at. */
+#define SESSION_IDLE_MS 60000
+
+typedef struct fsess {
+    int32_t proxy;
+    int64_t id;
+    int64_t used_ms;
+    int refs;    /* requests using it */
+    bool stale;  /* replaced or forgotten: freed with its last request */
+    int32_t n;
+    kr_FollowRequest_Partition parts[]; /* offsets move with each answer */
+} fsess;
+
 typedef struct follow {
     sk_waiter base; /* first: parked on partitions as an sk_waiter */
     sk_req *r;
+    const kr_FollowRequest_Partition *parts; /* the request's, or its session's */
+    int32_t np;
+    fsess *sess;
     sk_node *n;
     struct event *timer;
     sk_part **regs;
     int nregs;
     struct floc *f; /* per partition of the request */
+    kr_FollowResponse_Partition *all; /* per partition; the answer takes those with news */
+    bool *news;
+    kr_FollowResponse_Object *objs; /* object ranges found, this evaluation */
+    int nobjs;
+    int64_t arrived_us;
     bool job_running, finished, shutdown, disk_tried;
 } follow;
 
@@ -60,16 +83,27 @@ static void unpark(follow *w)
         event_del(w->timer);
 }
 
+static void sess_drop(fsess *fs)
+{
+    if (fs->refs > 0)
+        fs->stale = true;
+    else
+        free(fs);
+}
+
 static void cleanup(sk_req *r)
 {
     follow *w = r->hctx;
     if (!w)
         return;
+    if (w->sess && --w->sess->refs == 0 && w->sess->stale)
+        free(w->sess);
     unpark(w);
     if (w->timer)
         event_free(w->timer);
     free(w->f);
     free(w->regs);
+    free(w->news);
     free(w);
     r->hctx = NULL;
 }
@@ -106,8 +140,7 @@ static void lookup_work(void *arg)
 {
     follow *w = arg;
     sk_node *n = w->n;
-    const kr_FollowRequest *req = w->r->body;
-    for (int32_t i = 0; i < req->partitions.n; i++) {
+    for (int32_t i = 0; i < w->np; i++) {
         struct floc *f = &w->f[i];
         if (!f->wanted)
             continue;
@@ -143,7 +176,7 @@ static void put_locs(sk_req *r, kr_FollowResponse_Partition *o, const sk_batch_l
     if (n && !b)
         return;
     for (int i = 0; i < n; i++)
-        b[i] = (kr_FollowResponse_Batch){locs[i].base, locs[i].last,
+        b[i] = (kr_FollowResponse_Batch){locs[i].base, (int32_t)(locs[i].last - locs[i].base),
                                          locs[i].log ? locs[i].log : own_log,
                                          (int64_t)locs[i].lsn, (int32_t)locs[i].len};
     o->batches.n = n;
@@ -162,12 +195,9 @@ static bool locate(follow *w, sk_part *p, struct floc *f, const kr_FollowRequest
         if (f->err) {
             o->error_code = SK_KAFKA_KAFKA_STORAGE_ERROR;
         } else if (f->in_object) {
-            o->object_key = sk_req_str(r, f->obj.key);
-            o->object_size = (int64_t)f->obj.obj_size;
-            o->range_start = f->obj.start;
-            o->range_end = f->obj.end;
-            o->range_max_timestamp = f->obj.max_ts;
-            o->range_size = (int64_t)f->obj.size;
+            w->objs[w->nobjs++] = (kr_FollowResponse_Object){
+                o->index, sk_req_str(r, f->obj.key), (int64_t)f->obj.obj_size, f->obj.start,
+                f->obj.end, f->obj.max_ts, (int64_t)f->obj.size};
         } else {
             put_locs(r, o, f->locs, f->nl, own);
         }
@@ -202,12 +232,10 @@ static bool locate(follow *w, sk_part *p, struct floc *f, const kr_FollowRequest
  * storage must be asked first. */
 static bool eval_part(follow *w, int idx, kr_FollowResponse_Partition *o, bool *lookup)
 {
-    const kr_FollowRequest *req = w->r->body;
-    const kr_FollowRequest_Partition *rp = &req->partitions.v[idx];
+    const kr_FollowRequest_Partition *rp = &w->parts[idx];
     sk_part *p = sk_part_get(sk_topic_get_id(w->n, &rp->topic_id), rp->partition);
-    *o = (kr_FollowResponse_Partition){.topic_id = rp->topic_id, .partition = rp->partition,
-                                       .high_watermark = -1, .log_start_offset = -1,
-                                       .leader_epoch = -1, .object_key = {NULL, -1}};
+    *o = (kr_FollowResponse_Partition){.index = idx, .high_watermark = -1,
+                                       .log_start_offset = -1, .leader_epoch = -1};
     if (!sk_part_serving(p)) {
         o->error_code = p ? SK_KAFKA_NOT_LEADER_OR_FOLLOWER : SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION;
         return true;
@@ -226,32 +254,58 @@ static bool eval_part(follow *w, int idx, kr_FollowResponse_Partition *o, bool *
     return true;
 }
 
-static void park(follow *w)
+/* The answer: every partition of a request that did not wait, else those
+ * with news. */
+static void respond(follow *w)
 {
-    const kr_FollowRequest *req = w->r->body;
-    for (int32_t i = 0; i < req->partitions.n; i++) {
-        const kr_FollowRequest_Partition *rp = &req->partitions.v[i];
+    sk_req *r = w->r;
+    const kr_FollowRequest *req = r->body;
+    kr_FollowResponse *resp = r->resp;
+    int32_t n = 0;
+    for (int32_t i = 0; i < w->np; i++) {
+        if (req->max_wait_ms > 0 && !w->news[i])
+            continue;
+        /* The session's partition polls on from what this answer gives. */
+        if (w->sess && w->all[i].error_code == 0 && w->all[i].high_watermark >= 0)
+            w->sess->parts[i].offset = w->all[i].high_watermark;
+        w->all[n++] = w->all[i];
+    }
+    resp->partitions.n = n;
+    resp->partitions.v = w->all;
+    resp->objects.n = w->nobjs;
+    resp->objects.v = w->objs;
+    w->finished = true;
+    unpark(w);
+    sk_req_respond(r);
+}
+
+/* Waits until a watermark moves, or the timer (MaxWaitMs, or what is left
+ * of MinWaitMs) ends it. */
+static void park(follow *w, int64_t ms)
+{
+    for (int32_t i = 0; i < w->np; i++) {
+        const kr_FollowRequest_Partition *rp = &w->parts[i];
         sk_part *p = sk_part_get(sk_topic_get_id(w->n, &rp->topic_id), rp->partition);
         if (p && sk_part_add_waiter(p, &w->base) == 0)
             w->regs[w->nregs++] = p;
     }
-    if (!w->timer) {
+    if (!w->timer)
         w->timer = evtimer_new(w->n->base, timer_cb, w);
-        int64_t ms = req->max_wait_ms;
-        struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-        if (w->timer)
-            event_add(w->timer, &tv);
-    }
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    if (w->timer)
+        event_add(w->timer, &tv);
 }
 
 static void eval(follow *w)
 {
     sk_req *r = w->r;
     const kr_FollowRequest *req = r->body;
-    kr_FollowResponse *resp = r->resp;
     bool news = false, lookup = false;
-    for (int32_t i = 0; i < req->partitions.n; i++)
-        news |= eval_part(w, i, &resp->partitions.v[i], &lookup);
+    w->nobjs = 0;
+    for (int32_t i = 0; i < w->np; i++) {
+        w->news[i] = eval_part(w, i, &w->all[i], &lookup);
+        news |= w->news[i];
+    }
     if (lookup) {
         w->disk_tried = true;
         w->job_running = true;
@@ -259,25 +313,113 @@ static void eval(follow *w)
             return;
         w->job_running = false;
     }
-    if (news || req->max_wait_ms <= 0 || w->shutdown || w->n->stopping || r->conn->closed) {
-        w->finished = true;
-        unpark(w);
-        sk_req_respond(r);
+    int64_t waited_ms = (sk_mono_us() - w->arrived_us) / 1000;
+    bool early = news && req->max_wait_ms > 0 && waited_ms < req->min_wait_ms;
+    if ((news && !early) || req->max_wait_ms <= 0 || w->shutdown || w->n->stopping ||
+        r->conn->closed) {
+        respond(w);
         return;
     }
-    park(w);
+    /* With news before MinWaitMs: more may come for the same answer. */
+    int64_t left = early ? req->min_wait_ms - waited_ms : req->max_wait_ms - waited_ms;
+    park(w, left > 0 ? left : 0);
+}
+
+/* ---- poll sessions ---- */
+
+static void skey(uint8_t out[12], int32_t proxy, int64_t id)
+{
+    memcpy(out, &proxy, 4);
+    memcpy(out + 4, &id, 8);
+}
+
+static void forget_idle(sk_map *m, int64_t now)
+{
+    size_t it = 0;
+    const void *k;
+    size_t kl;
+    void *v;
+    while (sk_map_next(m, &it, &k, &kl, &v)) {
+        fsess *fs = v;
+        if (now - fs->used_ms > SESSION_IDLE_MS) {
+            uint8_t key[12];
+            skey(key, fs->proxy, fs->id);
+            sk_map_del(m, key, sizeof key);
+            sess_drop(fs);
+            it = 0; /* the map changed: walk again */
+        }
+    }
+}
+
+void h_follow_sessions_free(sk_map *m)
+{
+    size_t it = 0;
+    void *v;
+    while (sk_map_next(m, &it, NULL, NULL, &v))
+        sess_drop(v); /* a request still holding one frees it */
+    sk_map_destroy(m);
+}
+
+/* The request's session: stored anew from its list, or the one kept.
+ * NULL (with *err) when the request names one this node does not have. */
+static fsess *session_of(sk_req *r, int *err)
+{
+    const kr_FollowRequest *req = r->body;
+    sk_map *m = sk_cluster_follow_sessions(r->node->cluster);
+    uint8_t key[12];
+    skey(key, req->proxy_node, req->session_id);
+    fsess *fs = sk_map_get(m, key, sizeof key);
+    int64_t now = sk_mono_ms();
+    *err = 0;
+    if (req->partitions.n <= 0) {
+        if (!fs)
+            *err = SK_KAFKA_FETCH_SESSION_ID_NOT_FOUND;
+        else
+            fs->used_ms = now;
+        return fs;
+    }
+    if (fs) {
+        sk_map_del(m, key, sizeof key);
+        sess_drop(fs);
+    } else {
+        forget_idle(m, now);
+    }
+    int32_t n = req->partitions.n;
+    fs = malloc(sizeof *fs + (size_t)n * sizeof fs->parts[0]);
+    if (!fs || sk_map_put(m, key, sizeof key, fs) != 0) {
+        free(fs);
+        *err = SK_ERR_NOMEM;
+        return NULL;
+    }
+    *fs = (fsess){req->proxy_node, req->session_id, now, 0, false, n};
+    memcpy(fs->parts, req->partitions.v, (size_t)n * sizeof fs->parts[0]);
+    return fs;
 }
 
 void h_follow(sk_req *r)
 {
     const kr_FollowRequest *req = r->body;
     kr_FollowResponse *resp = r->resp;
-    int32_t np = req->partitions.n > 0 ? req->partitions.n : 0;
     if (!r->node->cluster) {
         resp->error_code = SK_KAFKA_NOT_LEADER_OR_FOLLOWER;
         sk_req_respond(r);
         return;
     }
+    fsess *sess = NULL;
+    if (req->session_id != 0) {
+        int err;
+        sess = session_of(r, &err);
+        if (!sess) {
+            if (err == SK_ERR_NOMEM) {
+                sk_req_close(r, "out of memory");
+                return;
+            }
+            resp->error_code = (int16_t)err;
+            sk_req_respond(r);
+            return;
+        }
+    }
+    int32_t np = sess ? sess->n : req->partitions.n > 0 ? req->partitions.n : 0;
     follow *w = calloc(1, sizeof *w);
     kr_FollowResponse_Partition *out =
         np ? sk_req_array(r, &kr_FollowResponse_Partition_desc, np) : NULL;
@@ -289,15 +431,23 @@ void h_follow(sk_req *r)
     w->base = (sk_waiter){wake, stop};
     w->r = r;
     w->n = r->node;
+    w->sess = sess;
+    if (sess)
+        sess->refs++;
+    w->parts = sess ? sess->parts : req->partitions.v;
+    w->np = np;
     w->f = calloc((size_t)(np ? np : 1), sizeof *w->f);
     w->regs = calloc((size_t)(np ? np : 1), sizeof *w->regs);
+    w->news = calloc((size_t)(np ? np : 1), sizeof *w->news);
+    w->all = out;
+    w->objs = np ? sk_req_array(r, &kr_FollowResponse_Object_desc, np) : NULL;
+    w->arrived_us = sk_mono_us();
     r->hctx = w;
     r->cleanup = cleanup;
-    if (!w->f || !w->regs) {
+    if (!w->f || !w->regs || !w->news || (np && !w->objs)) {
         sk_req_close(r, "out of memory");
         return;
     }
-    resp->partitions.n = np;
-    resp->partitions.v = out;
+    resp->partitions.n = 0;
     eval(w);
 }

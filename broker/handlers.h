@@ -49,6 +49,8 @@ bool sk_broker_addr(sk_req *r, int32_t node, sk_broker *out);
 void h_handoff_ready(sk_req *r);
 void h_confirm(sk_req *r);
 void h_follow(sk_req *r);
+/* Frees the poll sessions a node keeps for proxies (sk_cluster_follow_sessions). */
+void h_follow_sessions_free(struct sk_map *m);
 
 /* Shutdown: answer every parked fetch and follow request now. */
 void sk_fetch_wake_all(sk_node *n);

@@ -3,7 +3,7 @@
  * Do not edit: change the specs (or the generator) and run
  *     python3 tools/kgen.py --rpc proto/rpc --out proto
  * which the build does by itself when they change.
- * Input fingerprint (sha256 over the spec files read): 1610f8cfabc0575c1e308e52c13f8a08
+ * Input fingerprint (sha256 over the spec files read): b24487767cb2d2cf1aafa252ef2aca0b
  */
 #include "krpc.h"
 
@@ -323,6 +323,16 @@ static const kc_field kr_FollowRequest_fields[] = {
         .offset = offsetof(kr_FollowRequest, max_wait_ms),
     },
     {
+        .name = "MinWaitMs", .type = KC_INT32, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
+        .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_FollowRequest, min_wait_ms),
+    },
+    {
+        .name = "SessionId", .type = KC_INT64, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
+        .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_FollowRequest, session_id),
+    },
+    {
         .name = "Partitions", .type = KC_ARRAY, .elem_type = KC_STRUCT, .ver_min = 0,
         .ver_max = KC_VMAX, .null_min = -1, .null_max = -1, .tag_min = -1, .tag_max = -1,
         .offset = offsetof(kr_FollowRequest, partitions),
@@ -333,7 +343,7 @@ static const kc_field kr_FollowRequest_fields[] = {
 const kc_struct kr_FollowRequest_desc = {
     .name = "FollowRequest",
     .size = sizeof(kr_FollowRequest),
-    .nfields = 3,
+    .nfields = 5,
     .fields = kr_FollowRequest_fields,
 };
 
@@ -346,9 +356,9 @@ static const kc_field kr_FollowResponse_Batch_fields[] = {
         .offset = offsetof(kr_FollowResponse_Batch, base_offset),
     },
     {
-        .name = "LastOffset", .type = KC_INT64, .ver_min = 0, .ver_max = KC_VMAX,
+        .name = "LastOffsetDelta", .type = KC_INT32, .ver_min = 0, .ver_max = KC_VMAX,
         .null_min = -1, .null_max = -1, .tag_min = -1, .tag_max = -1,
-        .offset = offsetof(kr_FollowResponse_Batch, last_offset),
+        .offset = offsetof(kr_FollowResponse_Batch, last_offset_delta),
     },
     {
         .name = "Log", .type = KC_INT64, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
@@ -375,14 +385,9 @@ const kc_struct kr_FollowResponse_Batch_desc = {
 
 static const kc_field kr_FollowResponse_Partition_fields[] = {
     {
-        .name = "TopicId", .type = KC_UUID, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
+        .name = "Index", .type = KC_INT32, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
         .null_max = -1, .tag_min = -1, .tag_max = -1,
-        .offset = offsetof(kr_FollowResponse_Partition, topic_id),
-    },
-    {
-        .name = "Partition", .type = KC_INT32, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
-        .null_max = -1, .tag_min = -1, .tag_max = -1,
-        .offset = offsetof(kr_FollowResponse_Partition, partition),
+        .offset = offsetof(kr_FollowResponse_Partition, index),
     },
     {
         .name = "ErrorCode", .type = KC_INT16, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
@@ -410,42 +415,56 @@ static const kc_field kr_FollowResponse_Partition_fields[] = {
         .offset = offsetof(kr_FollowResponse_Partition, batches),
         .elem_size = sizeof(kr_FollowResponse_Batch), .sub = &kr_FollowResponse_Batch_desc,
     },
-    {
-        .name = "ObjectKey", .type = KC_STRING, .ver_min = 0, .ver_max = KC_VMAX, .null_min = 0,
-        .null_max = KC_VMAX, .tag_min = -1, .tag_max = -1,
-        .offset = offsetof(kr_FollowResponse_Partition, object_key), .def_str = NULL,
-    },
-    {
-        .name = "ObjectSize", .type = KC_INT64, .ver_min = 0, .ver_max = KC_VMAX,
-        .null_min = -1, .null_max = -1, .tag_min = -1, .tag_max = -1,
-        .offset = offsetof(kr_FollowResponse_Partition, object_size),
-    },
-    {
-        .name = "RangeStart", .type = KC_INT64, .ver_min = 0, .ver_max = KC_VMAX,
-        .null_min = -1, .null_max = -1, .tag_min = -1, .tag_max = -1,
-        .offset = offsetof(kr_FollowResponse_Partition, range_start),
-    },
-    {
-        .name = "RangeEnd", .type = KC_INT64, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
-        .null_max = -1, .tag_min = -1, .tag_max = -1,
-        .offset = offsetof(kr_FollowResponse_Partition, range_end),
-    },
-    {
-        .name = "RangeMaxTimestamp", .type = KC_INT64, .ver_min = 0, .ver_max = KC_VMAX,
-        .null_min = -1, .null_max = -1, .tag_min = -1, .tag_max = -1,
-        .offset = offsetof(kr_FollowResponse_Partition, range_max_timestamp),
-    },
-    {
-        .name = "RangeSize", .type = KC_INT64, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
-        .null_max = -1, .tag_min = -1, .tag_max = -1,
-        .offset = offsetof(kr_FollowResponse_Partition, range_size),
-    },
 };
 const kc_struct kr_FollowResponse_Partition_desc = {
     .name = "Partition",
     .size = sizeof(kr_FollowResponse_Partition),
-    .nfields = 13,
+    .nfields = 6,
     .fields = kr_FollowResponse_Partition_fields,
+};
+
+static const kc_field kr_FollowResponse_Object_fields[] = {
+    {
+        .name = "Index", .type = KC_INT32, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
+        .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_FollowResponse_Object, index),
+    },
+    {
+        .name = "Key", .type = KC_STRING, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
+        .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_FollowResponse_Object, key), .def_str = "",
+    },
+    {
+        .name = "ObjectSize", .type = KC_INT64, .ver_min = 0, .ver_max = KC_VMAX,
+        .null_min = -1, .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_FollowResponse_Object, object_size),
+    },
+    {
+        .name = "RangeStart", .type = KC_INT64, .ver_min = 0, .ver_max = KC_VMAX,
+        .null_min = -1, .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_FollowResponse_Object, range_start),
+    },
+    {
+        .name = "RangeEnd", .type = KC_INT64, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
+        .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_FollowResponse_Object, range_end),
+    },
+    {
+        .name = "RangeMaxTimestamp", .type = KC_INT64, .ver_min = 0, .ver_max = KC_VMAX,
+        .null_min = -1, .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_FollowResponse_Object, range_max_timestamp),
+    },
+    {
+        .name = "RangeSize", .type = KC_INT64, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
+        .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_FollowResponse_Object, range_size),
+    },
+};
+const kc_struct kr_FollowResponse_Object_desc = {
+    .name = "Object",
+    .size = sizeof(kr_FollowResponse_Object),
+    .nfields = 7,
+    .fields = kr_FollowResponse_Object_fields,
 };
 
 static const kc_field kr_FollowResponse_fields[] = {
@@ -466,11 +485,17 @@ static const kc_field kr_FollowResponse_fields[] = {
         .elem_size = sizeof(kr_FollowResponse_Partition),
         .sub = &kr_FollowResponse_Partition_desc,
     },
+    {
+        .name = "Objects", .type = KC_ARRAY, .elem_type = KC_STRUCT, .ver_min = 0,
+        .ver_max = KC_VMAX, .null_min = -1, .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_FollowResponse, objects),
+        .elem_size = sizeof(kr_FollowResponse_Object), .sub = &kr_FollowResponse_Object_desc,
+    },
 };
 const kc_struct kr_FollowResponse_desc = {
     .name = "FollowResponse",
     .size = sizeof(kr_FollowResponse),
-    .nfields = 3,
+    .nfields = 4,
     .fields = kr_FollowResponse_fields,
 };
 

@@ -3,7 +3,7 @@
  * Do not edit: change the specs (or the generator) and run
  *     python3 tools/kgen.py --rpc proto/rpc --out proto
  * which the build does by itself when they change.
- * Input fingerprint (sha256 over the spec files read): 1610f8cfabc0575c1e308e52c13f8a08
+ * Input fingerprint (sha256 over the spec files read): b24487767cb2d2cf1aafa252ef2aca0b
  */
 /*
  * krpc: Skiff's node-to-node RPCs, declared like the Kafka messages of
@@ -182,8 +182,18 @@ typedef struct kr_FollowRequest {
     /* The node that serves these partitions to consumers of its zone. */
     int32_t proxy_node;                                  /* v0+ */
     /* How long the main may wait for a partition's high watermark to pass its offset
-     * when none has. */
+     * when none has (0: answer at once, every partition). */
     int32_t max_wait_ms;                                 /* v0+ */
+    /* When waiting: how long after the request arrived the main answers at the
+     * earliest, so that one answer carries what arrived meanwhile (0: as soon as a
+     * partition has news). */
+    int32_t min_wait_ms;                                 /* v0+ */
+    /* 0: the partitions are those listed. Else a poll session of this proxy:
+     * Partitions, when not empty, become its list (the main keeps it, with each
+     * partition's offset moving to the high watermark of each answer); an empty
+     * Partitions polls that list as the main has it (FETCH_SESSION_ID_NOT_FOUND when
+     * it has none: the proxy sends the list again). */
+    int64_t session_id;                                  /* v0+ */
     /* The partitions followed. */
     struct { int32_t n; kr_FollowRequest_Partition *v; } partitions; /* v0+ */
 } kr_FollowRequest;
@@ -196,8 +206,8 @@ extern const kc_struct kr_FollowRequest_desc;
 typedef struct kr_FollowResponse_Batch {
     /* The batch's first offset. */
     int64_t base_offset;                                 /* v0+ */
-    /* The batch's last offset. */
-    int64_t last_offset;                                 /* v0+ */
+    /* Its last offset less its first. */
+    int32_t last_offset_delta;                           /* v0+ */
     /* The log whose WAL holds the batch's record (a LINK record leads on to a payload
      * log). */
     int64_t log;                                         /* v0+ */
@@ -208,10 +218,8 @@ typedef struct kr_FollowResponse_Batch {
 } kr_FollowResponse_Batch;
 
 typedef struct kr_FollowResponse_Partition {
-    /* The id of the partition's topic. */
-    kc_uuid topic_id;                                    /* v0+ */
-    /* The partition index. */
-    int32_t partition;                                   /* v0+ */
+    /* The partition's position in the request. */
+    int32_t index;                                       /* v0+ */
     /* 0, or why the partition cannot be followed here (NOT_LEADER_OR_FOLLOWER,
      * OFFSET_OUT_OF_RANGE, ...). */
     int16_t error_code;                                  /* v0+ */
@@ -224,8 +232,13 @@ typedef struct kr_FollowResponse_Partition {
     int32_t leader_epoch;                                /* v0+ */
     /* Batches from Offset on, in offset order, each in a log on the shared volume. */
     struct { int32_t n; kr_FollowResponse_Batch *v; } batches; /* v0+ */
-    /* When Offset is no longer in any WAL: the object holding it, else null. */
-    kc_str object_key;                                   /* v0+, nullable 0+, default null */
+} kr_FollowResponse_Partition;
+
+typedef struct kr_FollowResponse_Object {
+    /* The partition's position in the request. */
+    int32_t index;                                       /* v0+ */
+    /* The object's key. */
+    kc_str key;                                          /* v0+ */
     /* The object's size in bytes. */
     int64_t object_size;                                 /* v0+ */
     /* The first offset of the partition's range in the object. */
@@ -236,7 +249,7 @@ typedef struct kr_FollowResponse_Partition {
     int64_t range_max_timestamp;                         /* v0+ */
     /* The range's size in bytes. */
     int64_t range_size;                                  /* v0+ */
-} kr_FollowResponse_Partition;
+} kr_FollowResponse_Object;
 
 typedef struct kr_FollowResponse {
     /* Always 0: nodes do not throttle each other; kept so that every response can
@@ -245,12 +258,17 @@ typedef struct kr_FollowResponse {
     /* An error for the whole request (0 if none); the per-partition answers then do
      * not apply. */
     int16_t error_code;                                  /* v0+ */
-    /* One entry per partition of the request, in its order. */
+    /* The partitions with news: every partition of a request that did not wait; of one
+     * that waited, those whose watermarks moved past their offsets, or with an error. */
     struct { int32_t n; kr_FollowResponse_Partition *v; } partitions; /* v0+ */
+    /* For a partition whose Offset is no longer in any WAL (uploaded): the object
+     * range that holds it. */
+    struct { int32_t n; kr_FollowResponse_Object *v; } objects; /* v0+ */
 } kr_FollowResponse;
 
 extern const kc_struct kr_FollowResponse_Batch_desc;
 extern const kc_struct kr_FollowResponse_Partition_desc;
+extern const kc_struct kr_FollowResponse_Object_desc;
 extern const kc_struct kr_FollowResponse_desc;
 
 /* The internal API `key` (KRPC_KEY_MIN..krpc_api_max_key()), NULL when
