@@ -1181,8 +1181,11 @@ def software():
         except (OSError, subprocess.CalledProcessError, subprocess.TimeoutExpired):
             return ""
     head = git("rev-parse", "--short", "HEAD")
-    dirty = [l[3:] for l in git("status", "--porcelain", "--", "broker", "cluster", "wal",
-                                "s3sink", "rpc", "proto", "common").splitlines() if l]
+    # not git(): its strip() would eat the status column of the first line (" M broker/...")
+    dirty = [l[3:] for l in subprocess.run(
+        ["git", "-C", ROOT, "status", "--porcelain", "--", "broker", "cluster", "wal", "s3sink",
+         "rpc", "proto", "proxy", "common"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        timeout=30).stdout.decode().splitlines() if l.strip()]
     import confluent_kafka
     return {"commit": head, "uncommitted": dirty, "librdkafka": confluent_kafka.libversion()[0],
             "confluent_kafka": confluent_kafka.version()[0]}
