@@ -1405,6 +1405,10 @@ def text_report(res, o):
                     p("    %s: errors %s, unsent %d%s%s" % (
                         kind, k["errors"], k["unsent"], ", FELL BEHIND" if k["fell_behind"] else "",
                         ", %d runs without result" % k["missing"] if k["missing"] else ""))
+    note = fill_note(res)
+    if note:
+        p("")
+        p(note)
     p("")
     for phase, v in o["per_phase"].items():
         if v["ratio"] is not None:
@@ -1433,6 +1437,24 @@ END = "<!-- bench-zones:end -->"
 
 
 SYSNAME = {"skiff": "Skiff", "kafka": "Kafka"}
+
+
+def fill_note(res):
+    """What the batching phases' latencies mostly are: the wait for a batch to fill."""
+    c = res["config"]
+    b = res.get("config_batch") or phase_params("batching")
+    if not any(ph in c["phases"] for ph in ("batching", "produce-only")):
+        return None
+    per_zone = b["rate_per_zone"]
+    waits = []
+    for kind, share in (("local", 1 / 3.0), ("remote", 2 / 3.0)):
+        rate = per_zone * share
+        if rate > 0:
+            waits.append("%.0f ms at a %s producer's %.0f records/s" % (
+                1000.0 * b["sticky"] / rate, kind, rate))
+    return ("In the batching phases a batch of %d records takes %s to fill, and each record "
+            "waits up to that long before it is sent: those latencies are mostly that wait, "
+            "and compare the systems rather than the paths." % (b["sticky"], " and ".join(waits)))
 
 
 def markdown(res, o):
@@ -1522,6 +1544,10 @@ def markdown(res, o):
                     ms(e2e and e2e["p50_ms"]), ms(e2e and e2e["p99_ms"]), ms(e2e and e2e["p999_ms"]),
                     k["acked"], " (%s)" % ", ".join(bad) if bad else ""))
     p("")
+    note = fill_note(res)
+    if note:
+        p(note)
+        p("")
     p("Load average (1 min) before → after each phase: %s." % "; ".join(
         "%s %s %s → %s" % (SYSNAME[ph["system"]], ph["phase"], ph["load_before"].split()[0],
                            ph["load_after"].split()[0]) for ph in res.get("phases", [])))
