@@ -110,6 +110,9 @@ NFS = env("BENCH_ZONES_NFS", "1") != "0"
 OBJECTS = env("BENCH_ZONES_OBJECTS", "file")
 EXTRA_PROPS = env("BENCH_ZONES_PROPS", "").split()
 DOCS = env("BENCH_DOCS", "0" if SMOKE else "1") == "1"
+# the brokers' data, the shared volume and the objects (GBs after a full run) are deleted at
+# the end; logs and results stay
+KEEP = env("BENCH_ZONES_KEEP", "0") == "1"
 
 TARGET_PROXY_P99_MS = 10.0
 TARGET_CROSS_PER_BYTE = 0.002
@@ -1705,6 +1708,8 @@ def main():
     finally:
         zones.down()
         svc.stop()
+        if not KEEP:
+            drop_bulk()
     if rc == 77:
         return rc
     res["load_after"] = loadavg()
@@ -1723,6 +1728,18 @@ def main():
         splice_docs(markdown(res, o))
         say("docs/benchmarks.md: Zones section rewritten")
     return rc
+
+
+def drop_bulk():
+    """Deletes what a run wrote in bulk (brokers' data, the shared volume, the objects,
+    etcd's data), keeping logs and results."""
+    import glob
+    for d in (glob.glob(os.path.join(WORK, "skiff", "n*", "data"))
+              + glob.glob(os.path.join(WORK, "kafka", "n*", "data"))
+              + [os.path.join(WORK, "ganesha", "export"), os.path.join(WORK, "volume"),
+                 os.path.join(WORK, "objects"), os.path.join(WORK, "s3rver", "data")]
+              + glob.glob(os.path.join(WORK, "etcd", "m*.etcd"))):
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def report_only(results, docs):

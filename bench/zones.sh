@@ -36,6 +36,8 @@
 #   BENCH_ZONES_OBJECTS=file|s3     [file] objects on the local disk or in the S3 emulator
 #   BENCH_ZONES_PROPS="k=v ..."     more skiffd properties for every node
 #   BENCH_ZONES_KAFKA_HEAP="..."    [-Xms1g -Xmx1g] each Kafka node's heap
+#   BENCH_ZONES_KEEP=1              keep the brokers' data, the volume and the objects
+#                                   (deleted at the end otherwise; logs and results stay)
 #   BENCH_DOCS=0|1                  [1, 0 when smoke] rewrite the Zones section of
 #                                   docs/benchmarks.md
 set -eu
