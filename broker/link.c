@@ -19,9 +19,12 @@
 #include "sk_log.h"
 #include "sk_map.h"
 #include "sk_time.h"
+#include "sk_workq.h"
 #include "tier.h"
 
 #define DEDUP_MAX 65536
+/* Payload reads are short and mostly wait on the volume: several at once. */
+#define LINK_THREADS 4
 #define KEY_MAX 256
 
 /* ---- state ---- */
@@ -83,6 +86,7 @@ typedef struct dedup {
 struct sk_links {
     sk_node *n;
     sk_cluster *c;
+    sk_workq *q; /* payload reads: on the acknowledgement path, apart from fetches' */
     sk_map *queues; /* (topic id, part) -> pqueue */
     sk_map *prefs;  /* plog -> pref */
     sk_map *dedup;  /* key -> dedup */
@@ -398,7 +402,7 @@ static void start_read(sk_links *l, lent *e)
     *pq->tail = e;
     pq->tail = &e->next;
     e->read_start_us = sk_mono_us();
-    if (sk_node_read_job(l->n, read_work, read_done, e) != 0) {
+    if (sk_workq_submit(l->q, read_work, read_done, e) != 0) {
         e->read_err = SK_ERR_CLOSED;
         e->read_done = true;
         pump(l, &e->b.topic_id, e->b.partition);
@@ -689,7 +693,8 @@ sk_links *sk_links_new(sk_node *n, sk_cluster *c)
     l->prefs = sk_map_new();
     l->dedup = sk_map_new();
     l->ring = calloc(DEDUP_MAX, sizeof *l->ring);
-    if (!l->queues || !l->prefs || !l->dedup || !l->ring) {
+    l->q = sk_workq_new(n->base, "skiff-link", LINK_THREADS);
+    if (!l->queues || !l->prefs || !l->dedup || !l->ring || !l->q) {
         sk_links_destroy(l);
         return NULL;
     }
@@ -698,8 +703,12 @@ sk_links *sk_links_new(sk_node *n, sk_cluster *c)
 
 void sk_links_close(sk_links *l)
 {
-    if (l)
-        l->closing = true;
+    if (!l)
+        return;
+    l->closing = true;
+    /* Reads in flight use the logs: they end before those close. */
+    sk_workq_destroy(l->q);
+    l->q = NULL;
 }
 
 void sk_links_destroy(sk_links *l)
@@ -722,6 +731,8 @@ void sk_links_destroy(sk_links *l)
     sk_map_destroy(l->prefs);
     sk_map_destroy(l->dedup);
     free(l->ring);
+    if (l->q)
+        sk_workq_destroy(l->q);
     free(l);
 }
 

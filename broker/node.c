@@ -639,7 +639,9 @@ sk_node *sk_node_new(sk_config *cfg, char *why, size_t whylen)
     n->tier = sk_tier_new(n, why, whylen);
     if (!n->tier)
         goto fail;
-    n->readers = sk_workq_new(n->base, "skiff-read", 2);
+    /* A cluster member also reads for its zone's consumers of other mains'
+     * partitions (proxy fetch): mostly waits on the shared volume. */
+    n->readers = sk_workq_new(n->base, "skiff-read", n->cluster ? 4 : 2);
     if (!n->readers) {
         snprintf(why, whylen, "out of memory");
         goto fail;
