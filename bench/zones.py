@@ -98,6 +98,9 @@ PHASES = env("BENCH_ZONES_PHASES", "latency batching produce-only").split()
 PRIME = float(env("BENCH_ZONES_PRIME", "0" if SMOKE else "15"))
 # each skload process also consumes its partitions in its zone (e2e); 0: producers only
 CONSUMERS = env("BENCH_ZONES_CONSUMERS", "1") != "0"
+# pause before each measured phase: a Skiff proxy keeps polling its mains for a partition 5 s
+# after its last consumer, which must not leak into the next phase's counters
+GAP = float(env("BENCH_ZONES_GAP", "0" if SMOKE else "7"))
 # producer settings of every phase, both systems (the Java client's default in-flight bound:
 # librdkafka's, 1000000, lets tiny requests queue without bound behind a broker that
 # serves one request per connection at a time, as Kafka does)
@@ -812,6 +815,8 @@ def run_phase(system, phase, zones, boots, mains, topic, snapshot_extra=None, cp
     jobs = plan(mains)
     procs = []
     bound = prm["warmup"] + prm["duration"] + 90
+    if phase != "prime" and GAP > 0:
+        time.sleep(GAP)
     before = zones.counters()
     fwd0 = zones.forwarded()
     groups = dict(cpu_groups() if cpu_groups else {},
@@ -1675,6 +1680,7 @@ def main():
                       "batch_linger": BATCH_LINGER, "batch_duration": BATCH_DURATION,
                       "batch_warmup": BATCH_WARMUP, "phases": PHASES, "systems": SYSTEMS,
                       "kafka_heap": KAFKA_HEAP, "prime": PRIME, "consumers": CONSUMERS,
+                      "gap": GAP,
                       "producer_props": PRODUCER_PROPS},
            "config_batch": phase_params("batching")}
     zones = Zones("skzb-%d" % os.getpid())

@@ -31,7 +31,8 @@
 #   BENCH_ZONES_BATCH_LINGER_MS=x   [200] batching phase: linger.ms
 #   BENCH_ZONES_BATCH_DURATION=s    [20] batching phase: measured seconds
 #   BENCH_ZONES_BATCH_WARMUP=s      [5] batching phase: warm-up seconds
-#   BENCH_ZONES_PHASES="..."        [latency batching]
+#   BENCH_ZONES_PHASES="..."        [latency batching produce-only]
+#   BENCH_ZONES_GAP=s               [7] pause before each phase (proxies' polls settle)
 #   BENCH_ZONES_NFS=0               the shared volume is a local directory even with Ganesha
 #   BENCH_ZONES_OBJECTS=file|s3     [file] objects on the local disk or in the S3 emulator
 #   BENCH_ZONES_PROPS="k=v ..."     more skiffd properties for every node
