@@ -16,6 +16,7 @@
 #include <arpa/inet.h>
 #include <event2/event.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -353,6 +354,7 @@ static void test_nfs_injected_faults(void **state)
 
 struct restarter {
     int delay_ms, down_ms, rc;
+    atomic_bool done;
     char args_stop[128], args_start[128];
 };
 
@@ -366,6 +368,7 @@ static void *restart_main(void *arg)
     nanosleep(&ts, NULL);
     if (!r->rc)
         r->rc = ganesha(r->args_start);
+    atomic_store(&r->done, true);
     return NULL;
 }
 
@@ -390,13 +393,25 @@ static void test_nfs_server_restart(void **state)
     snprintf(r.args_start, sizeof r.args_start, "start %s %d %d", gdir, port, mnt);
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, restart_main, &r), 0);
+    /* Appends are paced (one per 2 ms) and go on until well after the
+     * server is back: on a fast machine an unpaced loop was over before
+     * the server was even stopped, and nothing was tested. */
     int n = 0;
-    int64_t until = sk_mono_ms() + 2500;
-    while (sk_mono_ms() < until && n < 1500) {
-        if (wal_pending_bytes(w) < (1 << 20) && n != 77) {
+    int64_t next_at = sk_mono_ms(), back_at = 0, give_up = sk_mono_ms() + 30000;
+    while (n < MAXD - 2 && sk_mono_ms() < give_up) {
+        int64_t now = sk_mono_ms();
+        if (!back_at && atomic_load(&r.done))
+            back_at = now;
+        if (back_at && now - back_at > 500)
+            break;
+        if (now < next_at) {
+            /* not yet */
+        } else if (wal_pending_bytes(w) < (1 << 20) && n != 77) {
+            next_at = now + 2;
             assert_int_equal(append_i(w, n, &d, NULL), 0);
             n++;
         } else if (n == 77) {
+            next_at = now + 2;
             n++; /* skip the big one here: it has its own test */
             assert_int_equal(append_i(w, 0, NULL, NULL), 0);
         }
