@@ -21,7 +21,7 @@
 #include "store.h"
 #include "tier.h"
 
-#define POLL_WAIT_MS 500
+#define POLL_WAIT_MS 5000
 #define RPC_TIMEOUT_MS 5000
 #define PREFETCH_BYTES (1 << 20)
 #define TAIL_MAX (4 << 20)
@@ -47,8 +47,9 @@ typedef struct fmain {
     int64_t session;
     fpart **list; /* the session's partitions, in the main's order */
     int n;
-    bool synced;  /* the main has this list */
-    bool polling;
+    uint64_t gen; /* lists sent so far */
+    bool synced;  /* the main has list `gen` */
+    int inflight; /* polls: one, or two while a new list replaces the old */
 } fmain;
 
 struct sk_follows {
@@ -84,6 +85,7 @@ typedef struct fcall {
 typedef struct fpoll {
     sk_follows *f;
     fmain *m;
+    uint64_t gen; /* of the list it polls */
     int n;
     fpart **parts;
 } fpoll;
@@ -465,7 +467,8 @@ static void poll_rpc_done(void *arg, int err, const void *resp)
         return;
     }
     fmain *fm = q->m;
-    fm->polling = false;
+    fm->inflight--;
+    bool current = q->gen == fm->gen;
     const kr_FollowResponse *r = resp;
     if (err == 0 && r->error_code)
         err = r->error_code;
@@ -473,10 +476,12 @@ static void poll_rpc_done(void *arg, int err, const void *resp)
         /* The main may not have the list (it restarted, or the poll that
          * carried it was lost): the next poll sends it. The waiting
          * fetches time out and ask again. */
-        fm->synced = false;
+        if (current)
+            fm->synced = false;
         f->st.errors++;
     } else {
-        fm->synced = true;
+        if (current)
+            fm->synced = true;
         for (int32_t i = 0; i < r->partitions.n; i++) {
             const kr_FollowResponse_Partition *a = &r->partitions.v[i];
             if (a->index >= 0 && a->index < q->n)
@@ -486,7 +491,7 @@ static void poll_rpc_done(void *arg, int err, const void *resp)
     int32_t main = fm->main;
     free(q->parts);
     free(q);
-    if (!err || err == SK_KAFKA_FETCH_SESSION_ID_NOT_FOUND)
+    if ((!err || err == SK_KAFKA_FETCH_SESSION_ID_NOT_FOUND) && fm->inflight == 0)
         maybe_poll(f, main);
 }
 
@@ -537,11 +542,12 @@ static bool same_list(const fmain *fm, fpart **l, int n)
 }
 
 /* Starts a poll of `main` for its partitions waited on, unless one is in
- * flight (they join the next). */
+ * flight for the same list. A new list goes at once: the main ends the
+ * poll it replaces. */
 static void maybe_poll(sk_follows *f, int32_t main)
 {
     fmain *fm = f->closing ? NULL : fmain_of(f, main);
-    if (!fm || fm->polling)
+    if (!fm || fm->inflight >= 2)
         return;
     fpoll *q = calloc(1, sizeof *q);
     fpart **want = calloc(POLL_MAX_PARTS, sizeof *want);
@@ -550,6 +556,8 @@ static void maybe_poll(sk_follows *f, int32_t main)
     if (n == 0)
         goto out;
     bool full = !fm->synced || !same_list(fm, want, n);
+    if (fm->inflight > 0 && same_list(fm, want, n))
+        goto out; /* the poll in flight covers them */
     if (full) {
         free(fm->list);
         fm->list = malloc((size_t)n * sizeof *fm->list);
@@ -559,6 +567,7 @@ static void maybe_poll(sk_follows *f, int32_t main)
         }
         memcpy(fm->list, want, (size_t)n * sizeof *want);
         fm->n = n;
+        fm->gen++;
         fm->synced = false;
         for (int i = 0; i < n; i++) {
             fpart *fp = want[i];
@@ -567,7 +576,7 @@ static void maybe_poll(sk_follows *f, int32_t main)
                                                  PREFETCH_BYTES};
         }
     }
-    *q = (fpoll){f, fm, n, want};
+    *q = (fpoll){f, fm, fm->gen, n, want};
     want = NULL;
     kr_FollowRequest req = {f->n->cfg->node_id, POLL_WAIT_MS, f->n->cfg->proxy_fetch_min_wait_ms,
                             fm->session, {full ? n : 0, rp}};
@@ -576,7 +585,7 @@ static void maybe_poll(sk_follows *f, int32_t main)
         fm->synced = false;
         goto out;
     }
-    fm->polling = true;
+    fm->inflight++;
     f->st.polls++;
     free(rp);
     return;

@@ -49,6 +49,7 @@ typedef struct fsess {
     int64_t used_ms;
     int refs;    /* requests using it */
     bool stale;  /* replaced or forgotten: freed with its last request */
+    struct follow *active; /* its request waiting now, if any */
     int32_t n;
     kr_FollowRequest_Partition parts[]; /* offsets move with each answer */
 } fsess;
@@ -96,6 +97,8 @@ static void cleanup(sk_req *r)
     follow *w = r->hctx;
     if (!w)
         return;
+    if (w->sess && w->sess->active == w)
+        w->sess->active = NULL;
     if (w->sess && --w->sess->refs == 0 && w->sess->stale)
         free(w->sess);
     unpark(w);
@@ -371,6 +374,13 @@ static fsess *session_of(sk_req *r, int *err)
     fsess *fs = sk_map_get(m, key, sizeof key);
     int64_t now = sk_mono_ms();
     *err = 0;
+    /* A new poll of a session ends the one waiting (its list changed, or
+     * the proxy gave up on it): that one answers now. */
+    if (fs && fs->active && !fs->active->finished) {
+        follow *old = fs->active;
+        fs->active = NULL;
+        stop(&old->base);
+    }
     if (req->partitions.n <= 0) {
         if (!fs)
             *err = SK_KAFKA_FETCH_SESSION_ID_NOT_FOUND;
@@ -391,7 +401,7 @@ static fsess *session_of(sk_req *r, int *err)
         *err = SK_ERR_NOMEM;
         return NULL;
     }
-    *fs = (fsess){req->proxy_node, req->session_id, now, 0, false, n};
+    *fs = (fsess){req->proxy_node, req->session_id, now, 0, false, NULL, n};
     memcpy(fs->parts, req->partitions.v, (size_t)n * sizeof fs->parts[0]);
     return fs;
 }
@@ -432,8 +442,10 @@ void h_follow(sk_req *r)
     w->r = r;
     w->n = r->node;
     w->sess = sess;
-    if (sess)
+    if (sess) {
         sess->refs++;
+        sess->active = w;
+    }
     w->parts = sess ? sess->parts : req->partitions.v;
     w->np = np;
     w->f = calloc((size_t)(np ? np : 1), sizeof *w->f);
