@@ -369,10 +369,11 @@ const sk_prop sk_props[] = {
      "On SIGTERM, how long a node waits for other nodes to adopt its partitions before it "
      "stops anyway (their data is safe either way; they then move as after a crash).",
      NULL, false},
-    {"zone.routing.enable", SK_PROP_BOOL, OFF(zone_routing_enable), "false", 0, 0, "Cluster",
+    {"zone.routing.enable", SK_PROP_BOOL, OFF(zone_routing_enable), "true", 0, 0, "Cluster",
      "Serve each client of known zone from nodes of its own zone: Metadata names such a node "
      "as every partition's leader, which proxies produce and fetch for partitions whose main "
-     "is elsewhere (docs/zones.md). Off: clients go to each partition's main.",
+     "is elsewhere (docs/zones.md). Clients of unknown zone, and every client when off, go "
+     "to each partition's main.",
      NULL, false},
     {"proxy.confirm.linger.us", SK_PROP_INT, OFF(confirm_linger_us), "100", 0, 100000, "Cluster",
      "How long a proxy gathers batches for one main before it sends them in one confirm.",
