@@ -184,9 +184,13 @@ static int apply_ent(gstate *s, uint8_t op, const sk_grec_ent *e)
             return SK_ERR_NOMEM;
         }
     }
-    char *meta = strndup(e->meta ? e->meta : "", e->mlen);
+    /* Commit metadata is a byte string: NUL bytes included, never cut. */
+    char *meta = malloc(e->mlen + 1);
     if (!meta)
         return SK_ERR_NOMEM;
+    if (e->mlen)
+        memcpy(meta, e->meta, e->mlen);
+    meta[e->mlen] = 0;
     free(o->meta);
     o->meta = meta;
     o->mlen = e->mlen;

@@ -79,6 +79,19 @@ def test_commit_and_fetch_every_version(gbroker, topic_name):
     assert p["Metadata"] == "", r
 
 
+def test_metadata_is_a_byte_string(gbroker, topic_name):
+    """Commit metadata with NUL bytes comes back whole, from OffsetFetch v1-v7."""
+    c = setup_topic(gbroker.bootstrap, topic_name)
+    g = gid()
+    metas = {0: "a\x00b", 1: "\x00" * 16 + "tail", 2: ("x\x00" * 2048)}
+    for p, m in metas.items():
+        assert kg.commit(c, g, {(topic_name, p): 10 + p}, metadata=m) == {(topic_name, p): 0}
+    for fv in range(1, 8):
+        top, offs = kg.fetch_offsets(c, g, {topic_name: [0, 1, 2]}, version=fv)
+        assert top == 0
+        assert offs == {(topic_name, p): (10 + p, m, 0) for p, m in metas.items()}, fv
+
+
 def test_offset_fetch_all_topics_and_multi_group(gbroker, topic_name):
     c = setup_topic(gbroker.bootstrap, topic_name)
     other = topic_name + "-b"
@@ -228,8 +241,9 @@ def test_offsets_survive_sigkill_and_restart(broker_factory, topic_name):
         assert set(kg.commit(c, g, offs, metadata="m%d" % i).values()) == {0}
         want[g] = {tp: (o, "m%d" % i, 0) for tp, o in offs.items()}
     # Later commits replace earlier ones; a deleted group and deleted offsets stay deleted.
-    assert kg.commit(c, gs[0], {(topic_name, 0): 5}, metadata="again") == {(topic_name, 0): 0}
-    want[gs[0]][(topic_name, 0)] = (5, "again", 0)
+    assert kg.commit(c, gs[0], {(topic_name, 0): 5}, metadata="again\x00nul") == \
+        {(topic_name, 0): 0}
+    want[gs[0]][(topic_name, 0)] = (5, "again\x00nul", 0)
     assert kg.offset_delete(c, gs[1], {topic_name: [2]})[1] == {(topic_name, 2): 0}
     del want[gs[1]][(topic_name, 2)]
     assert kg.delete_groups(c, [gs[2]]) == {gs[2]: 0}
