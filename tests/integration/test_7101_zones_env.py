@@ -1,5 +1,6 @@
 """The three-zone test environment itself (zones.py, tools/zones.sh, tools/zonefwd.py),
-which the zone routing tests build on; not zone routing.
+which the zone routing tests build on; not zone routing, which is off here
+(zone.routing.enable=false: Metadata lists every node to a client of a known zone).
 
 Three nodes, each in its zone's network namespace, form one cluster through the
 region's etcd, shared volume and object store. A client inside zone a produces and
@@ -49,7 +50,8 @@ def test_three_zones_one_cluster_counters_and_forwarder(zones, zone_cluster_fact
     t0 = time.monotonic()
     with zones.traffic() as whole:
         cl = zone_cluster_factory(
-            overrides={"leader.imbalance.check.interval.seconds": "1"}).start()
+            overrides={"leader.imbalance.check.interval.seconds": "1",
+                       "zone.routing.enable": "false"}).start()
         cl.wait_balanced()
 
         # Each node runs in its zone's namespace, on its zone's address, with the region's
