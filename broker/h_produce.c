@@ -119,6 +119,20 @@ static void deadline_cb(evutil_socket_t fd, short what, void *arg)
     sk_req_respond(r);
 }
 
+/* A WAL failed under an append: the code the client gets. Abandoned or
+ * fenced, this node lost the partition's log, and the client goes to the
+ * new main; any other failure is the volume's. */
+static void set_wal_error(struct pappend *pa, int err)
+{
+    bool lost = err == SK_ERR_CLOSED || err == SK_ERR_FENCED;
+    pa->pr->error_code = lost ? SK_KAFKA_NOT_LEADER_OR_FOLLOWER : SK_KAFKA_KAFKA_STORAGE_ERROR;
+    pa->pr->base_offset = -1;
+    if (pa->r->version >= 8)
+        pa->pr->error_message = sk_req_str(pa->r, lost ? "this node no longer serves the "
+                                                         "partition's log"
+                                                       : "the write-ahead log failed");
+}
+
 static void append_durable(void *arg, int err)
 {
     struct pappend *pa = arg;
@@ -126,10 +140,7 @@ static void append_durable(void *arg, int err)
     if (pa->r) {
         sk_part *p = sk_part_get(sk_topic_get_id(pa->n, &pa->id), pa->part);
         if (err != 0) {
-            pa->pr->error_code = SK_KAFKA_KAFKA_STORAGE_ERROR;
-            pa->pr->base_offset = -1;
-            if (pa->r->version >= 8)
-                pa->pr->error_message = sk_req_str(pa->r, "the write-ahead log failed");
+            set_wal_error(pa, err);
         } else if (p && p->own != SK_OWN_NONE) {
             pa->pr->log_start_offset = p->log_start;
         }
@@ -146,10 +157,8 @@ static void dup_durable(void *arg, int err)
         return;
     }
     untrack(pa);
-    if (err != 0) {
-        pa->pr->error_code = SK_KAFKA_KAFKA_STORAGE_ERROR;
-        pa->pr->base_offset = -1;
-    }
+    if (err != 0)
+        set_wal_error(pa, err);
     produce_maybe_respond(pa->r);
     free(pa);
 }

@@ -38,6 +38,9 @@
 #include "xzone.h"
 #include "zone.h"
 
+/* How long a node that lost its log gives its last answers to leave. */
+#define ABANDON_FLUSH_MS 200
+
 /* ---- appends and durability: the node's own log ---- */
 
 static void begin_shutdown(sk_node *n);
@@ -853,10 +856,17 @@ void sk_node_stop(sk_node *n, int exit_code)
         n->exit_code = exit_code;
     begin_shutdown(n);
     /* Fenced, or the membership lost: nothing in flight can be acknowledged
-     * any more, so there is nothing to wait for. Clients see the connection
-     * close and retry where their metadata sends them. */
-    if (exit_code == SK_EXIT_FENCED || exit_code == SK_EXIT_REJOIN)
-        n->shutdown_deadline = sk_mono_ms();
+     * any more. Appends waiting for the WAL fail now, so that their clients
+     * get NOT_LEADER_OR_FOLLOWER (not persisted here: retry on the new main,
+     * as a Kafka leader answers what waits when it loses leadership)
+     * rather than a closed connection, which clients must take for "possibly
+     * persisted". The answers get a moment to leave, then connections close. */
+    if (exit_code == SK_EXIT_FENCED || exit_code == SK_EXIT_REJOIN) {
+        wal_abandon(n->wal);
+        if (n->payload)
+            wal_abandon(pay_wal(n->payload));
+        n->shutdown_deadline = sk_mono_ms() + ABANDON_FLUSH_MS;
+    }
 }
 
 static void signal_cb(evutil_socket_t fd, short what, void *arg)

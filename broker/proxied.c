@@ -191,8 +191,13 @@ static void payload_durable(void *arg, int err, wal_lsn lsn)
     if (x->closing)
         return;
     if (err) {
+        /* Never confirmed, so never visible. Abandoned: this node left the
+         * cluster, and the client goes to another node of its zone. */
         pay_release(x->pl, (wal_lsn)e->b.lsn);
-        done(e, SK_KAFKA_KAFKA_STORAGE_ERROR, "the proxy's payload log failed", NULL);
+        if (err == SK_ERR_CLOSED || err == SK_ERR_FENCED)
+            done(e, SK_KAFKA_NOT_LEADER_OR_FOLLOWER, "this node left the cluster", NULL);
+        else
+            done(e, SK_KAFKA_KAFKA_STORAGE_ERROR, "the proxy's payload log failed", NULL);
         return;
     }
     /* The main now (it may have moved while the payload was written). */

@@ -21,6 +21,9 @@
 #   SKIFF_TEST_AGAINST=kafka  start Apache Kafka 4.3.1 (tools/kafka-ref.sh) in
 #                        tests/.work/kafka-ref on a free port for the integration phase,
 #                        point the tests at it, and stop it (by its PID) at the end
+#   SKIFF_RDK_DEBUG      librdkafka's `debug` for the crash tests' producer loads
+#                        (crashcheck.ProduceLoad), e.g. eos,msg: each batch's sequence
+#                        numbers and errors, to follow an idempotent producer's retries
 #
 # The integration phase also starts one NFS-Ganesha (tools/ganesha.sh, NFSv3 on
 # 127.0.0.1, free ports, export in tests/.work/ganesha-PID/export) for the tests with

@@ -1722,6 +1722,14 @@ static void release(wal *w)
     put_record(w);
 }
 
+void wal_abandon(wal *w)
+{
+    if (!w || w->failed || w->inflight || w->dispatching)
+        return;
+    w->gave_up = true;
+    wal_fail(w, SK_ERR_CLOSED);
+}
+
 void wal_close(wal *w)
 {
     if (!w)

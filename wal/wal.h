@@ -193,6 +193,15 @@ void wal_reader_close(wal_reader *r);
  * nobody needs any more). Blocking, any thread; nobody may own the WAL. */
 int wal_destroy_files(struct event_base *base, const char *url, char *why, size_t whylen);
 
+/* The owner gives up writing: its membership is gone or it was fenced, so
+ * nothing appended is to be acknowledged any more. Everything waiting fails
+ * now with SK_ERR_CLOSED (the callbacks run inside the call), so that
+ * callers answer at once instead of at the close; what already reached the
+ * volume stays there for the next owner. A no-op on a failed WAL (a fenced
+ * one failed its waiters already), from inside a done callback, and while a
+ * write is in flight: what waits then fails at the close. */
+void wal_abandon(wal *w);
+
 /* Finishes the in-flight and pending commits and removals, then frees
  * everything; the remaining done callbacks run (with their result) before it
  * returns. Appends made from those callbacks get SK_ERR_CLOSED. */

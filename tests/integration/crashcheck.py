@@ -151,6 +151,8 @@ class ProduceLoad:
                 "retry.backoff.ms": 50, "topic.metadata.refresh.interval.ms": 2000,
                 "socket.connection.setup.timeout.ms": 5000}
         conf.update(extra_conf or {})
+        if os.environ.get("SKIFF_RDK_DEBUG"):
+            conf["debug"] = os.environ["SKIFF_RDK_DEBUG"]
         self.topic, self.partitions, self.run_id = topic, partitions, run_id
         self.producer = Producer(dict(conf, error_cb=self._on_error))
         self.acked = []          # (partition, offset, value)

@@ -1589,6 +1589,38 @@ static void test_ack_deadline(void **state)
     expect_records(f, 5, 0);
 }
 
+/* An owner whose membership is gone abandons its WAL: what waits fails at
+ * once with SK_ERR_CLOSED instead of at the close, later appends fail, and
+ * what was durable before stays. */
+static void test_abandon(void **state)
+{
+    struct fx *f = *state;
+    wal_opts o = opts_default(NULL);
+    wal *w = open_ok(f, &o, 0, NULL, NULL, NULL);
+    wal_set_ack_deadline(w, wal_clock_us() + 10 * 1000000LL);
+    append_range(f, w, 0, 2, NULL);
+
+    wal_set_ack_deadline(w, wal_clock_us() - 1);
+    static struct dlog d;
+    memset(&d, 0, sizeof d);
+    assert_int_equal(append_i(w, 2, &d, NULL), 0);
+    assert_int_equal(append_i(w, 3, &d, NULL), 0);
+    for (int i = 0; i < 50; i++)
+        spin(f->base);
+    assert_int_equal(d.n, 0);
+
+    wal_abandon(w);
+    assert_int_equal(d.n, 2);
+    assert_int_equal(d.err[0], SK_ERR_CLOSED);
+    assert_int_equal(d.err[1], SK_ERR_CLOSED);
+    assert_true(wal_failed(w));
+    assert_int_not_equal(append_i(w, 4, &d, NULL), 0);
+    wal_abandon(w); /* twice is harmless */
+    assert_int_equal(d.n, 2);
+    wal_close(w);
+    expect_records(f, 2, 0);
+}
+
 /* A takeover with proof from outside (a cluster saw the owner's lease
  * expire) neither waits out the old lease nor stops at the directory lock
  * the old process may still hold; the old owner is fenced all the same. */
@@ -2064,6 +2096,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_lease_lapse_holds_acks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fencing_takeover, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ack_deadline, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_abandon, setup, teardown),
         cmocka_unit_test_setup_teardown(test_takeover_with_proof, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reader, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stale_epoch_segment, setup, teardown),
