@@ -605,8 +605,8 @@ void h_init_producer_id(sk_req *r)
         return;
     }
     if (req->transactional_id.len > 0) {
-        /* No transaction coordinator: FindCoordinator answers the same. */
-        resp->error_code = SK_KAFKA_COORDINATOR_NOT_AVAILABLE;
+        /* No transaction coordinator: a fatal answer, as FindCoordinator's. */
+        resp->error_code = SK_KAFKA_TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
         sk_req_respond(r);
         return;
     }

@@ -106,6 +106,22 @@ def test_java_producer_then_assigned_consumer(broker, topic_name, java):
             seq += b["records"]
 
 
+def test_java_transactional_producer(broker, topic_name, java):
+    """Kafka commits the transaction; Skiff, without transactions yet, fails it at once
+    (initTransactions raises a fatal error instead of blocking until max.block.ms, 30 s)."""
+    rc, out, err = java("Produce", ["-b", broker.bootstrap, "-t", topic_name, "-n", "10",
+                                    "--prop", "transactional.id=t1004-" + topic_name])
+    summary = _json(out)
+    assert summary, "producer printed no summary (rc %d):\n%s" % (rc, ktest.tail(err))
+    summary = summary[-1]
+    if harness.external():
+        assert rc == 0 and summary["acked"] == 10, summary
+        return
+    assert rc == 1 and summary["acked"] == 0, summary
+    assert "TransactionalIdAuthorization" in (summary["first_error"] or ""), summary
+    assert summary["ms"] < 15000, summary
+
+
 def test_java_admin_create_describe_configs_list_delete(broker, topic_name, java):
     node = _node_id(java, broker.bootstrap)
     t1, t2 = topic_name + "-a", topic_name + "-b"

@@ -16,7 +16,8 @@ import org.apache.kafka.common.serialization.StringSerializer;
  * idempotent), record i to partition i % -P (or the default partitioner if -P 0),
  * key "k-i", value Cli.value(i, --size), header idx=i. Prints one line
  * "ACK i partition offset" per acknowledged record, then a JSON summary.
- * Exit 0 only if every record was acknowledged.
+ * Exit 0 only if every record was acknowledged. With --prop transactional.id=..., the
+ * records go in one transaction (initTransactions, beginTransaction, commitTransaction).
  */
 public final class Produce {
     public static void main(String[] args) throws Exception {
@@ -44,8 +45,13 @@ public final class Produce {
         AtomicInteger errors = new AtomicInteger();
         AtomicReference<String> firstError = new AtomicReference<>();
         long t0 = System.nanoTime();
+        boolean txn = p.containsKey(ProducerConfig.TRANSACTIONAL_ID_CONFIG);
         try (KafkaProducer<String, String> producer =
                      new KafkaProducer<>(p, new StringSerializer(), new StringSerializer())) {
+            if (txn) {
+                producer.initTransactions();
+                producer.beginTransaction();
+            }
             for (int i = 0; i < n; i++) {
                 final int idx = i;
                 Integer partition = parts > 0 ? i % parts : null;
@@ -64,7 +70,10 @@ public final class Produce {
                     }
                 });
             }
-            producer.flush();
+            if (txn)
+                producer.commitTransaction();
+            else
+                producer.flush();
             producer.close(java.time.Duration.ofSeconds(30));
         } catch (Exception e) {
             firstError.compareAndSet(null, Cli.describe(e));
