@@ -6,6 +6,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "authz.h"
 #include "cluster.h"
 #include "config.h"
 #include "dispatch.h"
@@ -22,7 +23,6 @@
 #include "sk_time.h"
 
 #define MAX_METADATA 4096 /* Kafka's offset.metadata.max.bytes */
-#define GROUP_ALL_OPS ((1 << 3) | (1 << 6) | (1 << 8))
 
 /* ---- record codec ---- */
 
@@ -773,7 +773,7 @@ void h_describe_groups(sk_req *r)
         d->protocol_type = sk_req_str(r, "");
         d->protocol_data = sk_req_str(r, "");
         if (req->include_authorized_operations)
-            d->authorized_operations = GROUP_ALL_OPS;
+            d->authorized_operations = SK_OPS_GROUP;
         if (!coordinates(r, id)) {
             d->error_code = SK_KAFKA_NOT_COORDINATOR;
             d->group_state = sk_req_str(r, "");

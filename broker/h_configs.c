@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/statvfs.h>
 
+#include "authz.h"
 #include "cmeta.h"
 #include "config.h"
 #include "dispatch.h"
@@ -505,8 +506,7 @@ void h_describe_cluster(sk_req *r)
     resp->brokers.n = nb;
     resp->brokers.v = b;
     if (req->include_cluster_authorized_operations)
-        resp->cluster_authorized_operations =
-            (1 << 4) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 12);
+        resp->cluster_authorized_operations = SK_OPS_CLUSTER;
     sk_req_respond(r);
 }
 

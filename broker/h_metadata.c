@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "authz.h"
 #include "cmeta.h"
 #include "cluster.h"
 #include "config.h"
@@ -19,12 +20,6 @@
 #include "sk_log.h"
 #include "sk_map.h"
 #include "tconf.h"
-
-/* No ACLs: every operation is allowed. Bits are Kafka's AclOperation codes. */
-#define TOPIC_ALL_OPS                                                                         \
-    ((1 << 3) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 10) | (1 << 11))
-#define CLUSTER_ALL_OPS                                                                       \
-    ((1 << 4) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 12))
 
 /* ---- brokers ---- */
 
@@ -147,7 +142,7 @@ static void fill_topic(sk_req *r, kp_MetadataRequest *req,
     mt->topic_id = t->id;
     mt->is_internal = t->internal;
     if (req->include_topic_authorized_operations)
-        mt->topic_authorized_operations = TOPIC_ALL_OPS;
+        mt->topic_authorized_operations = SK_OPS_TOPIC;
     kp_MetadataResponse_MetadataResponsePartition *ps =
         sk_req_array(r, &kp_MetadataResponse_MetadataResponsePartition_desc, t->nparts);
     int32_t *ids = sk_arena_alloc(r->arena, (size_t)(t->nparts ? t->nparts : 1) * sizeof *ids);
@@ -227,7 +222,7 @@ void h_metadata(sk_req *r)
     resp->cluster_id = sk_req_str(r, n->cluster_id);
     resp->controller_id = sk_controller_for(r);
     if (req->include_cluster_authorized_operations)
-        resp->cluster_authorized_operations = CLUSTER_ALL_OPS;
+        resp->cluster_authorized_operations = SK_OPS_CLUSTER;
 
     /* v0: an empty list means every topic; v1+: null does. */
     bool all = req->topics.n < 0 || (r->version == 0 && req->topics.n == 0);
@@ -264,6 +259,9 @@ void h_metadata(sk_req *r)
     for (int32_t i = 0; i < nt; i++) {
         kp_MetadataRequest_MetadataRequestTopic *rt = &req->topics.v[i];
         kp_MetadataResponse_MetadataResponseTopic *mt = &ts[i];
+        /* Kafka answers the bit field for every topic asked, known or not. */
+        if (req->include_topic_authorized_operations)
+            mt->topic_authorized_operations = SK_OPS_TOPIC;
         if (rt->name.len < 0) {
             /* Lookup by topic id (v10+). */
             sk_topic *t = sk_topic_get_id(n, &rt->topic_id);

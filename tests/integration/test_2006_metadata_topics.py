@@ -4,6 +4,7 @@ import time
 
 import pytest
 
+import cluster  # noqa: F401  (DescribeCluster's schema)
 import harness
 import kproto as k
 
@@ -130,6 +131,34 @@ def test_unknown_and_known_topics_mixed(broker, topic_name):
         md = k.metadata(c, [topic_name, topic_name + "-nope"], version=9, allow_auto=False)
         errs = {t["Name"]: t["ErrorCode"] for t in md["Topics"]}
         assert errs == {topic_name: k.NONE, topic_name + "-nope": k.UNKNOWN_TOPIC_OR_PARTITION}
+
+
+# Kafka's supported operations as bit fields (bit n: AclOperation n); with no
+# authorizer every one of them is allowed.
+TOPIC_OPS = sum(1 << b for b in (3, 4, 5, 6, 7, 8, 10, 11))     # READ .. ALTER_CONFIGS
+CLUSTER_OPS = sum(1 << b for b in (5, 7, 8, 9, 10, 11, 12))     # CREATE .. IDEMPOTENT_WRITE
+
+
+def test_authorized_operations(broker, topic_name):
+    """Asked for, Metadata gives the topic bit field for every topic, known or not, and
+    the cluster's (v8-v10); DescribeCluster gives the cluster's."""
+    with k.Conn(broker.bootstrap) as c:
+        k.create_topic(c, topic_name, 1)
+        body = {"AllowAutoTopicCreation": False, "IncludeClusterAuthorizedOperations": True,
+                "IncludeTopicAuthorizedOperations": True,
+                "Topics": [{"Name": topic_name}, {"Name": topic_name + "-absent"}]}
+        md = c.request(3, 10, body)
+        ops = {t["Name"]: (t["ErrorCode"], t["TopicAuthorizedOperations"]) for t in md["Topics"]}
+        assert ops == {topic_name: (k.NONE, TOPIC_OPS),
+                       topic_name + "-absent": (k.UNKNOWN_TOPIC_OR_PARTITION, TOPIC_OPS)}, ops
+        assert md["ClusterAuthorizedOperations"] == CLUSTER_OPS, md
+        # Not asked: Kafka's "absent" value.
+        md = c.request(3, 12, {"AllowAutoTopicCreation": False,
+                               "IncludeTopicAuthorizedOperations": False,
+                               "Topics": [{"Name": topic_name}]})
+        assert md["Topics"][0]["TopicAuthorizedOperations"] == -2147483648, md
+        dc = c.request(60, 0, {"IncludeClusterAuthorizedOperations": True})
+        assert dc["ClusterAuthorizedOperations"] == CLUSTER_OPS, dc
 
 
 def test_metadata_invalid_topic_name(broker):
