@@ -35,6 +35,8 @@ enum {
     TYPE_INT = 3,
     TYPE_SHORT = 4,
     TYPE_LONG = 5,
+    TYPE_DOUBLE = 6,
+    TYPE_LIST = 7,
 };
 
 #define MAX_PARTITIONS 100000
@@ -78,7 +80,7 @@ static void fill_created_configs(sk_req *r, kp_CreateTopicsResponse_CreatableTop
     if (!cs)
         return;
     for (int i = 0; i < nd; i++) {
-        char buf[64];
+        char buf[SK_TCONF_VALUE_MAX + 1];
         int src;
         const char *v = sk_tconf_value(r->node->cfg, conf, i, buf, sizeof buf, &src);
         cs[i].name = sk_req_str(r, sk_tconf_def_at(i)->name);
@@ -407,6 +409,28 @@ static bool key_wanted(const kp_DescribeConfigsRequest_DescribeConfigsResource *
     return false;
 }
 
+/* A topic configuration without a broker property: its type in
+ * DescribeConfigs (cleanup.policy and the throttled replica lists are
+ * Kafka LISTs). */
+static int8_t def_type(sk_tc_type t)
+{
+    switch (t) {
+    case SK_TC_LONG:
+        return TYPE_LONG;
+    case SK_TC_INT:
+        return TYPE_INT;
+    case SK_TC_BOOL:
+        return TYPE_BOOLEAN;
+    case SK_TC_DOUBLE:
+        return TYPE_DOUBLE;
+    case SK_TC_THROTTLED:
+        return TYPE_LIST;
+    case SK_TC_SPECIAL:
+        break;
+    }
+    return TYPE_STRING;
+}
+
 static int8_t prop_type(sk_prop_type t)
 {
     switch (t) {
@@ -439,7 +463,7 @@ static void describe_topic(sk_req *r, const kp_DescribeConfigsRequest *req,
         const sk_tconf_def *d = sk_tconf_def_at(i);
         if (!key_wanted(res, d->name))
             continue;
-        char buf[64];
+        char buf[SK_TCONF_VALUE_MAX + 1];
         int src;
         const char *v = sk_tconf_value(cfg, &t->conf, i, buf, sizeof buf, &src);
         kp_DescribeConfigsResponse_DescribeConfigsResourceResult *c = &cs[k++];
@@ -450,7 +474,7 @@ static void describe_topic(sk_req *r, const kp_DescribeConfigsRequest *req,
             (int8_t)(src == 1 ? SRC_TOPIC : src == 2 ? SRC_STATIC_BROKER : SRC_DEFAULT);
         c->is_sensitive = false;
         const sk_prop *bp = d->broker_prop ? sk_config_find(d->broker_prop) : NULL;
-        c->config_type = bp ? prop_type(bp->type) : TYPE_STRING;
+        c->config_type = bp ? prop_type(bp->type) : def_type(d->type);
         if (req->include_documentation)
             c->documentation = sk_req_str(r, d->doc);
         if (req->include_synonyms) {

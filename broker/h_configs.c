@@ -356,9 +356,11 @@ void h_incremental_alter_configs(sk_req *r)
                 break;
             case OP_APPEND:
             case OP_SUBTRACT: {
-                /* Only list-valued properties take these; cleanup.policy is
-                 * the one Skiff has. */
-                if (!(nl == 14 && memcmp(nm, "cleanup.policy", 14) == 0)) {
+                /* Only list-valued properties take these: cleanup.policy and
+                 * the throttled replica lists. */
+                const sk_tconf_def *ld = sk_tconf_find(nm, nl);
+                if (res->resource_type != RES_TOPIC || !ld ||
+                    !(strcmp(ld->name, "cleanup.policy") == 0 || ld->type == SK_TC_THROTTLED)) {
                     snprintf(msg, sizeof msg,
                              "Config value append/subtract is not allowed for config %.*s: it "
                              "is not a list",
@@ -367,8 +369,8 @@ void h_incremental_alter_configs(sk_req *r)
                     break;
                 }
                 int idx = cset_find(&c, nm, nl);
-                const char *cur = idx >= 0 ? c.values[idx] : "delete";
-                size_t cl = idx >= 0 ? c.vl[idx] : 6;
+                const char *cur = idx >= 0 ? c.values[idx] : ld->fixed_default;
+                size_t cl = idx >= 0 ? c.vl[idx] : strlen(ld->fixed_default);
                 char *nv = list_op(r, cur, cl, ac->value.len > 0 ? ac->value.p : "",
                                    ac->value.len > 0 ? (size_t)ac->value.len : 0,
                                    ac->config_operation == OP_APPEND);

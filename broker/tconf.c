@@ -4,30 +4,71 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "config.h"
 #include "meta.h"
 #include "sk_err.h"
 
+#define NO_SEGMENTS "Skiff has no log segments: a partition lives in the shared WAL, then in objects."
+#define NO_REPLICAS "Skiff has no replicas: the shared volume holds the one copy, objects the rest."
+#define NO_COMPACTION "Used by compacted topics, which Skiff does not have yet."
+#define NO_RECOMPRESSION "Skiff stores batches as produced and never recompresses them."
+#define ALL_TIERED "Every byte goes to the object store; retention.ms and retention.bytes decide when it goes."
+#define LMAX 9223372036854775807.0
+#define IMAX 2147483647.0
+
 static const sk_tconf_def defs[] = {
+    /* Honoured. */
     {"cleanup.policy", NULL, "delete",
-     "Only `delete` is supported: Skiff does not compact topics."},
+     "Only `delete` is supported: Skiff does not compact topics.", SK_TC_SPECIAL, 0, 0},
     {"retention.ms", "log.retention.ms", NULL,
-     "Batches older than this are deleted (-1: forever)."},
+     "Batches older than this are deleted (-1: forever).", SK_TC_SPECIAL, 0, 0},
     {"retention.bytes", "log.retention.bytes", NULL,
-     "Per-partition size beyond which the oldest batches are deleted (-1: no limit)."},
-    {"max.message.bytes", "message.max.bytes", NULL, "Largest record batch accepted."},
+     "Per-partition size beyond which the oldest batches are deleted (-1: no limit).",
+     SK_TC_SPECIAL, 0, 0},
+    {"max.message.bytes", "message.max.bytes", NULL, "Largest record batch accepted.",
+     SK_TC_SPECIAL, 0, 0},
     {"message.timestamp.type", "log.message.timestamp.type", NULL,
-     "CreateTime or LogAppendTime."},
+     "CreateTime or LogAppendTime.", SK_TC_SPECIAL, 0, 0},
     {"message.timestamp.before.max.ms", "log.message.timestamp.before.max.ms", NULL,
-     "Largest accepted distance of a CreateTime timestamp into the past."},
+     "Largest accepted distance of a CreateTime timestamp into the past.", SK_TC_SPECIAL, 0, 0},
     {"message.timestamp.after.max.ms", "log.message.timestamp.after.max.ms", NULL,
-     "Largest accepted distance of a CreateTime timestamp into the future."},
+     "Largest accepted distance of a CreateTime timestamp into the future.", SK_TC_SPECIAL, 0, 0},
     {"min.insync.replicas", NULL, "1",
      "Accepted from 1 to 3: acks=all waits until the batch is durable on the shared volume, "
-     "which is at least as strong as any in-sync replica count."},
+     "which is at least as strong as any in-sync replica count.", SK_TC_SPECIAL, 0, 0},
     {"compression.type", NULL, "producer",
-     "Only `producer` is supported: batches are stored as the producer compressed them."},
+     "Only `producer` is supported: batches are stored as the producer compressed them.",
+     SK_TC_SPECIAL, 0, 0},
+    /* Stored and described, checked as Kafka checks them. */
+    {"compression.gzip.level", NULL, "-1", NO_RECOMPRESSION, SK_TC_INT, -1, 9},
+    {"compression.lz4.level", NULL, "9", NO_RECOMPRESSION, SK_TC_INT, 1, 17},
+    {"compression.zstd.level", NULL, "3", NO_RECOMPRESSION, SK_TC_INT, -131072, 22},
+    {"delete.retention.ms", NULL, "86400000", NO_COMPACTION, SK_TC_LONG, 0, LMAX},
+    {"file.delete.delay.ms", NULL, "60000", NO_SEGMENTS, SK_TC_LONG, 0, LMAX},
+    {"flush.messages", NULL, "9223372036854775807",
+     "Every acknowledged batch is already durable on the shared volume.", SK_TC_LONG, 1, LMAX},
+    {"flush.ms", NULL, "9223372036854775807",
+     "Every acknowledged batch is already durable on the shared volume.", SK_TC_LONG, 0, LMAX},
+    {"follower.replication.throttled.replicas", NULL, "", NO_REPLICAS, SK_TC_THROTTLED, 0, 0},
+    {"index.interval.bytes", NULL, "4096", NO_SEGMENTS, SK_TC_INT, 0, IMAX},
+    {"leader.replication.throttled.replicas", NULL, "", NO_REPLICAS, SK_TC_THROTTLED, 0, 0},
+    {"local.retention.bytes", NULL, "-2", ALL_TIERED, SK_TC_LONG, -2, LMAX},
+    {"local.retention.ms", NULL, "-2", ALL_TIERED, SK_TC_LONG, -2, LMAX},
+    {"max.compaction.lag.ms", NULL, "9223372036854775807", NO_COMPACTION, SK_TC_LONG, 1, LMAX},
+    {"min.cleanable.dirty.ratio", NULL, "0.5", NO_COMPACTION, SK_TC_DOUBLE, 0, 1},
+    {"min.compaction.lag.ms", NULL, "0", NO_COMPACTION, SK_TC_LONG, 0, LMAX},
+    {"preallocate", NULL, "false", NO_SEGMENTS, SK_TC_BOOL, 0, 0},
+    {"remote.log.copy.disable", NULL, "false", ALL_TIERED, SK_TC_BOOL, 0, 0},
+    {"remote.log.delete.on.disable", NULL, "false", ALL_TIERED, SK_TC_BOOL, 0, 0},
+    {"remote.storage.enable", NULL, "false",
+     "Only false, as on a Kafka without tiered storage: " ALL_TIERED, SK_TC_BOOL, 0, 0},
+    {"segment.bytes", NULL, "1073741824", NO_SEGMENTS, SK_TC_INT, 14, IMAX},
+    {"segment.index.bytes", NULL, "10485760", NO_SEGMENTS, SK_TC_INT, 4, IMAX},
+    {"segment.jitter.ms", NULL, "0", NO_SEGMENTS, SK_TC_LONG, 0, LMAX},
+    {"segment.ms", NULL, "604800000", NO_SEGMENTS, SK_TC_LONG, 1, LMAX},
+    {"unclean.leader.election.enable", NULL, "false", NO_REPLICAS, SK_TC_BOOL, 0, 0},
 };
 #define NDEFS ((int)(sizeof defs / sizeof defs[0]))
 
@@ -67,11 +108,101 @@ static bool eq(const char *v, size_t n, const char *lit)
     return strlen(lit) == n && memcmp(v, lit, n) == 0;
 }
 
+static bool parse_double(const char *v, size_t n, double *out)
+{
+    char buf[64];
+    if (n == 0 || n >= sizeof buf)
+        return false;
+    memcpy(buf, v, n);
+    buf[n] = 0;
+    char *end;
+    errno = 0;
+    *out = strtod(buf, &end);
+    return !*end && !errno && *out == *out;
+}
+
+/* "", "*", or partition:broker entries separated by commas (Kafka's
+ * ThrottledReplicaListValidator). */
+static bool throttled_ok(const char *v, size_t n)
+{
+    if (n == 0 || (n == 1 && v[0] == '*'))
+        return true;
+    size_t i = 0;
+    for (;;) {
+        while (i < n && v[i] == ' ')
+            i++;
+        size_t d1 = i;
+        while (i < n && v[i] >= '0' && v[i] <= '9')
+            i++;
+        if (i == d1 || i >= n || v[i++] != ':')
+            return false;
+        size_t d2 = i;
+        while (i < n && v[i] >= '0' && v[i] <= '9')
+            i++;
+        if (i == d2)
+            return false;
+        while (i < n && v[i] == ' ')
+            i++;
+        if (i == n)
+            return true;
+        if (v[i++] != ',')
+            return false;
+    }
+}
+
+/* A stored configuration's value, checked by its type and bounds. */
+static const char *check_typed(const sk_tconf_def *d, const char *value, size_t vlen)
+{
+    static char why[160];
+    long long v;
+    double x = 0;
+    switch (d->type) {
+    case SK_TC_BOOL:
+        if (vlen == 5 && strncasecmp(value, "false", 5) == 0)
+            return NULL;
+        if (vlen == 4 && strncasecmp(value, "true", 4) == 0)
+            return strcmp(d->name, "remote.storage.enable") == 0
+                       ? "must be false: there is no tiered storage to enable (every byte "
+                         "already goes to the object store)"
+                       : NULL;
+        return "must be true or false";
+    case SK_TC_THROTTLED:
+        if (vlen > SK_TCONF_VALUE_MAX)
+            return "is too long";
+        return throttled_ok(value, vlen) ? NULL
+                                         : "must be *, or partition:broker pairs separated by commas";
+    case SK_TC_DOUBLE:
+        if (!parse_double(value, vlen, &x))
+            return "is not a number";
+        break;
+    case SK_TC_INT:
+    case SK_TC_LONG:
+        if (!parse_long(value, vlen, &v))
+            return "is not an integer";
+        x = (double)v;
+        break;
+    case SK_TC_SPECIAL:
+        return NULL;
+    }
+    if (x < d->min || x > d->max) {
+        if (d->max >= 9e18)
+            snprintf(why, sizeof why, "must be %.0f or more", d->min);
+        else if (d->type == SK_TC_DOUBLE)
+            snprintf(why, sizeof why, "must be between %g and %g", d->min, d->max);
+        else
+            snprintf(why, sizeof why, "must be between %.0f and %.0f", d->min, d->max);
+        return why;
+    }
+    return NULL;
+}
+
 const char *sk_tconf_check(const char *name, size_t nlen, const char *value, size_t vlen)
 {
     const sk_tconf_def *d = sk_tconf_find(name, nlen);
     if (!d)
-        return "is not a topic configuration Skiff honours (see docs/topic-configs.md)";
+        return "is not a topic configuration of Kafka 4.3 (see docs/topic-configs.md)";
+    if (d->type != SK_TC_SPECIAL)
+        return check_typed(d, value, vlen);
     long long v;
     if (strcmp(d->name, "cleanup.policy") == 0)
         return eq(value, vlen, "delete") ? NULL : "must be delete: Skiff does not compact topics";
@@ -137,7 +268,7 @@ const char *sk_tconf_value(const sk_config *cfg, const sk_tconf *c, int i, char 
 /* Resolves the honoured fields from overrides and broker defaults. */
 void sk_tconf_resolve(const sk_config *cfg, sk_tconf *c)
 {
-    char buf[64];
+    char buf[SK_TCONF_VALUE_MAX + 1];
     int src;
     for (int i = 0; i < NDEFS; i++) {
         const char *v = sk_tconf_value(cfg, c, i, buf, sizeof buf, &src);

@@ -2,9 +2,13 @@
  * tconf: the topic configurations Skiff honours.
  *
  * A topic's configuration is its overrides (what CreateTopics or
- * AlterConfigs set) resolved against the broker defaults. Only properties in
- * this module's table are accepted; anything else is refused with
- * INVALID_CONFIG and a message, never silently stored.
+ * AlterConfigs set) resolved against the broker defaults. The table holds
+ * every topic configuration Kafka 4.3 has: those that mean something in
+ * Skiff's model are honoured, the others (log segments, replicas, tiered
+ * storage) are checked as Kafka checks them, stored and described, each
+ * with what it does here. Names Kafka does not know, and the values of the
+ * honoured ones that Skiff cannot honour (compaction, recompression), are
+ * refused with INVALID_CONFIG and a message.
  *
  * Contract: pure functions; the loop thread in practice. sk_tconf owns its
  * name/value strings (sk_tconf_free).
@@ -16,18 +20,36 @@
 
 #include "types.h"
 
+/* How a value is checked (Kafka's ConfigDef types); the bounds apply to
+ * the numeric ones. */
+typedef enum {
+    SK_TC_SPECIAL, /* checked by name in tconf.c */
+    SK_TC_LONG,
+    SK_TC_INT,
+    SK_TC_BOOL,
+    SK_TC_DOUBLE,
+    SK_TC_THROTTLED, /* "", "*", or partition:broker,... */
+} sk_tc_type;
+
 typedef struct sk_tconf_def {
     const char *name;
     const char *broker_prop; /* the broker default it falls back to, or NULL */
     const char *fixed_default; /* default when no broker property */
-    const char *doc;
+    const char *doc;           /* what it does in Skiff */
+    sk_tc_type type;
+    double min, max;
 } sk_tconf_def;
+
+/* The longest value stored (a throttled replica list can be long), and
+ * so the buffer sk_tconf_value needs. */
+#define SK_TCONF_VALUE_MAX 255
 
 int sk_tconf_ndefs(void);
 const sk_tconf_def *sk_tconf_def_at(int i);
 const sk_tconf_def *sk_tconf_find(const char *name, size_t len);
 
-/* Validates one name/value pair; returns NULL or a reason. */
+/* Validates one name/value pair; returns NULL or a reason (a static string,
+ * valid until the next call: loop thread). */
 const char *sk_tconf_check(const char *name, size_t nlen, const char *value, size_t vlen);
 
 /* Builds conf from overrides (copied). Returns 0, or SK_KAFKA_INVALID_CONFIG

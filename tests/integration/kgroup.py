@@ -348,10 +348,11 @@ _api(32, 4,
               F("Documentation", "string", "3+", nullable="0+")])])])
 
 
-def describe_configs(c, rtype, name, keys=None, synonyms=False, version=4):
+def describe_configs(c, rtype, name, keys=None, synonyms=False, version=4, documentation=False):
     return c.request(32, version, {"Resources": [{"ResourceType": rtype, "ResourceName": name,
                                                   "ConfigurationKeys": keys}],
-                                   "IncludeSynonyms": synonyms, "IncludeDocumentation": False})
+                                   "IncludeSynonyms": synonyms,
+                                   "IncludeDocumentation": documentation})
 
 
 def wait_state(c, group, state, timeout=15.0):

@@ -102,26 +102,62 @@ def test_bad_values_and_unknown_resources(conn, topic_name):
     assert kg.describe_configs(c, TOPIC, absent)["Results"][0]["ErrorCode"] == UNKNOWN_TOPIC_OR_PARTITION
 
 
-def test_unhonoured_topic_configs_are_refused(conn, topic_name):
-    """Skiff refuses, and says so, what it would not do: never a silent acceptance."""
+def test_kafka_topic_configs_are_accepted_and_described(conn, topic_name):
+    """Every topic config Kafka has is accepted with Kafka's checks, stored and described
+    (what it does in Skiff is in its documentation); what Skiff cannot do (compaction,
+    recompression) is refused, and says so."""
     c = conn
     kproto.create_topic(c, topic_name, 1)
-    cases = [("segment.bytes", "2000000"), ("segment.ms", "60000"), ("cleanup.policy", "compact"),
-             ("cleanup.policy", "compact,delete"), ("compression.type", "zstd"),
-             ("unclean.leader.election.enable", "true"), ("min.compaction.lag.ms", "1000")]
-    for name, value in cases:
+    stored = [("segment.bytes", "2000000"), ("segment.ms", "60000"),
+              ("unclean.leader.election.enable", "true"), ("min.compaction.lag.ms", "1000"),
+              ("flush.messages", "1"), ("local.retention.ms", "-2"),
+              ("min.cleanable.dirty.ratio", "0.25"), ("compression.zstd.level", "-5"),
+              ("leader.replication.throttled.replicas", "0:1,1:2"),
+              ("follower.replication.throttled.replicas", "*"), ("preallocate", "TRUE")]
+    for name, value in stored:
         err, msg = incr(c, topic_name, [(name, SET, value)])
-        if harness.external():
-            assert err == 0, (name, value, err, msg)  # Kafka has all of them
-            continue
-        assert err == INVALID_CONFIG, (name, value, err, msg)
-        assert name in msg and ("Skiff" in msg or "must be" in msg), msg
+        assert err == 0, (name, value, err, msg)
+    assert overrides(c, topic_name) == dict(stored)
+    # APPEND works on the throttled replica lists as on cleanup.policy.
+    assert incr(c, topic_name, [("leader.replication.throttled.replicas", APPEND, "2:3")])[0] == 0
+    assert overrides(c, topic_name)["leader.replication.throttled.replicas"] == "0:1,1:2,2:3"
+    # Kafka's own bounds.
+    bad = [("segment.bytes", "13"), ("segment.ms", "0"), ("flush.messages", "0"),
+           ("min.cleanable.dirty.ratio", "1.5"), ("compression.lz4.level", "18"),
+           ("local.retention.bytes", "-3"), ("preallocate", "yes"),
+           ("leader.replication.throttled.replicas", "0-1")]
+    for name, value in bad:
+        err, msg = incr(c, topic_name, [(name, SET, value)])
+        assert err == INVALID_CONFIG and name in msg, (name, value, err, msg)
     if harness.external():
         return
-    assert overrides(c, topic_name) == {}
-    # CreateTopics refuses them too.
+    # What Skiff cannot do yet.
+    for name, value in (("cleanup.policy", "compact"), ("cleanup.policy", "compact,delete"),
+                        ("compression.type", "zstd"), ("remote.storage.enable", "true")):
+        err, msg = incr(c, topic_name, [(name, SET, value)])
+        assert err == INVALID_CONFIG, (name, value, err, msg)
+        assert name in msg and "must be" in msg, msg
+    # CreateTopics takes them too, and answers them with the others.
     r = kproto.create_topics(c, [(topic_name + "-b", 1, 1, {"segment.bytes": "2000000"})])["Topics"][0]
-    assert r["ErrorCode"] == INVALID_CONFIG and "segment.bytes" in r["ErrorMessage"], r
+    assert r["ErrorCode"] == 0, r
+    got = {x["Name"]: x["Value"] for x in r["Configs"]}
+    assert got["segment.bytes"] == "2000000" and got["segment.ms"] == "604800000", got
+    # DescribeConfigs: Kafka's types, and the documentation says what Skiff does.
+    d = kg.describe_configs(c, TOPIC, topic_name, keys=["segment.bytes", "preallocate",
+                                                        "min.cleanable.dirty.ratio",
+                                                        "leader.replication.throttled.replicas"],
+                            documentation=True)["Results"][0]["Configs"]
+    types = {x["Name"]: x["ConfigType"] for x in d}
+    assert types == {"segment.bytes": 3, "preallocate": 1, "min.cleanable.dirty.ratio": 6,
+                     "leader.replication.throttled.replicas": 7}, d
+    doc = {x["Name"]: x["Documentation"] for x in d}
+    assert "no log segments" in doc["segment.bytes"], doc
+
+
+def test_static_and_unknown_broker_properties_are_refused(conn):
+    if harness.external():
+        pytest.skip("Skiff's broker properties")
+    c = conn
     # Broker properties: static ones and unknown ones, each with a reason.
     for name, value, why in (("socket.request.max.bytes", "2000000", "restart"),
                              ("num.network.threads", "4", "not a broker property"),
