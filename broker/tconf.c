@@ -90,14 +90,21 @@ const sk_tconf_def *sk_tconf_find(const char *name, size_t len)
     return NULL;
 }
 
-static bool parse_long(const char *v, size_t n, long long *out)
+/* v[0..n) as a C string in buf; false when empty or too long. */
+static bool terminated(char *buf, size_t cap, const char *v, size_t n)
 {
-    char buf[32];
-    if (n == 0 || n >= sizeof buf)
+    if (n == 0 || n >= cap)
         return false;
     memcpy(buf, v, n);
     buf[n] = 0;
-    char *end;
+    return true;
+}
+
+static bool parse_long(const char *v, size_t n, long long *out)
+{
+    char buf[32], *end;
+    if (!terminated(buf, sizeof buf, v, n))
+        return false;
     errno = 0;
     *out = strtoll(buf, &end, 10);
     return !*end && !errno;
@@ -110,12 +117,9 @@ static bool eq(const char *v, size_t n, const char *lit)
 
 static bool parse_double(const char *v, size_t n, double *out)
 {
-    char buf[64];
-    if (n == 0 || n >= sizeof buf)
+    char buf[64], *end;
+    if (!terminated(buf, sizeof buf, v, n))
         return false;
-    memcpy(buf, v, n);
-    buf[n] = 0;
-    char *end;
     errno = 0;
     *out = strtod(buf, &end);
     return !*end && !errno && *out == *out;

@@ -1558,22 +1558,29 @@ static void test_fencing_takeover(void **state)
 /* A cluster node's membership lease gates writes and acknowledgements like
  * the WAL's own lease: past the deadline nothing is acknowledged; moving the
  * deadline later lets the waiting records through, in order. */
-static void test_ack_deadline(void **state)
+/* Records 0 and 1 acknowledged, then the membership deadline passes and
+ * records 2 and 3 (logged in d) wait. */
+static wal *two_waiting(struct fx *f, struct dlog *d)
 {
-    struct fx *f = *state;
     wal_opts o = opts_default(NULL);
     wal *w = open_ok(f, &o, 0, NULL, NULL, NULL);
     wal_set_ack_deadline(w, wal_clock_us() + 10 * 1000000LL);
     append_range(f, w, 0, 2, NULL);
-
     wal_set_ack_deadline(w, wal_clock_us() - 1);
-    static struct dlog d;
-    memset(&d, 0, sizeof d);
-    assert_int_equal(append_i(w, 2, &d, NULL), 0);
-    assert_int_equal(append_i(w, 3, &d, NULL), 0);
+    memset(d, 0, sizeof *d);
+    assert_int_equal(append_i(w, 2, d, NULL), 0);
+    assert_int_equal(append_i(w, 3, d, NULL), 0);
     for (int i = 0; i < 50; i++)
         spin(f->base);
-    assert_int_equal(d.n, 0);
+    assert_int_equal(d->n, 0);
+    return w;
+}
+
+static void test_ack_deadline(void **state)
+{
+    struct fx *f = *state;
+    static struct dlog d;
+    wal *w = two_waiting(f, &d);
     wal_stats s;
     wal_get_stats(w, &s);
     assert_int_equal(s.lease_lapses, 1);
@@ -1595,20 +1602,8 @@ static void test_ack_deadline(void **state)
 static void test_abandon(void **state)
 {
     struct fx *f = *state;
-    wal_opts o = opts_default(NULL);
-    wal *w = open_ok(f, &o, 0, NULL, NULL, NULL);
-    wal_set_ack_deadline(w, wal_clock_us() + 10 * 1000000LL);
-    append_range(f, w, 0, 2, NULL);
-
-    wal_set_ack_deadline(w, wal_clock_us() - 1);
     static struct dlog d;
-    memset(&d, 0, sizeof d);
-    assert_int_equal(append_i(w, 2, &d, NULL), 0);
-    assert_int_equal(append_i(w, 3, &d, NULL), 0);
-    for (int i = 0; i < 50; i++)
-        spin(f->base);
-    assert_int_equal(d.n, 0);
-
+    wal *w = two_waiting(f, &d);
     wal_abandon(w);
     assert_int_equal(d.n, 2);
     assert_int_equal(d.err[0], SK_ERR_CLOSED);
