@@ -1,0 +1,114 @@
+/* broker/tconf: which topic configurations are accepted, with Kafka's
+ * bounds, and which are refused and why. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "tconf.h"
+
+static const char *check(const char *name, const char *value)
+{
+    return sk_tconf_check(name, strlen(name), value, strlen(value));
+}
+
+static void ok(const char *name, const char *value)
+{
+    const char *why = check(name, value);
+    if (why)
+        fail_msg("%s=%s refused: %s", name, value, why);
+}
+
+static void refused(const char *name, const char *value, const char *part)
+{
+    const char *why = check(name, value);
+    if (!why)
+        fail_msg("%s=%s accepted", name, value);
+    if (part && !strstr(why, part))
+        fail_msg("%s=%s: '%s' lacks '%s'", name, value, why, part);
+}
+
+static void test_honoured(void **state)
+{
+    (void)state;
+    ok("retention.ms", "-1");
+    ok("retention.bytes", "1048576");
+    ok("message.timestamp.type", "LogAppendTime");
+    ok("min.insync.replicas", "2");
+    refused("retention.ms", "-2", "-1 or more");
+    refused("max.message.bytes", "63", "between");
+    refused("cleanup.policy", "compact", "compact");
+    refused("compression.type", "zstd", "recompresses");
+}
+
+static void test_stored_with_kafkas_bounds(void **state)
+{
+    (void)state;
+    ok("segment.bytes", "14");
+    ok("segment.bytes", "2147483647");
+    refused("segment.bytes", "13", "between 14 and 2147483647");
+    refused("segment.bytes", "2147483648", "between");
+    ok("segment.ms", "9223372036854775807");
+    refused("segment.ms", "0", "1 or more");
+    refused("segment.ms", "9223372036854775808", "integer");
+    ok("local.retention.ms", "-2");
+    refused("local.retention.bytes", "-3", "-2 or more");
+    ok("min.cleanable.dirty.ratio", "0");
+    ok("min.cleanable.dirty.ratio", "1");
+    refused("min.cleanable.dirty.ratio", "1.01", "between 0 and 1");
+    refused("min.cleanable.dirty.ratio", "nan", "number");
+    ok("compression.zstd.level", "-131072");
+    refused("compression.lz4.level", "0", "between 1 and 17");
+    ok("preallocate", "TRUE");
+    ok("unclean.leader.election.enable", "false");
+    refused("preallocate", "1", "true or false");
+    ok("remote.storage.enable", "false");
+    refused("remote.storage.enable", "true", "tiered storage");
+}
+
+static void test_throttled_replica_lists(void **state)
+{
+    (void)state;
+    ok("leader.replication.throttled.replicas", "");
+    ok("leader.replication.throttled.replicas", "*");
+    ok("follower.replication.throttled.replicas", "0:1,1:2, 2:3");
+    refused("leader.replication.throttled.replicas", "0:", "partition:broker");
+    refused("leader.replication.throttled.replicas", "0:1,", "partition:broker");
+    refused("leader.replication.throttled.replicas", "a:1", "partition:broker");
+    char big[SK_TCONF_VALUE_MAX + 8];
+    size_t n = 0;
+    while (n + 4 < sizeof big - 1) {
+        memcpy(big + n, "1:1,", 4);
+        n += 4;
+    }
+    big[n - 1] = 0; /* no trailing comma */
+    refused("leader.replication.throttled.replicas", big, "too long");
+}
+
+static void test_unknown_names(void **state)
+{
+    (void)state;
+    refused("no.such.config", "1", "Kafka");
+    refused("segment.bytes.", "1", NULL);
+    /* Every name in the table is found by its exact name and checks its own default. */
+    for (int i = 0; i < sk_tconf_ndefs(); i++) {
+        const sk_tconf_def *d = sk_tconf_def_at(i);
+        assert_ptr_equal(sk_tconf_find(d->name, strlen(d->name)), d);
+        if (d->fixed_default)
+            ok(d->name, d->fixed_default);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_honoured),
+        cmocka_unit_test(test_stored_with_kafkas_bounds),
+        cmocka_unit_test(test_throttled_replica_lists),
+        cmocka_unit_test(test_unknown_names),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
