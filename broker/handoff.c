@@ -316,13 +316,15 @@ static void adopt_append(sk_handoffs *h, adopt *a, sk_hstate *hs)
     sk_buf_init(&b, 1u << 30);
     sk_meta_adopt(&b, hs);
     struct iovec iov = {b.data, b.len};
+    wal_lsn end = 0;
     int rc = sk_buf_failed(&b) ? SK_ERR_NOMEM
-                               : sk_node_append(h->n, SK_WAL_META, &iov, 1, adopt_durable, a, NULL);
+                               : sk_node_append(h->n, SK_WAL_META, &iov, 1, adopt_durable, a, &end);
     sk_buf_free(&b);
     if (rc) {
         adopt_abandon(h, a, sk_err_name(rc));
         return;
     }
+    p->adopt_end = end;
     a->stage = AD_APPENDING;
     if (apply_state(h, p, hs) != 0)
         SK_ERROR("cluster", "out of memory applying an adopted partition's state");
@@ -788,13 +790,14 @@ typedef struct audit {
     int32_t part;
     int64_t log;
     int64_t mod_rev;
-    int has; /* 1: batches left, 0: none, < 0: error */
+    wal_lsn need; /* the partition's ADOPT record's end in this node's WAL */
+    int has;      /* 1: batches left (or the view is behind), 0: none, < 0: error */
 } audit;
 
 static void audit_work(void *arg)
 {
     audit *x = arg;
-    x->has = sk_store_has_log_batches(x->h->n->store, &x->id, x->part, x->log);
+    x->has = sk_store_has_log_batches(x->h->n->store, &x->id, x->part, x->log, x->need);
 }
 
 static void audit_deleted(void *arg, int err, const etcd_txn_result *r)
@@ -845,7 +848,7 @@ void sk_handoff_audit_walrefs(sk_handoffs *h)
         audit *x = calloc(1, sizeof *x);
         if (!x)
             return;
-        *x = (audit){h, r->topic, r->index, r->log, r->mod_rev, 1};
+        *x = (audit){h, r->topic, r->index, r->log, r->mod_rev, (wal_lsn)p->adopt_end, 1};
         if (sk_node_read_job(h->n, audit_work, audit_done, x) != 0) {
             free(x);
             return;

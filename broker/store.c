@@ -1493,23 +1493,39 @@ int sk_store_backup(sk_store *s, const char *dest, wal_lsn *applied)
     return rc;
 }
 
-int sk_store_has_log_batches(sk_store *s, const kc_uuid *id, int32_t part, int64_t log)
+int sk_store_has_log_batches(sk_store *s, const kc_uuid *id, int32_t part, int64_t log,
+                             wal_lsn need)
 {
     sqlite3 *db = reader_get(s);
     if (!db)
         return SK_ERR_IO;
-    sqlite3_stmt *st;
-    const char *sql = "SELECT 1 FROM batches WHERE topic = ?1 AND part = ?2 AND log = ?3 LIMIT 1";
-    int rc;
-    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
-        rc = store_db_err(db, sql);
-    } else {
-        sqlite3_bind_blob(st, 1, id->b, 16, SQLITE_STATIC);
-        sqlite3_bind_int(st, 2, part);
-        sqlite3_bind_int64(st, 3, log);
-        rc = sqlite3_step(st) == SQLITE_ROW ? 1 : 0;
-        sqlite3_finalize(st);
+    /* One read transaction: the applied position and the batches of one
+     * snapshot. */
+    if (sqlite3_exec(db, "BEGIN", NULL, NULL, NULL) != SQLITE_OK) {
+        int rc = store_db_err(db, "BEGIN");
+        reader_put(s, db);
+        return rc;
     }
+    int64_t applied = 0;
+    bool found = false;
+    int rc = store_kv_get_i64(db, "applied", &applied, &found);
+    if (rc == 0 && (!found || (wal_lsn)applied < need))
+        rc = 1;
+    else if (rc == 0) {
+        sqlite3_stmt *st;
+        const char *sql =
+            "SELECT 1 FROM batches WHERE topic = ?1 AND part = ?2 AND log = ?3 LIMIT 1";
+        if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
+            rc = store_db_err(db, sql);
+        } else {
+            sqlite3_bind_blob(st, 1, id->b, 16, SQLITE_STATIC);
+            sqlite3_bind_int(st, 2, part);
+            sqlite3_bind_int64(st, 3, log);
+            rc = sqlite3_step(st) == SQLITE_ROW ? 1 : 0;
+            sqlite3_finalize(st);
+        }
+    }
+    (void)sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
     reader_put(s, db);
     return rc;
 }

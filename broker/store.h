@@ -181,8 +181,12 @@ int sk_store_foreign_batches(sk_store *s, int64_t max_bytes,
                                         const sk_batch_loc *loc),
                              void *arg, bool *more);
 /* Whether the partition still has batches indexed in log `log`'s WAL:
- * 1 yes, 0 no, or an error. */
-int sk_store_has_log_batches(sk_store *s, const kc_uuid *id, int32_t part, int64_t log);
+ * 1 yes, 0 no, or an error. Also 1 while the view has not applied this
+ * node's WAL up to `need` (read in the same snapshot): a partition adopted
+ * moments ago is in the WAL before it is in the view, and an answer of 0
+ * then would let another log's batches go before they are in objects. */
+int sk_store_has_log_batches(sk_store *s, const kc_uuid *id, int32_t part, int64_t log,
+                             wal_lsn need);
 /* The partitions this view holds. */
 int sk_store_owned_partitions(sk_store *s, void (*fn)(void *arg, const kc_uuid *id, int32_t part),
                               void *arg);

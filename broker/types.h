@@ -113,6 +113,7 @@ struct sk_part {
     sk_own own;
     int32_t main_node; /* cluster: the node serving it (-1: none now) */
     int64_t claim_rev; /* cluster: etcd revision at which this node became its main */
+    uint64_t adopt_end; /* cluster: end LSN of its ADOPT record in this node's WAL (0: none) */
     uint64_t stream; /* id of the partition's data in objects, never reused */
     int32_t leader_epoch;
     int64_t log_start;   /* first offset that can be read */
