@@ -511,6 +511,8 @@ static void fetch_eval(sk_fwait *w)
                     any_error = true;
                     continue;
                 }
+                if (!sk_part_view_ready(n, p))
+                    continue; /* parked: woken when the view holds it */
                 const sk_obj_loc *hint = p->obj_hint;
                 if (!w->disk_tried && !d->from_objs && hint && off >= hint->start &&
                     off <= hint->end) {

@@ -186,10 +186,15 @@ static void put_locs(sk_req *r, kr_FollowResponse_Partition *o, const sk_batch_l
     o->batches.v = b;
 }
 
-/* From the WAL cache, or from the storage lookup; false when a lookup is
- * needed first. */
-static bool locate(follow *w, sk_part *p, struct floc *f, const kr_FollowRequest_Partition *rp,
-                   kr_FollowResponse_Partition *o)
+typedef enum {
+    LOC_DONE,   /* o is filled */
+    LOC_LOOKUP, /* the storage must be asked first */
+    LOC_WAIT,   /* just adopted: nothing to say until the view holds it */
+} loc_result;
+
+/* From the WAL cache, or from the storage lookup. */
+static loc_result locate(follow *w, sk_part *p, struct floc *f,
+                         const kr_FollowRequest_Partition *rp, kr_FollowResponse_Partition *o)
 {
     sk_req *r = w->r;
     int64_t own = sk_cluster_log_id(w->n->cluster);
@@ -204,7 +209,7 @@ static bool locate(follow *w, sk_part *p, struct floc *f, const kr_FollowRequest
         } else {
             put_locs(r, o, f->locs, f->nl, own);
         }
-        return true;
+        return LOC_DONE;
     }
     const sk_cbatch *cb[MAX_LOCS];
     bool miss;
@@ -216,18 +221,20 @@ static bool locate(follow *w, sk_part *p, struct floc *f, const kr_FollowRequest
     if (n > 0 && (cb[0]->lsn < start || cb[0]->lsn < done))
         miss = true;
     if (miss) {
+        if (!sk_part_view_ready(w->n, p))
+            return LOC_WAIT;
         if (w->disk_tried)
-            return true; /* looked up already: nothing more to say */
+            return LOC_DONE; /* looked up already: nothing more to say */
         *f = (struct floc){.wanted = true, .offset = off, .max_bytes = rp->max_bytes,
                            .id = p->topic->id, .part = p->index, .stream = p->stream};
-        return false;
+        return LOC_LOOKUP;
     }
     sk_batch_loc locs[MAX_LOCS];
     for (int i = 0; i < n; i++)
         locs[i] = (sk_batch_loc){cb[i]->base, cb[i]->last, cb[i]->max_ts, own, cb[i]->lsn,
                                  cb[i]->len};
     put_locs(r, o, locs, n, own);
-    return true;
+    return LOC_DONE;
 }
 
 /* One partition: fills o; returns whether it has something new for the
@@ -252,9 +259,17 @@ static bool eval_part(follow *w, int idx, kr_FollowResponse_Partition *o, bool *
     }
     if (rp->offset >= p->hw)
         return false;
-    if (rp->max_bytes > 0 && !locate(w, p, &w->f[idx], rp, o))
+    if (rp->max_bytes <= 0)
+        return true;
+    switch (locate(w, p, &w->f[idx], rp, o)) {
+    case LOC_LOOKUP:
         *lookup = true;
-    return true;
+        return true;
+    case LOC_WAIT:
+        return false; /* parked: woken when the view holds it */
+    default:
+        return true;
+    }
 }
 
 /* The answer: every partition of a request that did not wait, else those

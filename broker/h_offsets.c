@@ -444,6 +444,12 @@ void h_list_offsets(sk_req *r)
                 out->error_code = SK_KAFKA_INVALID_REQUEST;
                 continue;
             }
+            if (!sk_part_view_ready(n, p)) {
+                /* Just adopted: as a Kafka leader whose high watermark has
+                 * not caught up yet, ask the client to retry. */
+                out->error_code = SK_KAFKA_OFFSET_NOT_AVAILABLE;
+                continue;
+            }
             struct lo_item *it = &j->items[j->n++];
             it->out = out;
             it->id = p->topic->id;

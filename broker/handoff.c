@@ -325,6 +325,8 @@ static void adopt_append(sk_handoffs *h, adopt *a, sk_hstate *hs)
         return;
     }
     p->adopt_end = end;
+    if (end > h->n->adopt_hi)
+        h->n->adopt_hi = end;
     a->stage = AD_APPENDING;
     if (apply_state(h, p, hs) != 0)
         SK_ERROR("cluster", "out of memory applying an adopted partition's state");

@@ -89,7 +89,9 @@ static void own_durable(void *arg)
 static void own_applied(void *arg)
 {
     sk_node *n = arg;
+    wal_lsn before = n->store_applied;
     n->store_applied = sk_vlog_applied(n->log);
+    sk_parts_view_applied(n, before);
     sk_cache_evict(n);
 }
 

@@ -383,6 +383,23 @@ void sk_part_del_waiter(sk_part *p, sk_waiter *w)
         }
 }
 
+void sk_parts_view_applied(sk_node *n, wal_lsn before)
+{
+    /* Adoptions are rare: scan only while one may still be unapplied. */
+    if (n->adopt_hi <= before)
+        return;
+    size_t it = 0;
+    void *v;
+    while (sk_map_next(n->topics_by_id, &it, NULL, NULL, &v)) {
+        sk_topic *t = v;
+        for (int32_t i = 0; i < t->nparts; i++) {
+            sk_part *p = t->parts[i];
+            if (p->adopt_end > before && p->adopt_end <= n->store_applied)
+                sk_part_wake(p);
+        }
+    }
+}
+
 void sk_part_wake(sk_part *p)
 {
     /* A woken waiter unregisters itself from its partitions, which changes

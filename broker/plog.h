@@ -42,6 +42,17 @@ static inline bool sk_part_serving(const sk_part *p)
 {
     return p && p->own == SK_OWN_ACTIVE;
 }
+/* True when the SQLite view holds what the partition had before this node
+ * adopted it: the view indexes the older batches only once it has applied
+ * the ADOPT record. Until then a read below the cache waits (Fetch, Follow)
+ * or answers a retriable error (ListOffsets), never "no data". */
+static inline bool sk_part_view_ready(const sk_node *n, const sk_part *p)
+{
+    return p->adopt_end <= n->store_applied;
+}
+/* The view now covers the own WAL below n->store_applied, up from `before`:
+ * wakes what waits on partitions whose adoption it has just applied. */
+void sk_parts_view_applied(sk_node *n, wal_lsn before);
 /* Forgets the partition's state here (it left, or never came): its cached
  * batches, producers and offsets; parked fetches are woken to find it gone. */
 void sk_part_release(sk_node *n, sk_part *p);

@@ -223,6 +223,7 @@ struct sk_node {
     sk_cbatch *cache_head, *cache_tail;
     size_t cache_bytes;
     wal_lsn store_applied; /* the SQLite view covers the own WAL below this */
+    wal_lsn adopt_hi;      /* cluster: the highest adopt_end of any partition */
 
     bool retention_running;
     bool retention_again;
