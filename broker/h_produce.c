@@ -255,6 +255,40 @@ static bool append(sk_req *r, int16_t acks, sk_topic *t, sk_part *p,
     return true;
 }
 
+/* A topic whose compression.type names a codec stores its batches in that
+ * codec, as Kafka does: a batch produced in another is rewritten (into the
+ * request's arena) before anything else sees it. */
+static bool recompress(sk_req *r, sk_topic *t, kp_ProduceRequest_PartitionProduceData *pd,
+                       kp_ProduceResponse_PartitionProduceResponse *pr, kb_header *hp)
+{
+    if (!t->conf.recompress || (hp->attributes & KB_ATTR_CODEC_MASK) == t->conf.codec)
+        return true;
+    uint8_t *b = NULL;
+    size_t len = 0;
+    int rc = kb_recompress(pd->records.p, (size_t)pd->records.len, t->conf.codec,
+                           t->conf.codec_level, 0, &b, &len);
+    uint8_t *kept = rc == 0 ? sk_arena_alloc(r->arena, len) : NULL;
+    if (kept)
+        memcpy(kept, b, len);
+    free(b);
+    if (!kept) {
+        set_error(r, pr, rc == SK_ERR_PARSE ? SK_KAFKA_INVALID_RECORD : SK_KAFKA_UNKNOWN_SERVER_ERROR,
+                  "the batch could not be recompressed to the topic's compression.type");
+        return false;
+    }
+    int32_t max = t->conf.max_message_bytes > 0 ? t->conf.max_message_bytes
+                                                : KB_DEFAULT_MAX_BATCH_BYTES;
+    if (len > (size_t)max) {
+        set_error(r, pr, SK_KAFKA_MESSAGE_TOO_LARGE,
+                  "the batch recompressed to the topic's compression.type is larger than "
+                  "max.message.bytes");
+        return false;
+    }
+    pd->records.p = kept;
+    pd->records.len = (int32_t)len;
+    return kb_parse_header(kept, len, hp) == 0;
+}
+
 /* Checks a partition's batch as Kafka does; fills h, or pr with the error. */
 static bool validate(sk_req *r, sk_topic *t, kp_ProduceRequest_PartitionProduceData *pd,
                      kp_ProduceResponse_PartitionProduceResponse *pr, kb_header *hp)
@@ -300,7 +334,7 @@ static bool validate(sk_req *r, sk_topic *t, kp_ProduceRequest_PartitionProduceD
                   "transactions are not supported");
         return false;
     }
-    return true;
+    return recompress(r, t, pd, pr, hp);
 }
 
 static void proxied_done(void *arg, int16_t code, const char *msg, int64_t base,

@@ -1,5 +1,6 @@
 #include "tconf.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,13 +8,13 @@
 #include <strings.h>
 
 #include "config.h"
+#include "kbatch.h"
 #include "meta.h"
 #include "sk_err.h"
 
 #define NO_SEGMENTS "Skiff has no log segments: a partition lives in the shared WAL, then in objects."
 #define NO_REPLICAS "Skiff has no replicas: the shared volume holds the one copy, objects the rest."
 #define NO_COMPACTION "Used by compacted topics, which Skiff does not have yet."
-#define NO_RECOMPRESSION "Skiff stores batches as produced and never recompresses them."
 #define ALL_TIERED "Every byte goes to the object store; retention.ms and retention.bytes decide when it goes."
 #define LMAX 9223372036854775807.0
 #define IMAX 2147483647.0
@@ -39,12 +40,14 @@ static const sk_tconf_def defs[] = {
      "Accepted from 1 to 3: acks=all waits until the batch is durable on the shared volume, "
      "which is at least as strong as any in-sync replica count.", SK_TC_SPECIAL, 0, 0},
     {"compression.type", NULL, "producer",
-     "Only `producer` is supported: batches are stored as the producer compressed them.",
+     "The codec batches are stored in: a batch produced with another is recompressed "
+     "(`uncompressed`, `gzip`, `snappy`, `lz4`, `zstd`); `producer` keeps the producer's.",
      SK_TC_SPECIAL, 0, 0},
+    {"compression.gzip.level", NULL, "-1", "The level of gzip recompression.", SK_TC_INT, -1, 9},
+    {"compression.lz4.level", NULL, "9", "The level of lz4 recompression.", SK_TC_INT, 1, 17},
+    {"compression.zstd.level", NULL, "3", "The level of zstd recompression.", SK_TC_INT,
+     -131072, 22},
     /* Stored and described, checked as Kafka checks them. */
-    {"compression.gzip.level", NULL, "-1", NO_RECOMPRESSION, SK_TC_INT, -1, 9},
-    {"compression.lz4.level", NULL, "9", NO_RECOMPRESSION, SK_TC_INT, 1, 17},
-    {"compression.zstd.level", NULL, "3", NO_RECOMPRESSION, SK_TC_INT, -131072, 22},
     {"delete.retention.ms", NULL, "86400000", NO_COMPACTION, SK_TC_LONG, 0, LMAX},
     {"file.delete.delay.ms", NULL, "60000", NO_SEGMENTS, SK_TC_LONG, 0, LMAX},
     {"flush.messages", NULL, "9223372036854775807",
@@ -154,6 +157,24 @@ static bool throttled_ok(const char *v, size_t n)
     }
 }
 
+#define CODEC_UNKNOWN (-2)
+
+/* compression.type's value as the codec batches are stored in: -1 for
+ * producer, a KB_CODEC_*, or CODEC_UNKNOWN. */
+static int codec_of(const char *v, size_t n)
+{
+    static const struct {
+        const char *name;
+        int codec;
+    } codecs[] = {{"producer", -1},          {"uncompressed", KB_CODEC_NONE},
+                  {"gzip", KB_CODEC_GZIP},   {"snappy", KB_CODEC_SNAPPY},
+                  {"lz4", KB_CODEC_LZ4},     {"zstd", KB_CODEC_ZSTD}};
+    for (size_t i = 0; i < sizeof codecs / sizeof codecs[0]; i++)
+        if (eq(v, n, codecs[i].name))
+            return codecs[i].codec;
+    return CODEC_UNKNOWN;
+}
+
 /* A stored configuration's value, checked by its type and bounds. */
 static const char *check_typed(const sk_tconf_def *d, const char *value, size_t vlen)
 {
@@ -211,9 +232,9 @@ const char *sk_tconf_check(const char *name, size_t nlen, const char *value, siz
     if (strcmp(d->name, "cleanup.policy") == 0)
         return eq(value, vlen, "delete") ? NULL : "must be delete: Skiff does not compact topics";
     if (strcmp(d->name, "compression.type") == 0)
-        return eq(value, vlen, "producer")
+        return codec_of(value, vlen) != CODEC_UNKNOWN
                    ? NULL
-                   : "must be producer: Skiff stores batches as produced and never recompresses";
+                   : "must be one of uncompressed, zstd, lz4, snappy, gzip, producer";
     if (strcmp(d->name, "message.timestamp.type") == 0)
         return eq(value, vlen, "CreateTime") || eq(value, vlen, "LogAppendTime")
                    ? NULL
@@ -274,6 +295,8 @@ void sk_tconf_resolve(const sk_config *cfg, sk_tconf *c)
 {
     char buf[SK_TCONF_VALUE_MAX + 1];
     int src;
+    int32_t levels[KB_CODEC_ZSTD + 1] = {0};
+    int codec = -1;
     for (int i = 0; i < NDEFS; i++) {
         const char *v = sk_tconf_value(cfg, c, i, buf, sizeof buf, &src);
         const char *n = defs[i].name;
@@ -289,7 +312,18 @@ void sk_tconf_resolve(const sk_config *cfg, sk_tconf *c)
             c->ts_before_max_ms = strtoll(v, NULL, 10);
         else if (strcmp(n, "message.timestamp.after.max.ms") == 0)
             c->ts_after_max_ms = strtoll(v, NULL, 10);
+        else if (strcmp(n, "compression.type") == 0)
+            codec = codec_of(v, strlen(v));
+        else if (strcmp(n, "compression.gzip.level") == 0)
+            levels[KB_CODEC_GZIP] = (int32_t)strtol(v, NULL, 10);
+        else if (strcmp(n, "compression.lz4.level") == 0)
+            levels[KB_CODEC_LZ4] = (int32_t)strtol(v, NULL, 10);
+        else if (strcmp(n, "compression.zstd.level") == 0)
+            levels[KB_CODEC_ZSTD] = (int32_t)strtol(v, NULL, 10);
     }
+    c->recompress = codec >= 0;
+    c->codec = (int8_t)(codec >= 0 ? codec : 0);
+    c->codec_level = codec > 0 ? levels[codec] : 0;
 }
 
 int sk_tconf_build(const sk_config *cfg, int n, const char *const *names, const size_t *nlens,
@@ -325,6 +359,10 @@ int sk_tconf_build(const sk_config *cfg, int n, const char *const *names, const 
             if (strlen(out->names[j]) == nlens[i] && memcmp(out->names[j], names[i], nlens[i]) == 0)
                 slot = j;
         char *nv = strndup(values[i], vlens[i]);
+        const sk_tconf_def *d = sk_tconf_find(names[i], nlens[i]);
+        if (nv && d && d->type == SK_TC_BOOL) /* described as Kafka does: true or false */
+            for (char *c = nv; *c; c++)
+                *c = (char)tolower((unsigned char)*c);
         if (slot == out->noverrides) {
             out->names[slot] = strndup(names[i], nlens[i]);
             out->noverrides++;

@@ -47,6 +47,9 @@ typedef struct sk_tconf {
     bool log_append_time;
     int64_t ts_before_max_ms;
     int64_t ts_after_max_ms;
+    bool recompress;     /* compression.type names a codec (not producer) */
+    int8_t codec;        /* ... that KB_CODEC_*: batches in another are recompressed */
+    int32_t codec_level; /* compression.<codec>.level of that codec */
     int noverrides;
     char **names; /* malloc'd, noverrides entries each */
     char **values;

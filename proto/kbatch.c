@@ -11,6 +11,7 @@
 #include <zstd.h>
 #include <zstd_errors.h>
 
+#include "kzip.h"
 #include "sk_crc32c.h"
 #include "sk_err.h"
 
@@ -735,6 +736,52 @@ int kb_validate(const uint8_t *p, size_t len, const kb_limits *lim, kb_header *h
     int rc = walk_validate(&c, buf, buf + blen, bad);
     free(buf);
     return rc;
+}
+
+/* ---- Recompression ------------------------------------------------------ */
+
+int kb_recompress(const uint8_t *p, size_t len, int codec, int level, size_t max_decompressed,
+                  uint8_t **out, size_t *out_len)
+{
+    int64_t total = kb_total_size(p, len);
+    if (total < KB_HEADER_SIZE || (size_t)total > len)
+        return SK_ERR_PARSE;
+    const uint8_t *recs = p + KB_HEADER_SIZE;
+    size_t nrecs = (size_t)total - KB_HEADER_SIZE;
+    int from = rd16(p + OFF_ATTR) & KB_ATTR_CODEC_MASK;
+    uint8_t *plain = NULL, *packed = NULL;
+    size_t plain_len = nrecs, packed_len = 0;
+    if (from != KB_CODEC_NONE) {
+        int rc = decompress(from, recs, nrecs,
+                            max_decompressed ? max_decompressed : KB_DEFAULT_MAX_DECOMPRESSED,
+                            &plain, &plain_len);
+        if (rc != DZ_OK)
+            return rc == DZ_NOMEM ? SK_ERR_NOMEM : SK_ERR_PARSE;
+    }
+    const uint8_t *src = plain ? plain : recs;
+    if (codec != KB_CODEC_NONE) {
+        int rc = kz_compress(codec, level, src, plain_len, &packed, &packed_len);
+        if (rc != 0) {
+            free(plain);
+            return rc;
+        }
+    }
+    const uint8_t *body = packed ? packed : src;
+    size_t body_len = packed ? packed_len : plain_len;
+    uint8_t *b = body_len <= INT32_MAX - KB_HEADER_SIZE ? malloc(KB_HEADER_SIZE + body_len) : NULL;
+    if (b) {
+        memcpy(b, p, KB_HEADER_SIZE);
+        memcpy(b + KB_HEADER_SIZE, body, body_len);
+        wr32(b + OFF_LENGTH, (uint32_t)(KB_HEADER_SIZE + body_len - KB_LOG_OVERHEAD));
+        wr16(b + OFF_ATTR,
+             (uint16_t)((rd16(p + OFF_ATTR) & ~KB_ATTR_CODEC_MASK) | (codec & KB_ATTR_CODEC_MASK)));
+        kb_update_crc(b);
+        *out = b;
+        *out_len = KB_HEADER_SIZE + body_len;
+    }
+    free(plain);
+    free(packed);
+    return b ? 0 : SK_ERR_NOMEM;
 }
 
 /* ---- In-place rewrites ------------------------------------------------- */

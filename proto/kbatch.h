@@ -1,7 +1,7 @@
 /*
  * kbatch: Kafka RecordBatch v2 (magic 2): validation, the in-place rewrites a
- * broker makes, and record iteration (decompressing gzip, snappy raw and
- * xerial, lz4 frame, zstd).
+ * broker makes, recompression to a topic's codec, and record iteration
+ * (decompressing gzip, snappy raw and xerial, lz4 frame, zstd).
  *
  * Layout (big-endian), header of KB_HEADER_SIZE bytes:
  *   0 baseOffset i64 | 8 batchLength i32 | 12 partitionLeaderEpoch i32 |
@@ -11,10 +11,11 @@
  *   57 recordsCount i32 | 61 records...
  *
  * Contract: pure functions over caller buffers, any thread, no global state.
- * Nothing allocates except decompression: kb_validate with validate_records on
- * a compressed batch, and kb_foreach_record on one, malloc one output buffer
- * of at most max_decompressed bytes (plus the codec's own small state) and
- * free it before returning. Uncompressed batches are walked in place.
+ * Nothing allocates except decompression and kb_recompress: kb_validate with
+ * validate_records on a compressed batch, and kb_foreach_record on one,
+ * malloc one output buffer of at most max_decompressed bytes (plus the
+ * codec's own small state) and free it before returning; kb_recompress
+ * returns its new batch. Uncompressed batches are walked in place.
  * Results are Kafka codes from sk_err.h (>= 0), SK_ERR_PARSE or SK_ERR_NOMEM.
  */
 #ifndef KBATCH_H
@@ -134,6 +135,19 @@ typedef struct kb_limits {
  * else after decompressing into one malloc'd buffer freed before return. */
 int kb_validate(const uint8_t *p, size_t len, const kb_limits *lim, kb_header *h,
                 int32_t *bad_record);
+
+/* The batch at p (len bytes, validated by kb_validate) with its records
+ * section in `codec` (a KB_CODEC_*; NONE stores the records uncompressed) at
+ * `level` (kzip.h): a new batch in *out (malloc'd, *out_len bytes) with the
+ * same header but for the codec bits, batchLength and CRC. What Kafka does
+ * when a topic's compression.type differs from the producer's codec; the
+ * records themselves (offsets, timestamps, keys, values, headers) are kept
+ * byte for byte. Returns 0, SK_ERR_PARSE (records that do not decompress
+ * within max_decompressed, 0: KB_DEFAULT_MAX_DECOMPRESSED), SK_ERR_NOMEM or
+ * SK_ERR_INVAL (a codec library failed). */
+__attribute__((warn_unused_result)) int kb_recompress(const uint8_t *p, size_t len, int codec,
+                                                      int level, size_t max_decompressed,
+                                                      uint8_t **out, size_t *out_len);
 
 /* In-place rewrites. The leader epoch and base offset are outside the CRC. */
 void kb_set_base_offset(uint8_t *p, int64_t base_offset);

@@ -797,6 +797,67 @@ static void test_codecs_large(void **state)
     free(pool);
 }
 
+/* Recompression to each codec and back: the records come out byte for
+ * byte (offsets, timestamps, keys, values, headers), the header but for
+ * the codec bits, length and CRC is the producer's, and going back to none
+ * gives the original batch exactly. Also from every client framing. */
+static void test_recompress(void **state)
+{
+    (void)state;
+    enum { N = 600 };
+    char *pool = malloc(1 << 20);
+    trec *r = malloc(N * sizeof(*r));
+    assert_non_null(pool);
+    assert_non_null(r);
+    int n = gen_recs(r, N, pool, 1 << 20, 40);
+    buf plain = batch_of(r, n, 0);
+    static const int codecs[] = {KB_CODEC_GZIP, KB_CODEC_SNAPPY, KB_CODEC_LZ4, KB_CODEC_ZSTD};
+    static const int levels[] = {-1, 0, 9, 3};
+    for (size_t c = 0; c < sizeof codecs / sizeof codecs[0]; c++) {
+        uint8_t *z = NULL, *back = NULL;
+        size_t zlen = 0, blen = 0;
+        assert_int_equal(kb_recompress(plain.p, plain.len, codecs[c], levels[c], 0, &z, &zlen), 0);
+        buf zb = {z, zlen, zlen};
+        int32_t bad = 99;
+        assert_int_equal(validate(&zb, &bad), 0);
+        kb_header h;
+        assert_int_equal(kb_parse_header(z, zlen, &h), 0);
+        assert_int_equal(h.attributes & KB_ATTR_CODEC_MASK, codecs[c]);
+        assert_true(zlen < plain.len);
+        /* Everything after the attributes but the records is kept. */
+        assert_memory_equal(z + 23, plain.p + 23, KB_HEADER_SIZE - 23);
+        expect_records(z, zlen, r, n, NOW);
+        assert_int_equal(kb_recompress(z, zlen, KB_CODEC_NONE, 0, 0, &back, &blen), 0);
+        assert_int_equal(blen, plain.len);
+        assert_memory_equal(back, plain.p, plain.len);
+        free(back);
+        /* From each client framing of each codec into this one. */
+        for (int v = 0; v < V_COUNT; v++) {
+            buf src = compressed_batch(v, r, n);
+            uint8_t *o = NULL;
+            size_t olen = 0;
+            assert_int_equal(kb_recompress(src.p, src.len, codecs[c], levels[c], 0, &o, &olen), 0);
+            buf ob = {o, olen, olen};
+            assert_int_equal(validate(&ob, NULL), 0);
+            expect_records(o, olen, r, n, NOW);
+            free(o);
+            free(src.p);
+        }
+        free(z);
+    }
+    /* Records that do not decompress are refused, not stored. */
+    buf g = compressed_batch(0, r, n);
+    g.p[KB_HEADER_SIZE + 12] ^= 0xff;
+    uint8_t *o = NULL;
+    size_t olen = 0;
+    assert_int_equal(kb_recompress(g.p, g.len, KB_CODEC_ZSTD, 3, 0, &o, &olen), SK_ERR_PARSE);
+    assert_null(o);
+    free(g.p);
+    free(plain.p);
+    free(r);
+    free(pool);
+}
+
 static const trec rdk_recs[4] = {
     {0, 0, "key1", "hello skiff", 1, {"trace"}, {"abc"}},
     {0, 1, "key2", "second record value, repeated repeated repeated repeated", 1, {"trace"}, {"abc"}},
@@ -1733,6 +1794,7 @@ int main(void)
         cmocka_unit_test(test_truncation),
         cmocka_unit_test(test_decompression_bomb),
         cmocka_unit_test(test_rewrites),
+        cmocka_unit_test(test_recompress),
         cmocka_unit_test(test_header_fields),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

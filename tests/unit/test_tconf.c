@@ -8,6 +8,8 @@
 
 #include <cmocka.h>
 
+#include "config.h"
+#include "kbatch.h"
 #include "tconf.h"
 
 static const char *check(const char *name, const char *value)
@@ -41,7 +43,67 @@ static void test_honoured(void **state)
     refused("retention.ms", "-2", "-1 or more");
     refused("max.message.bytes", "63", "between");
     refused("cleanup.policy", "compact", "compact");
-    refused("compression.type", "zstd", "recompresses");
+    ok("compression.type", "producer");
+    ok("compression.type", "uncompressed");
+    ok("compression.type", "gzip");
+    ok("compression.type", "snappy");
+    ok("compression.type", "lz4");
+    ok("compression.type", "zstd");
+    refused("compression.type", "brotli", "one of uncompressed, zstd, lz4, snappy, gzip");
+    refused("compression.type", "none", "one of");
+}
+
+static sk_tconf built(int n, const char *const *names, const char *const *values)
+{
+    sk_config cfg;
+    sk_config_init(&cfg);
+    size_t nl[8], vl[8];
+    for (int i = 0; i < n; i++) {
+        nl[i] = strlen(names[i]);
+        vl[i] = strlen(values[i]);
+    }
+    sk_tconf c;
+    char why[256];
+    assert_int_equal(sk_tconf_build(&cfg, n, names, nl, values, vl, &c, why, sizeof why), 0);
+    sk_config_free(&cfg);
+    return c;
+}
+
+/* compression.type resolves to the codec batches are stored in, and the
+ * level of that codec. */
+static void test_compression_resolved(void **state)
+{
+    (void)state;
+    sk_tconf c = built(0, NULL, NULL);
+    assert_false(c.recompress);
+    sk_tconf_free(&c);
+
+    const char *n1[] = {"compression.type", "compression.zstd.level", "compression.lz4.level"};
+    const char *v1[] = {"zstd", "7", "12"};
+    c = built(3, n1, v1);
+    assert_true(c.recompress);
+    assert_int_equal(c.codec, KB_CODEC_ZSTD);
+    assert_int_equal(c.codec_level, 7);
+    sk_tconf_free(&c);
+
+    const char *n2[] = {"compression.type"};
+    const char *v2[] = {"lz4"};
+    c = built(1, n2, v2);
+    assert_true(c.recompress);
+    assert_int_equal(c.codec, KB_CODEC_LZ4);
+    assert_int_equal(c.codec_level, 9); /* Kafka's default */
+    sk_tconf_free(&c);
+
+    const char *v3[] = {"uncompressed"};
+    c = built(1, n2, v3);
+    assert_true(c.recompress);
+    assert_int_equal(c.codec, KB_CODEC_NONE);
+    sk_tconf_free(&c);
+
+    const char *v4[] = {"producer"};
+    c = built(1, n2, v4);
+    assert_false(c.recompress);
+    sk_tconf_free(&c);
 }
 
 static void test_stored_with_kafkas_bounds(void **state)
@@ -106,6 +168,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_honoured),
+        cmocka_unit_test(test_compression_resolved),
         cmocka_unit_test(test_stored_with_kafkas_bounds),
         cmocka_unit_test(test_throttled_replica_lists),
         cmocka_unit_test(test_unknown_names),
