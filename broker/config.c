@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kbatch.h"
 #include "sk_err.h"
 #include "sk_log.h"
 #include "zone.h"
@@ -65,6 +66,13 @@ static const char *check_ts_type(const char *v)
     if (strcmp(v, "CreateTime") == 0 || strcmp(v, "LogAppendTime") == 0)
         return NULL;
     return "must be CreateTime or LogAppendTime";
+}
+
+static const char *check_compression(const char *v)
+{
+    if (strcmp(v, "producer") == 0 || kb_codec_named(v, strlen(v)) >= 0)
+        return NULL;
+    return "must be one of uncompressed, zstd, lz4, snappy, gzip, producer";
 }
 
 static const char *check_wal_url(const char *v)
@@ -301,6 +309,17 @@ const sk_prop sk_props[] = {
      "Default message.timestamp.type of topics: CreateTime keeps the producer's timestamps, "
      "LogAppendTime stamps batches with the node's clock.",
      check_ts_type, true},
+    {"compression.type", SK_PROP_STRING, OFF(compression_type), "producer", 0, 0, "Topics",
+     "Default compression.type of topics: the codec batches are stored in (a batch produced "
+     "with another is recompressed), or producer to keep the producer's.",
+     check_compression, true},
+    {"compression.gzip.level", SK_PROP_INT, OFF(compression_gzip_level), "-1", -1, 9, "Topics",
+     "Default compression.gzip.level of topics: the level of gzip recompression.", NULL, true},
+    {"compression.lz4.level", SK_PROP_INT, OFF(compression_lz4_level), "9", 1, 17, "Topics",
+     "Default compression.lz4.level of topics: the level of lz4 recompression.", NULL, true},
+    {"compression.zstd.level", SK_PROP_INT, OFF(compression_zstd_level), "3", -131072, 22,
+     "Topics", "Default compression.zstd.level of topics: the level of zstd recompression.", NULL,
+     true},
     {"log.message.timestamp.before.max.ms", SK_PROP_LONG,
      OFF(log_message_timestamp_before_max_ms), "9223372036854775807", 0, I64MAX, "Topics",
      "Largest accepted distance of a CreateTime timestamp into the past.", NULL, true},

@@ -80,6 +80,10 @@ typedef struct sk_config {
     char *log_message_timestamp_type;
     int64_t log_message_timestamp_before_max_ms;
     int64_t log_message_timestamp_after_max_ms;
+    char *compression_type;
+    int32_t compression_gzip_level;
+    int32_t compression_lz4_level;
+    int32_t compression_zstd_level;
 
     /* network */
     int32_t socket_request_max_bytes;

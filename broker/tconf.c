@@ -39,14 +39,16 @@ static const sk_tconf_def defs[] = {
     {"min.insync.replicas", NULL, "1",
      "Accepted from 1 to 3: acks=all waits until the batch is durable on the shared volume, "
      "which is at least as strong as any in-sync replica count.", SK_TC_SPECIAL, 0, 0},
-    {"compression.type", NULL, "producer",
+    {"compression.type", "compression.type", NULL,
      "The codec batches are stored in: a batch produced with another is recompressed "
      "(`uncompressed`, `gzip`, `snappy`, `lz4`, `zstd`); `producer` keeps the producer's.",
      SK_TC_SPECIAL, 0, 0},
-    {"compression.gzip.level", NULL, "-1", "The level of gzip recompression.", SK_TC_INT, -1, 9},
-    {"compression.lz4.level", NULL, "9", "The level of lz4 recompression.", SK_TC_INT, 1, 17},
-    {"compression.zstd.level", NULL, "3", "The level of zstd recompression.", SK_TC_INT,
-     -131072, 22},
+    {"compression.gzip.level", "compression.gzip.level", NULL, "The level of gzip recompression.",
+     SK_TC_INT, -1, 9},
+    {"compression.lz4.level", "compression.lz4.level", NULL, "The level of lz4 recompression.",
+     SK_TC_INT, 1, 17},
+    {"compression.zstd.level", "compression.zstd.level", NULL, "The level of zstd recompression.",
+     SK_TC_INT, -131072, 22},
     /* Stored and described, checked as Kafka checks them. */
     {"delete.retention.ms", NULL, "86400000", NO_COMPACTION, SK_TC_LONG, 0, LMAX},
     {"file.delete.delay.ms", NULL, "60000", NO_SEGMENTS, SK_TC_LONG, 0, LMAX},
@@ -163,16 +165,10 @@ static bool throttled_ok(const char *v, size_t n)
  * producer, a KB_CODEC_*, or CODEC_UNKNOWN. */
 static int codec_of(const char *v, size_t n)
 {
-    static const struct {
-        const char *name;
-        int codec;
-    } codecs[] = {{"producer", -1},          {"uncompressed", KB_CODEC_NONE},
-                  {"gzip", KB_CODEC_GZIP},   {"snappy", KB_CODEC_SNAPPY},
-                  {"lz4", KB_CODEC_LZ4},     {"zstd", KB_CODEC_ZSTD}};
-    for (size_t i = 0; i < sizeof codecs / sizeof codecs[0]; i++)
-        if (eq(v, n, codecs[i].name))
-            return codecs[i].codec;
-    return CODEC_UNKNOWN;
+    if (eq(v, n, "producer"))
+        return -1;
+    int c = kb_codec_named(v, n);
+    return c >= 0 ? c : CODEC_UNKNOWN;
 }
 
 /* A stored configuration's value, checked by its type and bounds. */

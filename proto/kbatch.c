@@ -740,6 +740,15 @@ int kb_validate(const uint8_t *p, size_t len, const kb_limits *lim, kb_header *h
 
 /* ---- Recompression ------------------------------------------------------ */
 
+int kb_codec_named(const char *name, size_t len)
+{
+    static const char *const names[] = {"uncompressed", "gzip", "snappy", "lz4", "zstd"};
+    for (int c = KB_CODEC_NONE; c <= KB_CODEC_ZSTD; c++)
+        if (strlen(names[c]) == len && memcmp(names[c], name, len) == 0)
+            return c;
+    return -1;
+}
+
 int kb_recompress(const uint8_t *p, size_t len, int codec, int level, size_t max_decompressed,
                   uint8_t **out, size_t *out_len)
 {

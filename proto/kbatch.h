@@ -37,6 +37,9 @@ enum {
     KB_CODEC_LZ4 = 3,
     KB_CODEC_ZSTD = 4,
 };
+/* The codec a topic's compression.type names (uncompressed, gzip, snappy,
+ * lz4, zstd: Kafka's names), or -1. */
+int kb_codec_named(const char *name, size_t len);
 #define KB_ATTR_CODEC_MASK 0x07
 #define KB_ATTR_LOG_APPEND_TIME 0x08
 #define KB_ATTR_TRANSACTIONAL 0x10

@@ -104,6 +104,20 @@ static void test_compression_resolved(void **state)
     c = built(1, n2, v4);
     assert_false(c.recompress);
     sk_tconf_free(&c);
+
+    /* Without an override, the broker's defaults. */
+    sk_config cfg;
+    sk_config_init(&cfg);
+    char why[256];
+    assert_int_equal(sk_config_set(&cfg, "compression.type", "gzip", why, sizeof why), 0);
+    assert_int_equal(sk_config_set(&cfg, "compression.gzip.level", "4", why, sizeof why), 0);
+    assert_int_not_equal(sk_config_set(&cfg, "compression.type", "brotli", why, sizeof why), 0);
+    assert_int_equal(sk_tconf_build(&cfg, 0, NULL, NULL, NULL, NULL, &c, why, sizeof why), 0);
+    assert_true(c.recompress);
+    assert_int_equal(c.codec, KB_CODEC_GZIP);
+    assert_int_equal(c.codec_level, 4);
+    sk_tconf_free(&c);
+    sk_config_free(&cfg);
 }
 
 static void test_stored_with_kafkas_bounds(void **state)
