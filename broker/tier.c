@@ -1246,3 +1246,8 @@ void sk_tier_objstore_stats(const sk_tier *t, objstore_stats *out)
 {
     objstore_stats_get(t->os, out);
 }
+
+void sk_tier_blockcache_stats(const sk_tier *t, blockcache_stats *out)
+{
+    blockcache_stats_get(t->bc, out);
+}

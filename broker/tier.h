@@ -95,5 +95,8 @@ void sk_tier_stats_get(const sk_tier *t, sk_tier_stats *out);
 /* The object store's own counters (requests, retries, errors). */
 struct objstore_stats;
 void sk_tier_objstore_stats(const sk_tier *t, struct objstore_stats *out);
+/* The block cache's counters (hits, misses, bytes held). */
+struct blockcache_stats;
+void sk_tier_blockcache_stats(const sk_tier *t, struct blockcache_stats *out);
 
 #endif

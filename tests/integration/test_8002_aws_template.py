@@ -211,4 +211,4 @@ def test_alert_rules_pass_promtool():
         pytest.skip("promtool is missing (Debian's prometheus)")
     rules = os.path.join(harness.ROOT, "deploy", "prometheus", "skiff-alerts.yml")
     r = subprocess.run([exe, "check", "rules", rules], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0 and "SUCCESS: 12 rules found" in r.stdout, (r.stdout, r.stderr)
+    assert r.returncode == 0 and "SUCCESS: 13 rules found" in r.stdout, (r.stdout, r.stderr)
