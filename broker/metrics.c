@@ -14,6 +14,7 @@
 #include "net.h"
 #include "sk_log.h"
 #include "sk_map.h"
+#include "objfmt.h"
 #include "objstore.h"
 #include "blockcache.h"
 #include "wal.h"
@@ -202,6 +203,25 @@ static void render_connections(sk_node *n, struct evbuffer *b)
                                     (unsigned long long)count[i][k]);
 }
 
+/* Objects by kind, from the registry's listing of the last compaction pass
+ * (absent before the first: the registry is not read on the loop). */
+static void render_objects(struct evbuffer *b, const sk_tier_stats *ts)
+{
+    if (!ts->listed_ms)
+        return;
+    static const char *kinds[3] = {NULL, "stream", "stream_set"};
+    evbuffer_add_printf(b, "# HELP skiff_s3_objects Live objects this node's log holds, by kind "
+                           "(as of the last compaction pass).\n# TYPE skiff_s3_objects gauge\n");
+    for (int k = OBJFMT_SO; k <= OBJFMT_SSO; k++)
+        evbuffer_add_printf(b, "skiff_s3_objects{kind=\"%s\"} %llu\n", kinds[k],
+                            (unsigned long long)ts->objects[k]);
+    evbuffer_add_printf(b, "# HELP skiff_s3_object_bytes Bytes of those objects, by kind.\n"
+                           "# TYPE skiff_s3_object_bytes gauge\n");
+    for (int k = OBJFMT_SO; k <= OBJFMT_SSO; k++)
+        evbuffer_add_printf(b, "skiff_s3_object_bytes{kind=\"%s\"} %llu\n", kinds[k],
+                            (unsigned long long)ts->object_bytes[k]);
+}
+
 static void render_blockcache(sk_node *n, struct evbuffer *b)
 {
     blockcache_stats bs;
@@ -347,6 +367,7 @@ static void render(sk_node *n, struct evbuffer *b)
         counter(b, "skiff_s3_bytes_down_total", "Bytes read from the object store.",
                 os.bytes_down);
         render_blockcache(n, b);
+        render_objects(b, &ts);
     }
     if (n->cluster)
         render_cluster(n, b);

@@ -683,11 +683,28 @@ static void retire_objects(sk_tier *t, const objreg_keys *keys, int64_t after)
 
 /* After a registry listing: delete retired objects whose time has come,
  * retire live ones left without any range. */
+/* What the registry holds, for the metrics: objects neither retired nor empty. */
+static void count_objects(sk_tier *t, const struct job *j)
+{
+    memset(t->st.objects, 0, sizeof t->st.objects);
+    memset(t->st.object_bytes, 0, sizeof t->st.object_bytes);
+    for (size_t i = 0; i < j->ninfos; i++) {
+        const objreg_info *o = &j->infos[i];
+        if (o->delete_after_ms >= 0 || !o->nranges ||
+            (o->kind != OBJFMT_SO && o->kind != OBJFMT_SSO))
+            continue;
+        t->st.objects[o->kind]++;
+        t->st.object_bytes[o->kind] += o->size;
+    }
+    t->st.listed_ms = sk_now_ms();
+}
+
 static void listed(struct job *j)
 {
     sk_tier *t = j->t;
     int64_t now = sk_now_ms();
     objreg_keys retire = {0};
+    count_objects(t, j);
     for (size_t i = 0; i < j->ninfos; i++) {
         const objreg_info *o = &j->infos[i];
         objgc_action a = objgc_decide(o, now);

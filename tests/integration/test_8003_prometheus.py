@@ -89,7 +89,8 @@ class Prometheus:
 def node(cluster_factory):
     metrics = "127.0.0.1:%d" % harness.free_port()
     cl = cluster_factory(1, overrides={"metrics.listener": metrics,
-                                       "s3.wal.upload.interval.ms": "1000"})
+                                       "s3.wal.upload.interval.ms": "1000",
+                                       "s3.compaction.interval.ms": "1000"})
     cl.start()
     n = cl.node(1)
     n.metrics = metrics
@@ -138,6 +139,9 @@ def test_prometheus_sees_the_workload(node, prometheus, topic_name):
     assert prometheus.wait("skiff_fetched_bytes_total", lambda v: v >= sent) < sent * 1.5
     assert prometheus.wait("skiff_wal_written_bytes_total", lambda v: v >= sent)
     assert prometheus.wait("skiff_s3_upload_bytes_total", lambda v: v >= sent)
+    # The objects hold what was uploaded (listed by the next compaction pass).
+    assert prometheus.wait("sum(skiff_s3_object_bytes)", lambda v: v >= sent) < sent * 1.2
+    assert prometheus.value("sum(skiff_s3_objects)") >= 1
 
     # Every produce request was answered, and its latency observed once.
     q = 'skiff_request_latency_seconds_count{api="Produce"} - ' \
@@ -175,6 +179,8 @@ def test_every_dashboard_series_exists(node, prometheus, topic_name):
     produce_and_consume(node.bootstrap, topic_name)
     names = dashboard_series()
     assert len(names) >= 20, names
+    # Objects are counted by the compaction pass after the upload.
+    prometheus.wait("sum(skiff_s3_object_bytes)", lambda v: v >= N * SIZE)
     with node.conn():  # a client connected while /metrics is read
         with urllib.request.urlopen("http://%s/metrics" % node.metrics, timeout=10) as r:
             text = r.read().decode()
