@@ -830,8 +830,11 @@ void sk_config_print_help(const char *argv0)
            "Skiff: a Kafka-compatible broker on a shared-volume WAL and S3.\n"
            "Properties come from built-in defaults, then FILE (Java properties syntax),\n"
            "then each --override, in that order. --check-config validates them and\n"
-           "exits (0: valid) without starting anything.\n",
-           argv0);
+           "exits (0: valid) without starting anything.\n\n"
+           "       %s status --bootstrap host:port [--zones] [--timeout-ms N]\n"
+           "prints a running cluster's nodes, their health, partitions, WAL backlog,\n"
+           "objects and cross-zone traffic (docs/operations.md).\n",
+           argv0, argv0);
     const char *group = "";
     for (size_t i = 0; i < sk_nprops; i++) {
         const sk_prop *p = &sk_props[i];

@@ -55,6 +55,7 @@ static sk_api_entry table[] = {
     {KR_HANDOFF_READY, 0, 0, 0, 0, h_handoff_ready, NULL},
     {KR_CONFIRM, 0, 0, 0, 0, h_confirm, NULL},
     {KR_FOLLOW, 0, 0, 0, 0, h_follow, NULL},
+    {KR_NODE_STATUS, 0, 0, 0, 0, h_node_status, NULL},
 };
 #define NTABLE ((int)(sizeof table / sizeof table[0]))
 

@@ -12,6 +12,7 @@
 #include "config.h"
 #include "node.h"
 #include "objstore.h"
+#include "status.h"
 #include "sk_log.h"
 
 #define SKIFF_VERSION "0.1.0"
@@ -41,7 +42,7 @@ static int usage_error(const char *argv0, const char *msg)
 {
     fprintf(stderr,
             "skiffd: %s\nusage: %s [-c FILE] [--override name=value]... [--check-config] "
-            "(--help lists properties)\n",
+            "(--help lists properties)\n       skiffd status --bootstrap host:port\n",
             msg, argv0);
     return 2;
 }
@@ -74,6 +75,8 @@ int main(int argc, char **argv)
     const char *file = NULL;
     bool check_only = false;
     char why[1024];
+    if (argc > 1 && strcmp(argv[1], "status") == 0)
+        return sk_status_main(argc - 1, argv + 1);
 
     /* The file first, then overrides in order, whatever their position. */
     for (int i = 1; i < argc; i++) {

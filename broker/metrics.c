@@ -271,7 +271,7 @@ static void render_group_offsets(sk_node *n, struct evbuffer *b)
 }
 
 /* Topic names are [a-zA-Z0-9._-]: nothing to escape in a label value. */
-static void render(sk_node *n, struct evbuffer *b)
+void sk_metrics_render(sk_node *n, struct evbuffer *b)
 {
     evbuffer_add_printf(b, "# HELP skiff_build_info Version of this skiffd.\n"
                            "# TYPE skiff_build_info gauge\nskiff_build_info{version=\"%s\",node=\"%d\","
@@ -433,7 +433,7 @@ static void http_cb(struct evhttp_request *req, void *arg)
     if (zones)
         sk_xzone_report(n, b);
     else
-        render(n, b);
+        sk_metrics_render(n, b);
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
                       zones ? "text/plain; charset=utf-8" : "text/plain; version=0.0.4");
     evhttp_send_reply(req, HTTP_OK, "OK", b);
