@@ -264,12 +264,14 @@ static const char *health(const node_row *r, char *buf, size_t cap)
 
 static void print_node(const node_row *r)
 {
-    char h[128], b1[32], b2[32], b3[32], b4[32], addr[300];
+    char h[128], b1[32], b2[32], b3[32], b4[32], addr[300], serves[16] = "-";
     const char *m = r->metrics ? r->metrics : "";
     snprintf(addr, sizeof addr, "%s:%d", r->host, r->port);
-    printf("%-6d %-12s %-22s %-16s %5d %6.0f %10s %10s %10s %6.0f/%-6.0f %10s\n", r->id,
-           *r->rack ? r->rack : "-", addr, health(r, h, sizeof h), r->leads,
-           metric(m, "skiff_cluster_partitions_served", NULL),
+    /* Only cluster members count what they serve (a single node serves all). */
+    if (strstr(m, "\nskiff_cluster_partitions_served "))
+        snprintf(serves, sizeof serves, "%.0f", metric(m, "skiff_cluster_partitions_served", NULL));
+    printf("%-6d %-12s %-22s %-16s %5d %6s %10s %10s %10s %6.0f/%-6.0f %10s\n", r->id,
+           *r->rack ? r->rack : "-", addr, health(r, h, sizeof h), r->leads, serves,
            human(metric(m, "skiff_wal_pending_bytes", NULL), b1, sizeof b1),
            human(metric(m, "skiff_wal_retained_bytes", NULL), b2, sizeof b2),
            human(metric(m, "skiff_s3_upload_lag_bytes", NULL), b3, sizeof b3),
