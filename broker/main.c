@@ -13,6 +13,7 @@
 #include "node.h"
 #include "objstore.h"
 #include "status.h"
+#include "wal_storage.h"
 #include "sk_log.h"
 
 #define SKIFF_VERSION "0.1.0"
@@ -55,6 +56,10 @@ static int check_config(const sk_config *cfg)
     char why[1024];
     if (objstore_check_url(cfg->objects_url, why, sizeof why) != 0) {
         fprintf(stderr, "skiffd: property objects.url: %s\n", why);
+        return 2;
+    }
+    if (wal_storage_check_url(cfg->wal_url, why, sizeof why) != 0) {
+        fprintf(stderr, "skiffd: property wal.url: %s\n", why);
         return 2;
     }
     const sk_listener *inter = sk_config_inter_listener(cfg);

@@ -154,12 +154,19 @@ def test_check_config_refuses_what_start_up_would(tmp_path):
                          ("objects.url=s3://b/p?region=r\nlisteners=PLAINTEXT://:x\n",
                           "listeners"),
                          ("objects.url=s3://b/p?region=r\nlog.retention.ms=soon\n",
-                          "log.retention.ms")):
+                          "log.retention.ms"),
+                         ("objects.url=s3://b/p?region=r\nwal.url=nfs://svm/skiff?version=4\n",
+                          "wal.url"),
+                         ("objects.url=s3://b/p?region=r\nwal.url=nfs://svm\n", "wal.url")):
         path.write_text(base + extra)
         r = check_config(path)
         assert r.returncode == 2, (extra, r.stdout, r.stderr)
         assert names in r.stderr and not r.stdout, (extra, r.stderr)
     assert not os.path.exists(os.path.join(str(tmp_path), "skiff-data"))
+    path.write_text(base.replace("file:///mnt/fsx/skiff", "nfs://svm-1.fs-1/skiff?version=3")
+                    + "objects.url=s3://b/p?region=r\n")
+    r = check_config(path)
+    assert r.returncode == 0 and "wal.url=nfs://svm-1.fs-1/skiff?version=3" in r.stdout, r
 
 
 def test_unit_in_user_data_is_deploy_skiffd_service(template):
