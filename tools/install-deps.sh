@@ -14,7 +14,7 @@ test_pkgs="clang libclang-rt-14-dev llvm kcat librdkafka-dev
 python3-confluent-kafka python3-kafka python3-pytest default-jdk-headless maven
 nfs-ganesha nfs-ganesha-vfs rpcbind libnfs-utils etcd-server etcd-client
 nodejs npm iproute2 procps curl bc
-python3-pytest-timeout python3-venv prometheus"
+python3-pytest-timeout python3-venv prometheus shellcheck"
 
 test_pypi="cfn-lint==1.51.0"
 

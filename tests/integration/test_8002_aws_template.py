@@ -100,6 +100,18 @@ def test_user_data_is_valid_bash(template, tmp_path):
         assert r.returncode == 0, (res, r.stderr)
 
 
+def test_user_data_passes_shellcheck(template, tmp_path):
+    exe = shutil.which("shellcheck")
+    if not exe:
+        pytest.skip("shellcheck is missing (Debian's shellcheck)")
+    for values in (VALUES, dict(VALUES, SkiffSha256="0" * 64, ExtraClientZoneCidrs="a=b")):
+        for res in ("NodeLaunchTemplate", "EtcdLaunchTemplate"):
+            path = tmp_path / (res + ".sh")
+            path.write_text(sub(user_data(template, res), values))
+            r = subprocess.run([exe, str(path)], capture_output=True, text=True, timeout=60)
+            assert r.returncode == 0, (res, r.stdout)
+
+
 def test_properties_of_each_zone_pass_check_config(template, tmp_path):
     script = node_script(template, tmp_path)
     ids = set()
