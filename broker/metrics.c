@@ -339,6 +339,13 @@ void sk_metrics_render(sk_node *n, struct evbuffer *b)
         sk_tier_stats_get(n->tier, &ts);
         counter(b, "skiff_s3_uploads_total", "Uploads of WAL data into objects.", ts.uploads);
         counter(b, "skiff_s3_upload_bytes_total", "Batch bytes uploaded.", ts.upload_bytes);
+        counter(b, "skiff_s3_upload_failures_total",
+                "Uploads of WAL data that failed, in S3 or registering their objects (retried).",
+                ts.upload_failures);
+        if (ts.last_upload_ms)
+            gauge(b, "skiff_s3_last_upload_timestamp_seconds",
+                  "When the last upload of WAL data completed (Unix time).",
+                  (double)ts.last_upload_ms / 1000.0);
         counter(b, "skiff_s3_objects_put_total", "Objects written (uploads and compaction).",
                 ts.objects_put);
         counter(b, "skiff_s3_stream_objects_put_total", "StreamObjects written.", ts.so_put);

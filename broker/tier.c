@@ -552,6 +552,8 @@ static void registered(void *arg, int err)
     if (err == 0) {
         if (j->kind == JOB_UPLOAD && j->end > t->uploaded)
             t->uploaded = j->end;
+        if (j->kind == JOB_UPLOAD)
+            t->st.last_upload_ms = sk_now_ms();
         /* The registration record lies past the upload's end: a snapshot
          * taken before the view applied it would not hold it, and the
          * retention pass that follows the snapshot would still see the
@@ -560,6 +562,8 @@ static void registered(void *arg, int err)
             t->snap_after = j->reg_end;
         t->snapshot_due = true;
     } else {
+        if (j->kind == JOB_UPLOAD)
+            t->st.upload_failures++;
         SK_WARN("tier", "registration of %zu objects failed (%s); they will be collected as "
                 "orphans",
                 j->objs.n, sk_err_name(err));
@@ -726,9 +730,11 @@ static void upload_done(struct job *j)
         t->foreign = false;
     t->foreign_kicked = false;
     if (j->err != 0) {
+        t->st.upload_failures++;
         SK_WARN("tier", "upload of WAL %" PRIu64 "..%" PRIu64 " failed: %s; retrying later",
                 (uint64_t)j->from, (uint64_t)j->to, sk_err_name(j->err));
     } else if (j->objs.n == 0) {
+        t->st.last_upload_ms = sk_now_ms();
         /* Nothing but metadata: no object to register (registering would
          * itself append a record, and the next upload find it). The range
          * needs no upload, so the WAL may be trimmed past it. */

@@ -94,6 +94,8 @@ typedef struct sk_tier_stats {
      * as of the last compaction pass's listing; listed_ms 0 until the first. */
     uint64_t objects[3], object_bytes[3];
     int64_t listed_ms;
+    uint64_t upload_failures; /* uploads, or their registration, that failed */
+    int64_t last_upload_ms;   /* wall clock of the last upload done (0: none yet) */
 } sk_tier_stats;
 void sk_tier_stats_get(const sk_tier *t, sk_tier_stats *out);
 /* The object store's own counters (requests, retries, errors). */

@@ -48,6 +48,17 @@ class Prometheus:
              "--web.listen-address=127.0.0.1:%d" % self.port],
             stdout=self.log, stderr=subprocess.STDOUT)
         harness.wait_port("127.0.0.1", self.port, timeout=60, proc=self.proc)
+        deadline = time.time() + 60  # it listens before it is ready (503 until then)
+        while True:
+            try:
+                with urllib.request.urlopen("http://127.0.0.1:%d/-/ready" % self.port,
+                                            timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            assert time.time() < deadline and self.proc.poll() is None, "Prometheus not ready"
+            time.sleep(0.2)
 
     def query(self, q):
         url = "http://127.0.0.1:%d/api/v1/query?%s" % (self.port,
@@ -142,6 +153,8 @@ def test_prometheus_sees_the_workload(node, prometheus, topic_name):
     # The objects hold what was uploaded (listed by the next compaction pass).
     assert prometheus.wait("sum(skiff_s3_object_bytes)", lambda v: v >= sent) < sent * 1.2
     assert prometheus.value("sum(skiff_s3_objects)") >= 1
+    assert prometheus.value("skiff_s3_upload_failures_total") == 0
+    assert 0 <= prometheus.value("time() - skiff_s3_last_upload_timestamp_seconds") < 60
 
     # Every produce request was answered, and its latency observed once.
     q = 'skiff_request_latency_seconds_count{api="Produce"} - ' \
