@@ -844,11 +844,16 @@ static const char *type_name(sk_prop_type t)
 
 void sk_config_print_help(const char *argv0)
 {
-    printf("usage: %s [-c FILE] [--override name=value]... [--help] [--version]\n\n"
+    printf("usage: %s [-c FILE] [--override name=value]... [--check-config] [--help] "
+           "[--version]\n\n"
            "Skiff: a Kafka-compatible broker on a shared-volume WAL and S3.\n"
            "Properties come from built-in defaults, then FILE (Java properties syntax),\n"
-           "then each --override, in that order.\n",
-           argv0);
+           "then each --override, in that order. --check-config validates them and\n"
+           "exits (0: valid) without starting anything.\n\n"
+           "       %s status --bootstrap host:port [--zones] [--timeout-ms N]\n"
+           "prints a running cluster's nodes, their health, partitions, WAL backlog,\n"
+           "objects and cross-zone traffic (docs/operations.md).\n",
+           argv0, argv0);
     const char *group = "";
     for (size_t i = 0; i < sk_nprops; i++) {
         const sk_prop *p = &sk_props[i];

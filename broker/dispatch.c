@@ -7,10 +7,12 @@
 #include "handlers.h"
 #include "kmsg.h"
 #include "krpc.h"
+#include "metrics.h"
 #include "net.h"
 #include "sk_arena.h"
 #include "sk_err.h"
 #include "sk_log.h"
+#include "sk_time.h"
 
 static void h_api_versions(sk_req *r);
 
@@ -53,6 +55,7 @@ static sk_api_entry table[] = {
     {KR_HANDOFF_READY, 0, 0, 0, 0, h_handoff_ready, NULL},
     {KR_CONFIRM, 0, 0, 0, 0, h_confirm, NULL},
     {KR_FOLLOW, 0, 0, 0, 0, h_follow, NULL},
+    {KR_NODE_STATUS, 0, 0, 0, 0, h_node_status, NULL},
 };
 #define NTABLE ((int)(sizeof table / sizeof table[0]))
 
@@ -173,6 +176,14 @@ static int encode_into(sk_req *r, const kc_struct *d, int16_t ver, bool flexible
     return 0;
 }
 
+/* Kafka's TotalTimeMs: from the frame's arrival to its answer, waits included. */
+static void observe_latency(sk_req *r)
+{
+    int16_t key = r->hdr.api_key;
+    if (key >= 0 && key < SK_METRICS_APIS)
+        sk_metrics_observe(&r->node->metrics.request_latency[key], sk_mono_us() - r->start_us);
+}
+
 void sk_req_respond(sk_req *r)
 {
     bool flex_header = r->flexible && r->entry->key != 18;
@@ -180,12 +191,14 @@ void sk_req_respond(sk_req *r)
         sk_req_close(r, "response encoding failed");
         return;
     }
+    observe_latency(r);
     r->state = SK_REQ_DONE;
     sk_req_finish(r);
 }
 
 void sk_req_silent(sk_req *r)
 {
+    observe_latency(r);
     r->state = SK_REQ_SILENT;
     sk_req_finish(r);
 }

@@ -231,6 +231,24 @@ int sk_groups_load(sk_groups *gs, const uint8_t *body, size_t len)
     return apply_body(gs, body, len);
 }
 
+void sk_groups_each_offset(const sk_groups *gs,
+                           void (*fn)(void *arg, const char *group, const char *topic,
+                                      int32_t part, int64_t offset),
+                           void *arg)
+{
+    size_t it = 0;
+    void *v;
+    while (sk_map_next(gs->states, &it, NULL, NULL, &v)) {
+        const gstate *s = v;
+        size_t oit = 0;
+        void *ov;
+        while (sk_map_next(s->offs, &oit, NULL, NULL, &ov)) {
+            const goff *o = ov;
+            fn(arg, s->id, o->topic, o->part, o->offset);
+        }
+    }
+}
+
 uint32_t sk_groups_snapshot(const sk_groups *gs, sk_buf *b)
 {
     uint32_t count = 0;

@@ -72,6 +72,11 @@ void sk_groups_release(sk_groups *gs, bool (*in)(void *arg, const char *g, size_
                        void *arg);
 /* Shutdown: answer every waiting join and sync. */
 void sk_groups_abort_waiters(sk_groups *gs);
+/* Calls fn for every committed offset of the groups this node coordinates. */
+void sk_groups_each_offset(const sk_groups *gs,
+                           void (*fn)(void *arg, const char *group, const char *topic,
+                                      int32_t part, int64_t offset),
+                           void *arg);
 
 void h_join_group(sk_req *r);
 void h_sync_group(sk_req *r);

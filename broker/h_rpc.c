@@ -3,16 +3,23 @@
  * KRPC_KEY_MIN), dispatched like Kafka's APIs through the one table of
  * dispatch.c, which never advertises them to clients.
  */
+#include <event2/buffer.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "cluster.h"
+#include "config.h"
 #include "dispatch.h"
 #include "handlers.h"
 #include "handoff.h"
 #include "krpc.h"
 #include "link.h"
-#include "types.h"
+#include "metrics.h"
+#include "sk_arena.h"
 #include "sk_err.h"
+#include "types.h"
+#include "xzone.h"
 
 /* HandoffReady: a source node says partitions wait for this node. Each is
  * a hint handed to the handoff module, whose answer (the adoption still
@@ -55,4 +62,43 @@ void h_confirm(sk_req *r)
         return;
     }
     sk_links_confirm(sk_cluster_links(r->node->cluster), r);
+}
+
+/* The buffer's text, moved into the request's arena. */
+static int take_text(sk_req *r, struct evbuffer *b, kc_str *out)
+{
+    size_t len = evbuffer_get_length(b);
+    char *p = sk_arena_alloc(r->arena, len + 1);
+    if (!p || len > INT32_MAX)
+        return SK_ERR_NOMEM;
+    evbuffer_remove(b, p, len);
+    *out = (kc_str){p, (int32_t)len};
+    return 0;
+}
+
+/* NodeStatus: what this node's metrics listener would say, for `skiffd status`. */
+void h_node_status(sk_req *r)
+{
+    const kr_NodeStatusRequest *req = r->body;
+    kr_NodeStatusResponse *resp = r->resp;
+    const sk_config *cfg = r->node->cfg;
+    resp->node_id = cfg->node_id;
+    resp->rack = (kc_str){cfg->broker_rack, (int32_t)strlen(cfg->broker_rack)};
+    struct evbuffer *b = evbuffer_new();
+    int rc = b ? 0 : SK_ERR_NOMEM;
+    if (rc == 0) {
+        sk_metrics_render(r->node, b);
+        rc = take_text(r, b, &resp->metrics);
+    }
+    if (rc == 0 && req->include_zone_report) {
+        sk_xzone_report(r->node, b);
+        rc = take_text(r, b, &resp->zone_report);
+    }
+    if (b)
+        evbuffer_free(b);
+    if (rc != 0) {
+        sk_req_close(r, "out of memory");
+        return;
+    }
+    sk_req_respond(r);
 }

@@ -47,6 +47,7 @@ int32_t sk_controller_for(sk_req *r);
 bool sk_broker_addr(sk_req *r, int32_t node, sk_broker *out);
 /* Skiff's node-to-node RPCs (h_rpc.c). */
 void h_handoff_ready(sk_req *r);
+void h_node_status(sk_req *r);
 void h_confirm(sk_req *r);
 void h_follow(sk_req *r);
 /* Frees the poll sessions a node keeps for proxies (sk_cluster_follow_sessions). */

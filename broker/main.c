@@ -11,6 +11,9 @@
 
 #include "config.h"
 #include "node.h"
+#include "objstore.h"
+#include "status.h"
+#include "wal_storage.h"
 #include "sk_log.h"
 
 #define SKIFF_VERSION "0.1.0"
@@ -38,10 +41,36 @@ static void rejoin(char **argv)
 
 static int usage_error(const char *argv0, const char *msg)
 {
-    fprintf(stderr, "skiffd: %s\nusage: %s [-c FILE] [--override name=value]... (--help lists "
-                    "properties)\n",
+    fprintf(stderr,
+            "skiffd: %s\nusage: %s [-c FILE] [--override name=value]... [--check-config] "
+            "(--help lists properties)\n       skiffd status --bootstrap host:port\n",
             msg, argv0);
     return 2;
+}
+
+/* --check-config: what start-up would refuse before touching anything, said
+ * without starting: the properties were parsed and cross-checked already,
+ * the URLs are parsed here as the stores would parse them. */
+static int check_config(const sk_config *cfg)
+{
+    char why[1024];
+    if (objstore_check_url(cfg->objects_url, why, sizeof why) != 0) {
+        fprintf(stderr, "skiffd: property objects.url: %s\n", why);
+        return 2;
+    }
+    if (wal_storage_check_url(cfg->wal_url, why, sizeof why) != 0) {
+        fprintf(stderr, "skiffd: property wal.url: %s\n", why);
+        return 2;
+    }
+    const sk_listener *inter = sk_config_inter_listener(cfg);
+    printf("configuration OK: node.id=%d broker.rack=%s %s\n  wal.url=%s\n  objects.url=%s\n",
+           cfg->node_id, *cfg->broker_rack ? cfg->broker_rack : "(none)",
+           sk_config_cluster(cfg) ? "cluster member" : "single node", cfg->wal_url,
+           cfg->objects_url);
+    for (int i = 0; i < cfg->nadvertised; i++)
+        printf("  advertised %s://%s:%d%s\n", cfg->advertised[i].name, cfg->advertised[i].host,
+               cfg->advertised[i].port, &cfg->advertised[i] == inter ? " (inter-broker)" : "");
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -49,7 +78,10 @@ int main(int argc, char **argv)
     sk_config cfg;
     sk_config_init(&cfg);
     const char *file = NULL;
+    bool check_only = false;
     char why[1024];
+    if (argc > 1 && strcmp(argv[1], "status") == 0)
+        return sk_status_main(argc - 1, argv + 1);
 
     /* The file first, then overrides in order, whatever their position. */
     for (int i = 1; i < argc; i++) {
@@ -65,7 +97,9 @@ int main(int argc, char **argv)
             sk_config_print_markdown();
             return 0;
         }
-        if (strcmp(argv[i], "-c") == 0 || strcmp(argv[i], "--config") == 0) {
+        if (strcmp(argv[i], "--check-config") == 0) {
+            check_only = true;
+        } else if (strcmp(argv[i], "-c") == 0 || strcmp(argv[i], "--config") == 0) {
             if (++i == argc)
                 return usage_error(argv[0], "-c needs a file");
             file = argv[i];
@@ -106,6 +140,11 @@ int main(int argc, char **argv)
     if (sk_config_finish(&cfg, why, sizeof why) != 0) {
         fprintf(stderr, "skiffd: %s\n", why);
         return 2;
+    }
+    if (check_only) {
+        int rc = check_config(&cfg);
+        sk_config_free(&cfg);
+        return rc;
     }
     sk_log_set_level(sk_log_parse_level(cfg.log_level));
     SK_INFO("main", "skiffd %s starting (node.id=%d, data.dir=%s)", SKIFF_VERSION, cfg.node_id,

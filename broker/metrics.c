@@ -14,7 +14,10 @@
 #include "net.h"
 #include "sk_log.h"
 #include "sk_map.h"
+#include "objfmt.h"
 #include "objstore.h"
+#include "blockcache.h"
+#include "wal.h"
 #include "sk_time.h"
 #include "tier.h"
 #include "xzone.h"
@@ -36,20 +39,63 @@ void sk_metrics_observe(sk_latency *h, int64_t us)
     h->count++;
 }
 
+/* One series of a histogram: counts[nb] is the +Inf bucket; labels is
+ * `name="value",...` or "". */
+static void hist_series(struct evbuffer *b, const char *name, const char *labels,
+                        const uint64_t *counts, const int64_t *bounds_us, int nb, double sum_s)
+{
+    const char *sep = *labels ? "," : "";
+    uint64_t cum = 0;
+    for (int i = 0; i < nb; i++) {
+        cum += counts[i];
+        evbuffer_add_printf(b, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, labels, sep,
+                            (double)bounds_us[i] / 1e6, (unsigned long long)cum);
+    }
+    cum += counts[nb];
+    evbuffer_add_printf(b, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, labels, sep,
+                        (unsigned long long)cum);
+    if (*labels)
+        evbuffer_add_printf(b, "%s_sum{%s} %.6f\n%s_count{%s} %llu\n", name, labels, sum_s, name,
+                            labels, (unsigned long long)cum);
+    else
+        evbuffer_add_printf(b, "%s_sum %.6f\n%s_count %llu\n", name, sum_s, name,
+                            (unsigned long long)cum);
+}
+
 static void put_histogram(struct evbuffer *b, const char *name, const char *help,
                           const sk_latency *h)
 {
     evbuffer_add_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
-    uint64_t cum = 0;
-    for (int i = 0; i < SK_METRICS_BUCKETS; i++) {
-        cum += h->counts[i];
-        evbuffer_add_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, (double)bucket_us[i] / 1e6,
-                            (unsigned long long)cum);
+    hist_series(b, name, "", h->counts, bucket_us, SK_METRICS_BUCKETS, (double)h->sum_us / 1e6);
+}
+
+static void put_request_latency(sk_node *n, struct evbuffer *b)
+{
+    const char *name = "skiff_request_latency_seconds";
+    evbuffer_add_printf(b, "# HELP %s Time from a request's arrival to its answer, by API "
+                           "(a fetch's wait included).\n# TYPE %s histogram\n", name, name);
+    for (int k = 0; k < SK_METRICS_APIS; k++) {
+        const sk_latency *h = &n->metrics.request_latency[k];
+        const kc_api *api = kc_api_get((int16_t)k);
+        if (!h->count || !api)
+            continue;
+        char labels[96];
+        snprintf(labels, sizeof labels, "api=\"%s\"", api->name);
+        hist_series(b, name, labels, h->counts, bucket_us, SK_METRICS_BUCKETS,
+                    (double)h->sum_us / 1e6);
     }
-    cum += h->counts[SK_METRICS_BUCKETS];
-    evbuffer_add_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name,
-                        (unsigned long long)cum, name, (double)h->sum_us / 1e6, name,
-                        (unsigned long long)h->count);
+}
+
+static void put_wal_commit_latency(struct evbuffer *b, const wal_stats *ws)
+{
+    int64_t bounds[WAL_COMMIT_BUCKETS];
+    for (int i = 0; i < WAL_COMMIT_BUCKETS; i++)
+        bounds[i] = wal_commit_bucket_us(i);
+    const char *name = "skiff_wal_commit_latency_seconds";
+    evbuffer_add_printf(b, "# HELP %s Duration of group commits (one write and one sync).\n"
+                           "# TYPE %s histogram\n", name, name);
+    hist_series(b, name, "", ws->commit_hist, bounds, WAL_COMMIT_BUCKETS,
+                (double)ws->commit_us_sum / 1e6);
 }
 
 static void counter(struct evbuffer *b, const char *name, const char *help, uint64_t v)
@@ -127,8 +173,105 @@ static void render_cluster(sk_node *n, struct evbuffer *b)
                         st.etcd_latency_sum_s, (unsigned long long)st.etcd_latency_count);
 }
 
+/* Open connections by the peer's zone (as zone routing learned it) and kind:
+ * a Kafka client, or another node. Zones are broker.rack-like names
+ * ([a-zA-Z0-9._-]): nothing to escape. */
+static void render_connections(sk_node *n, struct evbuffer *b)
+{
+    enum { MAXZ = 32 };
+    const char *zone[MAXZ];
+    uint64_t count[MAXZ][2] = {{0}};
+    int nz = 0;
+    for (sk_conn *c = n->conns; c; c = c->next) {
+        const char *z = c->zone_known && c->zone[0] ? c->zone : "(unknown)";
+        int i = 0;
+        while (i < nz && strcmp(zone[i], z) != 0)
+            i++;
+        if (i == nz && nz == MAXZ)
+            z = "(other)", i = MAXZ - 1;
+        else if (i == nz)
+            zone[nz++] = z;
+        count[i][c->from_node >= 0]++;
+    }
+    evbuffer_add_printf(b, "# HELP skiff_connections_by_zone Open connections by the peer's zone "
+                           "and kind (client or node).\n# TYPE skiff_connections_by_zone gauge\n");
+    for (int i = 0; i < nz; i++)
+        for (int k = 0; k < 2; k++)
+            if (count[i][k])
+                evbuffer_add_printf(b, "skiff_connections_by_zone{zone=\"%s\",peer=\"%s\"} %llu\n",
+                                    zone[i], k ? "node" : "client",
+                                    (unsigned long long)count[i][k]);
+}
+
+/* Objects by kind, from the registry's listing of the last compaction pass
+ * (absent before the first: the registry is not read on the loop). */
+static void render_objects(struct evbuffer *b, const sk_tier_stats *ts)
+{
+    if (!ts->listed_ms)
+        return;
+    static const char *kinds[3] = {NULL, "stream", "stream_set"};
+    evbuffer_add_printf(b, "# HELP skiff_s3_objects Live objects this node's log holds, by kind "
+                           "(as of the last compaction pass).\n# TYPE skiff_s3_objects gauge\n");
+    for (int k = OBJFMT_SO; k <= OBJFMT_SSO; k++)
+        evbuffer_add_printf(b, "skiff_s3_objects{kind=\"%s\"} %llu\n", kinds[k],
+                            (unsigned long long)ts->objects[k]);
+    evbuffer_add_printf(b, "# HELP skiff_s3_object_bytes Bytes of those objects, by kind.\n"
+                           "# TYPE skiff_s3_object_bytes gauge\n");
+    for (int k = OBJFMT_SO; k <= OBJFMT_SSO; k++)
+        evbuffer_add_printf(b, "skiff_s3_object_bytes{kind=\"%s\"} %llu\n", kinds[k],
+                            (unsigned long long)ts->object_bytes[k]);
+}
+
+static void render_blockcache(sk_node *n, struct evbuffer *b)
+{
+    blockcache_stats bs;
+    sk_tier_blockcache_stats(n->tier, &bs);
+    counter(b, "skiff_s3_block_cache_hits_total", "Object blocks wanted and found in the cache.",
+            bs.hits);
+    counter(b, "skiff_s3_block_cache_misses_total", "Object blocks wanted and read from the store.",
+            bs.misses);
+    counter(b, "skiff_s3_block_cache_evictions_total", "Blocks evicted from the cache.",
+            bs.evictions);
+    gauge(b, "skiff_s3_block_cache_bytes", "Memory held by cached object blocks.", (double)bs.used);
+}
+
+/* A label value as the exposition format wants it: \\, \" and \\n escaped. */
+static void put_label_value(struct evbuffer *b, const char *v)
+{
+    for (; *v; v++) {
+        if (*v == '\\' || *v == '"')
+            evbuffer_add_printf(b, "\\%c", *v);
+        else if (*v == '\n')
+            evbuffer_add(b, "\\n", 2);
+        else
+            evbuffer_add(b, v, 1);
+    }
+}
+
+static void put_group_offset(void *arg, const char *group, const char *topic, int32_t part,
+                             int64_t offset)
+{
+    struct evbuffer *b = arg;
+    evbuffer_add_printf(b, "skiff_consumer_group_committed_offset{group=\"");
+    put_label_value(b, group);
+    evbuffer_add_printf(b, "\",topic=\"%s\",partition=\"%d\"} %lld\n", topic, part,
+                        (long long)offset);
+}
+
+/* Committed offsets of the groups this node coordinates; their lag is the
+ * partition's high watermark, from its main, less this (the recording rule
+ * skiff:consumer_group_lag in deploy/prometheus/skiff-alerts.yml). */
+static void render_group_offsets(sk_node *n, struct evbuffer *b)
+{
+    evbuffer_add_printf(b, "# HELP skiff_consumer_group_committed_offset Committed offset of a "
+                           "group coordinated here, by partition.\n"
+                           "# TYPE skiff_consumer_group_committed_offset gauge\n");
+    if (n->groups)
+        sk_groups_each_offset(n->groups, put_group_offset, b);
+}
+
 /* Topic names are [a-zA-Z0-9._-]: nothing to escape in a label value. */
-static void render(sk_node *n, struct evbuffer *b)
+void sk_metrics_render(sk_node *n, struct evbuffer *b)
 {
     evbuffer_add_printf(b, "# HELP skiff_build_info Version of this skiffd.\n"
                            "# TYPE skiff_build_info gauge\nskiff_build_info{version=\"%s\",node=\"%d\","
@@ -147,6 +290,8 @@ static void render(sk_node *n, struct evbuffer *b)
         evbuffer_add_printf(b, "skiff_requests_total{api=\"%s\"} %llu\n", api ? api->name : "?",
                             (unsigned long long)n->metrics.requests[k]);
     }
+    put_request_latency(n, b);
+    render_connections(n, b);
     put_histogram(b, "skiff_produce_latency_seconds",
                   "Time from a produce request's arrival to its answer (durable).",
                   &n->metrics.produce_latency);
@@ -164,6 +309,7 @@ static void render(sk_node *n, struct evbuffer *b)
         counter(b, "skiff_wal_written_bytes_total", "Bytes written to the WAL.", ws.bytes_written);
         gauge(b, "skiff_wal_last_commit_seconds", "Duration of the last write+sync.",
               (double)ws.last_commit_us / 1e6);
+        put_wal_commit_latency(b, &ws);
         gauge(b, "skiff_wal_segments", "WAL segments retained.", (double)ws.segments);
         gauge(b, "skiff_wal_pending_bytes", "Bytes appended and not yet durable.",
               (double)wal_pending_bytes(n->wal));
@@ -193,6 +339,13 @@ static void render(sk_node *n, struct evbuffer *b)
         sk_tier_stats_get(n->tier, &ts);
         counter(b, "skiff_s3_uploads_total", "Uploads of WAL data into objects.", ts.uploads);
         counter(b, "skiff_s3_upload_bytes_total", "Batch bytes uploaded.", ts.upload_bytes);
+        counter(b, "skiff_s3_upload_failures_total",
+                "Uploads of WAL data that failed, in S3 or registering their objects (retried).",
+                ts.upload_failures);
+        if (ts.last_upload_ms)
+            gauge(b, "skiff_s3_last_upload_timestamp_seconds",
+                  "When the last upload of WAL data completed (Unix time).",
+                  (double)ts.last_upload_ms / 1000.0);
         counter(b, "skiff_s3_objects_put_total", "Objects written (uploads and compaction).",
                 ts.objects_put);
         counter(b, "skiff_s3_stream_objects_put_total", "StreamObjects written.", ts.so_put);
@@ -220,6 +373,8 @@ static void render(sk_node *n, struct evbuffer *b)
         counter(b, "skiff_s3_bytes_up_total", "Bytes sent to the object store.", os.bytes_up);
         counter(b, "skiff_s3_bytes_down_total", "Bytes read from the object store.",
                 os.bytes_down);
+        render_blockcache(n, b);
+        render_objects(b, &ts);
     }
     if (n->cluster)
         render_cluster(n, b);
@@ -233,6 +388,7 @@ static void render(sk_node *n, struct evbuffer *b)
     void *v;
     while (sk_map_next(n->topics_by_id, &it, NULL, NULL, &v))
         nparts += (size_t)((sk_topic *)v)->nparts;
+    render_group_offsets(n, b);
     gauge(b, "skiff_topics", "Topics.", (double)ntopics);
     gauge(b, "skiff_partitions", "Partitions.", (double)nparts);
 
@@ -284,7 +440,7 @@ static void http_cb(struct evhttp_request *req, void *arg)
     if (zones)
         sk_xzone_report(n, b);
     else
-        render(n, b);
+        sk_metrics_render(n, b);
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
                       zones ? "text/plain; charset=utf-8" : "text/plain; version=0.0.4");
     evhttp_send_reply(req, HTTP_OK, "OK", b);

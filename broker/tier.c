@@ -552,6 +552,8 @@ static void registered(void *arg, int err)
     if (err == 0) {
         if (j->kind == JOB_UPLOAD && j->end > t->uploaded)
             t->uploaded = j->end;
+        if (j->kind == JOB_UPLOAD)
+            t->st.last_upload_ms = sk_now_ms();
         /* The registration record lies past the upload's end: a snapshot
          * taken before the view applied it would not hold it, and the
          * retention pass that follows the snapshot would still see the
@@ -560,6 +562,8 @@ static void registered(void *arg, int err)
             t->snap_after = j->reg_end;
         t->snapshot_due = true;
     } else {
+        if (j->kind == JOB_UPLOAD)
+            t->st.upload_failures++;
         SK_WARN("tier", "registration of %zu objects failed (%s); they will be collected as "
                 "orphans",
                 j->objs.n, sk_err_name(err));
@@ -683,11 +687,28 @@ static void retire_objects(sk_tier *t, const objreg_keys *keys, int64_t after)
 
 /* After a registry listing: delete retired objects whose time has come,
  * retire live ones left without any range. */
+/* What the registry holds, for the metrics: objects neither retired nor empty. */
+static void count_objects(sk_tier *t, const struct job *j)
+{
+    memset(t->st.objects, 0, sizeof t->st.objects);
+    memset(t->st.object_bytes, 0, sizeof t->st.object_bytes);
+    for (size_t i = 0; i < j->ninfos; i++) {
+        const objreg_info *o = &j->infos[i];
+        if (o->delete_after_ms >= 0 || !o->nranges ||
+            (o->kind != OBJFMT_SO && o->kind != OBJFMT_SSO))
+            continue;
+        t->st.objects[o->kind]++;
+        t->st.object_bytes[o->kind] += o->size;
+    }
+    t->st.listed_ms = sk_now_ms();
+}
+
 static void listed(struct job *j)
 {
     sk_tier *t = j->t;
     int64_t now = sk_now_ms();
     objreg_keys retire = {0};
+    count_objects(t, j);
     for (size_t i = 0; i < j->ninfos; i++) {
         const objreg_info *o = &j->infos[i];
         objgc_action a = objgc_decide(o, now);
@@ -709,9 +730,11 @@ static void upload_done(struct job *j)
         t->foreign = false;
     t->foreign_kicked = false;
     if (j->err != 0) {
+        t->st.upload_failures++;
         SK_WARN("tier", "upload of WAL %" PRIu64 "..%" PRIu64 " failed: %s; retrying later",
                 (uint64_t)j->from, (uint64_t)j->to, sk_err_name(j->err));
     } else if (j->objs.n == 0) {
+        t->st.last_upload_ms = sk_now_ms();
         /* Nothing but metadata: no object to register (registering would
          * itself append a record, and the next upload find it). The range
          * needs no upload, so the WAL may be trimmed past it. */
@@ -1245,4 +1268,9 @@ void sk_tier_stats_get(const sk_tier *t, sk_tier_stats *out)
 void sk_tier_objstore_stats(const sk_tier *t, objstore_stats *out)
 {
     objstore_stats_get(t->os, out);
+}
+
+void sk_tier_blockcache_stats(const sk_tier *t, blockcache_stats *out)
+{
+    blockcache_stats_get(t->bc, out);
 }

@@ -90,10 +90,19 @@ typedef struct sk_tier_stats {
     uint64_t compactions, compacted_in, compacted_out, objects_deleted, orphans_deleted;
     uint64_t snapshots, read_batches, read_bytes;
     wal_lsn uploaded, snapshot_lsn;
+    /* Live objects in this log's registry by kind (index: objfmt_kind, 0 unused),
+     * as of the last compaction pass's listing; listed_ms 0 until the first. */
+    uint64_t objects[3], object_bytes[3];
+    int64_t listed_ms;
+    uint64_t upload_failures; /* uploads, or their registration, that failed */
+    int64_t last_upload_ms;   /* wall clock of the last upload done (0: none yet) */
 } sk_tier_stats;
 void sk_tier_stats_get(const sk_tier *t, sk_tier_stats *out);
 /* The object store's own counters (requests, retries, errors). */
 struct objstore_stats;
 void sk_tier_objstore_stats(const sk_tier *t, struct objstore_stats *out);
+/* The block cache's counters (hits, misses, bytes held). */
+struct blockcache_stats;
+void sk_tier_blockcache_stats(const sk_tier *t, struct blockcache_stats *out);
 
 #endif

@@ -253,6 +253,7 @@ struct sk_node {
     struct {
         uint64_t requests[SK_METRICS_APIS];
         sk_latency produce_latency;
+        sk_latency request_latency[SK_METRICS_APIS]; /* arrival to answer, by API key */
     } metrics;
     struct evhttp *http;
 };

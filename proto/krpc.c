@@ -3,7 +3,7 @@
  * Do not edit: change the specs (or the generator) and run
  *     python3 tools/kgen.py --rpc proto/rpc --out proto
  * which the build does by itself when they change.
- * Input fingerprint (sha256 over the spec files read): b24487767cb2d2cf1aafa252ef2aca0b
+ * Input fingerprint (sha256 over the spec files read): eb5a9d9179470b5ded3ee403107d98b2
  */
 #include "krpc.h"
 
@@ -499,9 +499,66 @@ const kc_struct kr_FollowResponse_desc = {
     .fields = kr_FollowResponse_fields,
 };
 
+/* ---- NodeStatusRequest (key 10003): versions 0-0, flexible 0+ ---- */
+
+static const kc_field kr_NodeStatusRequest_fields[] = {
+    {
+        .name = "IncludeZoneReport", .type = KC_BOOL, .ver_min = 0, .ver_max = KC_VMAX,
+        .null_min = -1, .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_NodeStatusRequest, include_zone_report),
+    },
+};
+const kc_struct kr_NodeStatusRequest_desc = {
+    .name = "NodeStatusRequest",
+    .size = sizeof(kr_NodeStatusRequest),
+    .nfields = 1,
+    .fields = kr_NodeStatusRequest_fields,
+};
+
+/* ---- NodeStatusResponse (key 10003) ---- */
+
+static const kc_field kr_NodeStatusResponse_fields[] = {
+    {
+        .name = "ThrottleTimeMs", .type = KC_INT32, .ver_min = 0, .ver_max = KC_VMAX,
+        .null_min = -1, .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_NodeStatusResponse, throttle_time_ms),
+    },
+    {
+        .name = "ErrorCode", .type = KC_INT16, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
+        .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_NodeStatusResponse, error_code),
+    },
+    {
+        .name = "NodeId", .type = KC_INT32, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
+        .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_NodeStatusResponse, node_id),
+    },
+    {
+        .name = "Rack", .type = KC_STRING, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
+        .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_NodeStatusResponse, rack), .def_str = "",
+    },
+    {
+        .name = "Metrics", .type = KC_STRING, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
+        .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_NodeStatusResponse, metrics), .def_str = "",
+    },
+    {
+        .name = "ZoneReport", .type = KC_STRING, .ver_min = 0, .ver_max = KC_VMAX,
+        .null_min = -1, .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_NodeStatusResponse, zone_report), .def_str = "",
+    },
+};
+const kc_struct kr_NodeStatusResponse_desc = {
+    .name = "NodeStatusResponse",
+    .size = sizeof(kr_NodeStatusResponse),
+    .nfields = 6,
+    .fields = kr_NodeStatusResponse_fields,
+};
+
 /* ---- the API table, indexed by key - KRPC_KEY_MIN ---- */
 
-static const kc_api krpc_apis[3] = {
+static const kc_api krpc_apis[4] = {
     [10000 - KRPC_KEY_MIN] = {.key = 10000, .name = "HandoffReady", .min_ver = 0, .max_ver = 0,
             .flex_min = 0,
             .req = &kr_HandoffReadyRequest_desc,
@@ -514,16 +571,20 @@ static const kc_api krpc_apis[3] = {
             .flex_min = 0,
             .req = &kr_FollowRequest_desc,
             .resp = &kr_FollowResponse_desc},
+    [10003 - KRPC_KEY_MIN] = {.key = 10003, .name = "NodeStatus", .min_ver = 0, .max_ver = 0,
+            .flex_min = 0,
+            .req = &kr_NodeStatusRequest_desc,
+            .resp = &kr_NodeStatusResponse_desc},
 };
 
 const kc_api *krpc_api_get(int16_t key)
 {
-    if (key < KRPC_KEY_MIN || key > 10002 || krpc_apis[key - KRPC_KEY_MIN].name == NULL)
+    if (key < KRPC_KEY_MIN || key > 10003 || krpc_apis[key - KRPC_KEY_MIN].name == NULL)
         return NULL;
     return &krpc_apis[key - KRPC_KEY_MIN];
 }
 
 int krpc_api_max_key(void)
 {
-    return 10002;
+    return 10003;
 }

@@ -3,7 +3,7 @@
  * Do not edit: change the specs (or the generator) and run
  *     python3 tools/kgen.py --rpc proto/rpc --out proto
  * which the build does by itself when they change.
- * Input fingerprint (sha256 over the spec files read): b24487767cb2d2cf1aafa252ef2aca0b
+ * Input fingerprint (sha256 over the spec files read): eb5a9d9179470b5ded3ee403107d98b2
  */
 /*
  * krpc: Skiff's node-to-node RPCs, declared like the Kafka messages of
@@ -30,6 +30,7 @@ enum kr_api_key {
     KR_HANDOFF_READY = 10000,
     KR_CONFIRM = 10001,
     KR_FOLLOW = 10002,
+    KR_NODE_STATUS = 10003,
 };
 
 /* ---- HandoffReadyRequest (key 10000): versions 0-0, flexible 0+ ---- */
@@ -270,6 +271,35 @@ extern const kc_struct kr_FollowResponse_Batch_desc;
 extern const kc_struct kr_FollowResponse_Partition_desc;
 extern const kc_struct kr_FollowResponse_Object_desc;
 extern const kc_struct kr_FollowResponse_desc;
+
+/* ---- NodeStatusRequest (key 10003): versions 0-0, flexible 0+ ---- */
+
+typedef struct kr_NodeStatusRequest {
+    /* Whether to add the node's cross-zone report (the text of /zones). */
+    bool include_zone_report;                            /* v0+ */
+} kr_NodeStatusRequest;
+
+extern const kc_struct kr_NodeStatusRequest_desc;
+
+/* ---- NodeStatusResponse (key 10003) ---- */
+
+typedef struct kr_NodeStatusResponse {
+    /* Always 0: kept so that every response can carry it. */
+    int32_t throttle_time_ms;                            /* v0+ */
+    /* 0, or why the node cannot say. */
+    int16_t error_code;                                  /* v0+ */
+    /* The answering node's node.id. */
+    int32_t node_id;                                     /* v0+ */
+    /* Its zone (broker.rack), empty when it has none. */
+    kc_str rack;                                         /* v0+ */
+    /* Its metrics in Prometheus's text format: what metrics.listener serves at
+     * /metrics. */
+    kc_str metrics;                                      /* v0+ */
+    /* Its cross-zone report (what /zones serves) when asked, else empty. */
+    kc_str zone_report;                                  /* v0+ */
+} kr_NodeStatusResponse;
+
+extern const kc_struct kr_NodeStatusResponse_desc;
 
 /* The internal API `key` (KRPC_KEY_MIN..krpc_api_max_key()), NULL when
  * there is none; the kc_api feeds kc_decode/kc_size/kc_encode as Kafka's. */

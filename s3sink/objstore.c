@@ -642,3 +642,16 @@ objstore_fault os_fault_take(objstore *s)
         atomic_fetch_add(&s->st_injected, 1);
     return f;
 }
+
+int objstore_check_url(const char *url, char *why, size_t whylen)
+{
+    const char *sep = url ? strstr(url, "://") : NULL;
+    size_t slen = sep ? (size_t)(sep - url) : 0;
+    if (slen == 2 && strncmp(url, "s3", 2) == 0)
+        return os_s3_check_url(url, why, whylen);
+    if (slen == 4 && strncmp(url, "file", 4) == 0 && sep[3])
+        return 0;
+    snprintf(why, whylen, "objects URL '%s' is neither file:///dir nor s3://bucket/prefix",
+             url ? url : "");
+    return SK_ERR_INVAL;
+}

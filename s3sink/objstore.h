@@ -89,6 +89,10 @@ objstore *objstore_open(struct event_base *base, const char *url, const objstore
  * this returns. An interrupted multipart upload is left for the bucket's
  * lifecycle rule (docs/objects.md). No blocking call may be in progress. */
 void objstore_destroy(objstore *s);
+/* Checks `url` as objstore_open would parse it (scheme, bucket, prefix,
+ * region, endpoint), without touching the store: any thread. 0 or
+ * SK_ERR_INVAL with the reason in why. */
+int objstore_check_url(const char *url, char *why, size_t whylen);
 /* "file" or "s3". */
 const char *objstore_kind(const objstore *s);
 

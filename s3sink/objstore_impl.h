@@ -113,5 +113,6 @@ void os_iov_copy(const struct iovec *iov, int iovcnt, uint64_t off, void *dst, s
 /* Backends. */
 int os_file_open(objstore *s, const char *dir, char *why, size_t whylen);
 int os_s3_open(objstore *s, const char *url, char *why, size_t whylen);
+int os_s3_check_url(const char *url, char *why, size_t whylen);
 
 #endif

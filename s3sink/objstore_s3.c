@@ -1498,6 +1498,18 @@ static int parse_url(struct s3 *s3, const char *url, char *why, size_t whylen)
     return rc;
 }
 
+/* Parses the URL as os_s3_open would, and keeps nothing: `skiffd --check-config`. */
+int os_s3_check_url(const char *url, char *why, size_t whylen)
+{
+    struct s3 s3 = {0};
+    int rc = parse_url(&s3, url, why, whylen);
+    free(s3.bucket);
+    free(s3.prefix);
+    free(s3.region);
+    free(s3.base_url);
+    return rc;
+}
+
 int os_s3_open(objstore *s, const char *url, char *why, size_t whylen)
 {
     pthread_once(&curl_once, curl_init_once);

@@ -1,7 +1,9 @@
 #!/bin/sh
 # Installs the Debian packages a target needs, only those missing.
 # usage: tools/install-deps.sh build|test|bench
-# Runs apt-get as root, or through sudo otherwise.
+# Runs apt-get as root, or through sudo otherwise. For test and bench it also
+# makes the test venv, tests/.venv, with the tools Debian does not package
+# (test_pypi, pinned): the tests run them from there.
 set -eu
 
 build_pkgs="build-essential cmake ninja-build pkg-config python3
@@ -12,7 +14,9 @@ test_pkgs="clang libclang-rt-14-dev llvm kcat librdkafka-dev
 python3-confluent-kafka python3-kafka python3-pytest default-jdk-headless maven
 nfs-ganesha nfs-ganesha-vfs rpcbind libnfs-utils etcd-server etcd-client
 nodejs npm iproute2 procps curl bc
-python3-pytest-timeout"
+python3-pytest-timeout python3-venv prometheus shellcheck"
+
+test_pypi="cfn-lint==1.51.0"
 
 bench_pkgs="gnuplot-nox"
 
@@ -38,11 +42,20 @@ for p in $want; do
     missing="$missing $p"
   fi
 done
-[ -z "$missing" ] && exit 0
+if [ -n "$missing" ]; then
+  echo "installing Debian packages:$missing"
+  if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  # shellcheck disable=SC2086
+  $SUDO apt-get install -y -qq --no-install-recommends $missing
+fi
 
-echo "installing Debian packages:$missing"
-if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-# shellcheck disable=SC2086
-$SUDO apt-get install -y -qq --no-install-recommends $missing
+[ "${1:-build}" = build ] && exit 0
+venv="$(dirname "$0")/../tests/.venv"
+[ -x "$venv/bin/pip" ] || /usr/bin/python3 -m venv "$venv"
+for req in $test_pypi; do
+  "$venv/bin/pip" show "${req%%==*}" 2>/dev/null | grep -qx "Version: ${req#*==}" && continue
+  echo "installing from PyPI into tests/.venv: $req"
+  "$venv/bin/pip" install -q "$req"
+done

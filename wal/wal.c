@@ -472,6 +472,24 @@ static void retry_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 /* Acknowledges the landed head batch if the lease allows it now. */
+static const int64_t commit_bucket_us[WAL_COMMIT_BUCKETS] = {
+    250, 500, 1000, 2000, 5000, 10000, 25000, 50000, 100000, 250000, 1000000, 5000000,
+};
+
+int64_t wal_commit_bucket_us(int i)
+{
+    return commit_bucket_us[i];
+}
+
+static void count_commit(wal_stats *st, int64_t us)
+{
+    int i = 0;
+    while (i < WAL_COMMIT_BUCKETS && us > commit_bucket_us[i])
+        i++;
+    st->commit_hist[i]++;
+    st->commit_us_sum += (uint64_t)(us > 0 ? us : 0);
+}
+
 static void complete_head(wal *w)
 {
     if (!lease_ok(w)) {
@@ -488,6 +506,7 @@ static void complete_head(wal *w)
     w->stats.commits++;
     w->stats.bytes_written += b->len;
     w->stats.last_commit_us = sk_mono_us() - w->commit_start_us;
+    count_commit(&w->stats, w->stats.last_commit_us);
     /* The next commit goes out before the callbacks run: latency first. */
     kick(w);
     run_waiters(w, b, 0);

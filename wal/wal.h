@@ -208,10 +208,16 @@ void wal_abandon(wal *w);
 void wal_close(wal *w);
 
 /* Statistics for metrics. */
+/* Buckets of the group-commit latency histogram: upper bounds in µs. */
+#define WAL_COMMIT_BUCKETS 12
+int64_t wal_commit_bucket_us(int i);
+
 typedef struct wal_stats {
     uint64_t appends, commits, bytes_written; /* bytes_written: durable, headers included */
     uint64_t segments, segments_removed;      /* segments: retained now */
     int64_t last_commit_us; /* duration of the last write+sync */
+    uint64_t commit_us_sum; /* of every write+sync */
+    uint64_t commit_hist[WAL_COMMIT_BUCKETS + 1]; /* write+syncs by duration, last: more */
     uint64_t owner_epoch;
     uint64_t retries;       /* operations issued again after a transient error */
     uint64_t lease_lapses;  /* times acknowledgements stopped for want of a lease */

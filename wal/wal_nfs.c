@@ -1887,6 +1887,15 @@ static int discover(struct nfsb *b, char *why, size_t wl)
     return 0;
 }
 
+int wal_nfs_check_url(const char *url, char *why, size_t whylen)
+{
+    struct nfsb b = {0};
+    int rc = parse_url(&b, url, why, whylen);
+    free(b.server);
+    free(b.mount_path);
+    return rc;
+}
+
 wal_storage *wal_nfs_new(struct event_base *base, const char *url, char *why, size_t whylen)
 {
     struct nfsb *b = calloc(1, sizeof *b);

@@ -36,3 +36,14 @@ wal_storage *wal_storage_open(struct event_base *base, const char *url, char *wh
              (int)(slen > 32 ? 32 : slen), url, url);
     return NULL;
 }
+
+int wal_storage_check_url(const char *url, char *why, size_t whylen)
+{
+    if (url && strncmp(url, "nfs://", 6) == 0)
+        return wal_nfs_check_url(url, why, whylen);
+    if (url && strncmp(url, "file://", 7) == 0 && url[7])
+        return 0;
+    snprintf(why, whylen, "WAL URL '%s' is neither file:///dir nor nfs://host/dir?version=3",
+             url ? url : "");
+    return SK_ERR_INVAL;
+}

@@ -137,6 +137,12 @@ wal_storage *wal_posix_new(struct event_base *base, const char *dir, int *err);
  * blocking calls use a small pool of other contexts. */
 wal_storage *wal_nfs_new(struct event_base *base, const char *url, char *why, size_t whylen);
 
+/* Checks `url` as wal_nfs_new would parse it (host, path, parameters),
+ * without connecting: any thread. 0 or an sk_err with the reason in why. */
+int wal_nfs_check_url(const char *url, char *why, size_t whylen);
+/* The same for any WAL URL: its scheme, and an nfs:// URL's parts. */
+int wal_storage_check_url(const char *url, char *why, size_t whylen);
+
 /* Picks the backend from a URL: file:///abs/dir or file://rel/dir, and
  * nfs://host/export/path?version=3&nfsport=N&mountport=M.
  * On failure returns NULL and writes a reason into why. */

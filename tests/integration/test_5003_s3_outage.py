@@ -94,6 +94,8 @@ def test_s3_down_then_slow_then_back(broker_factory, s3, topic_name):
                     time.sleep(0.1)
             assert codes <= {k.NONE, 19}, codes
             assert 19 in codes, "no NOT_ENOUGH_REPLICAS with the WAL full: %r" % codes
+            s3env.wait_metric(b, lambda m: m["skiff_s3_upload_failures_total"] >= 1, 60,
+                              "failed uploads to be counted")
             acked_full = len(prod.acked)
             time.sleep(3)
             uploads_at_full = s3env.metrics(b)["skiff_s3_uploads_total"]
@@ -109,6 +111,8 @@ def test_s3_down_then_slow_then_back(broker_factory, s3, topic_name):
                 b, lambda m: m["skiff_s3_uploads_total"] > uploads_at_full + 2 and
                 m["skiff_wal_retained_bytes"] < CONF["wal_max_retained_bytes"], 60,
                 "uploads to resume and the WAL to shrink")
+            m = s3env.metrics(b)
+            assert time.time() - m["skiff_s3_last_upload_timestamp_seconds"] < 30, m
             acked_back = len(prod.acked)
             deadline = time.time() + 30
             while len(prod.acked) < acked_back + 2000 and time.time() < deadline:

@@ -73,7 +73,11 @@ static void test_api_table(void **state)
     assert_ptr_equal(api->req, &kr_HandoffReadyRequest_desc);
     assert_ptr_equal(api->resp, &kr_HandoffReadyResponse_desc);
     assert_int_equal(KRPC_KEY_MIN, 10000);
-    assert_int_equal(krpc_api_max_key(), KR_FOLLOW);
+    assert_int_equal(krpc_api_max_key(), KR_NODE_STATUS);
+    const kc_api *ns = krpc_api_get(KR_NODE_STATUS);
+    assert_non_null(ns);
+    assert_string_equal(ns->name, "NodeStatus");
+    assert_ptr_equal(ns->resp, &kr_NodeStatusResponse_desc);
     const kc_api *cf = krpc_api_get(KR_CONFIRM);
     assert_non_null(cf);
     assert_string_equal(cf->name, "Confirm");

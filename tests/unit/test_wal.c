@@ -392,6 +392,16 @@ static void test_roundtrip(void **state)
     assert_true(s.commits >= 1 && s.commits <= 100);
     assert_int_equal(s.bytes_written, wal_end_lsn(w));
     assert_int_equal(s.segments, 1);
+    /* Every commit is in the latency histogram once, the last one's in its bucket. */
+    uint64_t in_hist = 0;
+    for (int i = 0; i <= WAL_COMMIT_BUCKETS; i++)
+        in_hist += s.commit_hist[i];
+    assert_int_equal(in_hist, s.commits);
+    assert_true(s.commit_us_sum >= (uint64_t)s.last_commit_us);
+    int last = 0;
+    while (last < WAL_COMMIT_BUCKETS && s.last_commit_us > wal_commit_bucket_us(last))
+        last++;
+    assert_true(s.commit_hist[last] >= 1);
     wal_lsn end = wal_end_lsn(w);
     wal_close(w);
     w = NULL;
