@@ -20,10 +20,10 @@ static void h_api_versions(sk_req *r);
  * filled in from the generated message specs at start-up. */
 static sk_api_entry table[] = {
     /* key  min max flex impl handler */
-    {0, 0, 12, 0, 3, h_produce, NULL},
-    {1, 4, 12, 0, 4, h_fetch, NULL},
+    {0, 0, 13, 0, 3, h_produce, NULL},
+    {1, 4, 17, 0, 4, h_fetch, NULL},
     {2, 1, 7, 0, 1, h_list_offsets, NULL},
-    {3, 0, 12, 0, 0, h_metadata, NULL},
+    {3, 0, 13, 0, 0, h_metadata, NULL},
     {8, 2, 9, 0, 2, h_offset_commit, NULL},
     {9, 1, 9, 0, 1, h_offset_fetch, NULL},
     {10, 0, 6, 0, 0, h_find_coordinator, NULL},

@@ -18,9 +18,9 @@ skiff_only = pytest.mark.skipif(bool(harness.external()),
 # Ranges Skiff must advertise exactly.
 EXACT = {
     18: (0, 4),    # ApiVersions
-    3: (0, 12),    # Metadata
-    0: (0, 12),    # Produce: min 0 advertised (librdkafka <= 2.11.0 compression), v3+ served
-    1: (4, 12),    # Fetch: no topic IDs
+    3: (0, 13),    # Metadata
+    0: (0, 13),    # Produce: min 0 advertised (librdkafka <= 2.11.0 compression), v3+ served
+    1: (4, 17),    # Fetch: topic ids from v13, without fetch sessions
     2: (1, 7),     # ListOffsets
     19: (2, 7),    # CreateTopics
     20: (1, 6),    # DeleteTopics
@@ -32,7 +32,7 @@ EXACT = {
 
 # Every other key Skiff may advertise, with its allowed (min, max ceiling): the min
 # must equal Kafka 4.x's so that librdkafka's single-version feature checks pass;
-# the max may grow up to what needs no topic IDs.
+# the max may grow up to Kafka 4.3's.
 ALLOWED = {
     8: (2, 9), 9: (1, 9), 10: (0, 6), 11: (0, 9), 12: (0, 4), 13: (0, 5), 14: (0, 5),
     15: (0, 6), 16: (0, 5), 17: (0, 1), 21: (0, 2), 24: (0, 3), 25: (0, 4), 26: (0, 4),
