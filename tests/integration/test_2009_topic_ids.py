@@ -3,8 +3,9 @@
 Produce v13 and Fetch v13-17 by topic id (UNKNOWN_TOPIC_ID for an unknown or all-zero
 id), Metadata v13 (top-level error code), the KIP-951 leader hints (CurrentLeader and
 NodeEndpoints) that Produce v10+ and Fetch v16+ carry with NOT_LEADER_OR_FOLLOWER in a
-cluster. Every test but those marked skiff_only (and the cluster ones) runs against
-Kafka too, with the same assertions.
+cluster, ListOffsets v8-10 (-4 earliest-local, -5 latest-tiered) and DescribeLogDirs
+v5. Every test but those marked skiff_only (and the cluster ones) runs against Kafka
+too, with the same assertions.
 """
 
 import time
@@ -14,6 +15,7 @@ import pytest
 
 import harness
 import kproto as k
+import s3env
 
 skiff_only = pytest.mark.skipif(bool(harness.external()),
                                 reason="Skiff-specific expectation (differs from Kafka)")
@@ -185,3 +187,69 @@ def test_leader_hints_in_a_cluster(cluster_factory, topic_name):
         resp, ft = fetch_by_id(c, tid, part, 0, 17)
         assert values(ft["Partitions"][0]["Records"]) == [b"y"]
         assert resp.get("NodeEndpoints") in ([], None)
+
+
+# ---------------------------------------------------------------- ListOffsets v8-10
+
+@pytest.mark.parametrize("version", [8, 9, 10])
+def test_list_offsets_new_versions(conn_topic, version):
+    c, topic = conn_topic
+    for _ in range(3):
+        assert k.produce(c, topic, 0, k.batch([b"x", b"y"]))["ErrorCode"] == k.NONE
+    lo = k.list_offsets(c, topic, 0, -1, version=version)
+    assert (lo["ErrorCode"], lo["Offset"]) == (k.NONE, 6)
+    lo = k.list_offsets(c, topic, 0, -2, version=version)
+    assert (lo["ErrorCode"], lo["Offset"]) == (k.NONE, 0)
+    # Earliest-local: nothing has left the local log (Skiff: the WAL) yet.
+    lo = k.list_offsets(c, topic, 0, -4, version=version)
+    assert (lo["ErrorCode"], lo["Offset"], lo["Timestamp"]) == (k.NONE, 0, -1), lo
+    if version >= 9:
+        # Latest-tiered: nothing in remote storage (Skiff: the object store) yet.
+        lo = k.list_offsets(c, topic, 0, -5, version=version)
+        assert (lo["ErrorCode"], lo["Offset"], lo["Timestamp"]) == (k.NONE, -1, -1), lo
+
+
+def test_list_offsets_v10_timeout_and_empty_partition(conn_topic):
+    c, topic = conn_topic
+    got = []
+    for ts in (-1, -2, -4, -5):
+        body = {"ReplicaId": -1, "IsolationLevel": 0, "TimeoutMs": 5000,
+                "Topics": [{"Name": topic, "Partitions": [
+                    {"PartitionIndex": 1, "Timestamp": ts}]}]}
+        p = c.request(2, 10, body)["Topics"][0]["Partitions"][0]
+        got.append((p["ErrorCode"], p["Offset"]))
+    assert got == [(0, 0), (0, 0), (0, 0), (0, -1)]
+
+
+@skiff_only
+def test_list_offsets_latest_tiered_after_upload(broker_factory, s3, topic_name):
+    """-5 names the last offset in the object store once the WAL's data is uploaded."""
+    b = broker_factory(s3env.s3_props(s3.url(s3.new_prefix("t2009")),
+                                      s3_wal_upload_interval_ms=300))
+    with k.Conn(b.bootstrap) as c:
+        k.create_topic(c, topic_name, 1)
+        for _ in range(3):
+            assert k.produce(c, topic_name, 0, k.batch([b"x", b"y"]))["ErrorCode"] == k.NONE
+        deadline = time.time() + 30
+        while True:
+            lo = k.list_offsets(c, topic_name, 0, -5, version=9)
+            if lo["Offset"] == 5 or time.time() > deadline:
+                break
+            time.sleep(0.2)
+        assert (lo["ErrorCode"], lo["Offset"]) == (k.NONE, 5), lo
+        lo = k.list_offsets(c, topic_name, 0, -4, version=9)
+        assert lo["ErrorCode"] == k.NONE and 0 <= lo["Offset"] <= 6, lo
+
+
+# ---------------------------------------------------------------- DescribeLogDirs 5
+
+def test_describe_log_dirs_v5(conn_topic):
+    c, topic = conn_topic
+    assert k.produce(c, topic, 0, k.batch([b"x"]))["ErrorCode"] == k.NONE
+    resp = c.request(35, 5, {"Topics": [{"Topic": topic, "Partitions": [0, 1]}]})
+    assert resp["ErrorCode"] == k.NONE and resp["Results"]
+    for res in resp["Results"]:
+        assert res["ErrorCode"] == k.NONE and res["IsCordoned"] is False
+    parts = {p["PartitionIndex"] for res in resp["Results"] for t in res["Topics"]
+             if t["Name"] == topic for p in t["Partitions"]}
+    assert parts == {0, 1}

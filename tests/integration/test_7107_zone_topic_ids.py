@@ -3,8 +3,8 @@
 Three nodes, one per zone, zone routing on. A client of zone b, talking to the zone-b
 node, writes with Produce v13 and reads with Fetch v17 a partition whose main is in
 zone a: the proxy resolves the id, sends the batch on through its payload log and the
-confirm RPC, and serves the read from its own caches; ListOffsets is forwarded to the
-main. The same client asking the zone-c node (which is not its zone's proxy) gets
+confirm RPC, and serves the read from its own caches; ListOffsets v10 is forwarded to
+the main. The same client asking the zone-c node (which is not its zone's proxy) gets
 NOT_LEADER_OR_FOLLOWER with the KIP-951 hint naming the zone-b node, as Metadata names
 it to that client, with the main's epoch and the zone-b node's address.
 """
@@ -50,7 +50,7 @@ def test_topic_ids_through_a_proxy(zones, zone_cluster_factory, topic_name):
         assert [v for b in k.parse_batches(p["Records"]) for _, v in b.offsets_values()] \
             == [b"p1", b"p2"]
 
-        lo = k.list_offsets(c, topic_name, part, -1, version=7)
+        lo = k.list_offsets(c, topic_name, part, -1, version=10)
         assert (lo["ErrorCode"], lo["Offset"]) == (k.NONE, 2), lo
 
     with zones["b"].conn(other.bootstrap, client_id=cid) as c:
