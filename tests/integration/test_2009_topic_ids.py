@@ -3,9 +3,9 @@
 Produce v13 and Fetch v13-17 by topic id (UNKNOWN_TOPIC_ID for an unknown or all-zero
 id), Metadata v13 (top-level error code), the KIP-951 leader hints (CurrentLeader and
 NodeEndpoints) that Produce v10+ and Fetch v16+ carry with NOT_LEADER_OR_FOLLOWER in a
-cluster, ListOffsets v8-10 (-4 earliest-local, -5 latest-tiered) and DescribeLogDirs
-v5. Every test but those marked skiff_only (and the cluster ones) runs against Kafka
-too, with the same assertions.
+cluster, ListOffsets v8-10 (-4 earliest-local, -5 latest-tiered), DescribeLogDirs v5,
+and OffsetCommit/OffsetFetch v10 by topic id. Every test but those marked skiff_only
+(and the cluster ones) runs against Kafka too, with the same assertions.
 """
 
 import time
@@ -14,6 +14,7 @@ import uuid
 import pytest
 
 import harness
+import kgroup as kg
 import kproto as k
 import s3env
 
@@ -253,3 +254,63 @@ def test_describe_log_dirs_v5(conn_topic):
     parts = {p["PartitionIndex"] for res in resp["Results"] for t in res["Topics"]
              if t["Name"] == topic for p in t["Partitions"]}
     assert parts == {0, 1}
+
+
+# ---------------------------------------------------------------- OffsetCommit/OffsetFetch 10
+
+def commit_v10(c, group, tid, offsets):
+    """offsets: {partition: offset}; returns the response's only topic."""
+    resp = c.request(8, 10, {"GroupId": group, "GenerationIdOrMemberEpoch": -1, "MemberId": "",
+                             "GroupInstanceId": None, "Topics": [{"TopicId": tid, "Partitions": [
+                                 {"PartitionIndex": p, "CommittedOffset": o,
+                                  "CommittedLeaderEpoch": -1, "CommittedMetadata": "m%d" % p}
+                                 for p, o in offsets.items()]}]})
+    assert len(resp["Topics"]) == 1
+    return resp["Topics"][0]
+
+
+def fetch_v10(c, group, topics):
+    """topics: [(topic id, [partitions])] or None; returns the group's answer."""
+    resp = c.request(9, 10, {"Groups": [{
+        "GroupId": group, "MemberId": None, "MemberEpoch": -1,
+        "Topics": None if topics is None else [{"TopicId": tid, "PartitionIndexes": ps}
+                                               for tid, ps in topics]}],
+        "RequireStable": False})
+    assert len(resp["Groups"]) == 1
+    return resp["Groups"][0]
+
+
+def test_offset_commit_and_fetch_v10_by_id(conn_topic):
+    c, topic = conn_topic
+    tid = topic_id(c, topic)
+    group = "g2009-" + uuid.uuid4().hex[:8]
+    kg.find_coordinator(c, group)
+    tr = commit_v10(c, group, tid, {0: 11, 1: 22})
+    assert tr["TopicId"] == tid
+    assert sorted((p["PartitionIndex"], p["ErrorCode"]) for p in tr["Partitions"]) == \
+        [(0, 0), (1, 0)]
+    g = fetch_v10(c, group, [(tid, [0, 1])])
+    assert g["ErrorCode"] == k.NONE and len(g["Topics"]) == 1
+    assert g["Topics"][0]["TopicId"] == tid
+    assert sorted((p["PartitionIndex"], p["CommittedOffset"], p["Metadata"], p["ErrorCode"])
+                  for p in g["Topics"][0]["Partitions"]) == [(0, 11, "m0", 0), (1, 22, "m1", 0)]
+    # Kept under the topic's name: older versions read them back.
+    _, offs = kg.fetch_offsets(c, group, {topic: [0, 1]}, version=7)
+    assert offs == {(topic, 0): (11, "m0", 0), (topic, 1): (22, "m1", 0)}
+    # All topics of the group (null list) come with their ids.
+    g = fetch_v10(c, group, None)
+    assert [t["TopicId"] for t in g["Topics"]] == [tid]
+
+
+@pytest.mark.parametrize("tid", [uuid.uuid4().bytes, ZERO_ID], ids=["unknown", "zero"])
+def test_offset_commit_and_fetch_v10_unknown_id(conn_topic, tid):
+    c, _ = conn_topic
+    group = "g2009-" + uuid.uuid4().hex[:8]
+    kg.find_coordinator(c, group)
+    tr = commit_v10(c, group, tid, {0: 5})
+    assert tr["TopicId"] == tid
+    assert [p["ErrorCode"] for p in tr["Partitions"]] == [UNKNOWN_TOPIC_ID]
+    g = fetch_v10(c, group, [(tid, [0])])
+    assert g["ErrorCode"] == k.NONE
+    p = g["Topics"][0]["Partitions"][0]
+    assert (p["ErrorCode"], p["CommittedOffset"]) == (UNKNOWN_TOPIC_ID, -1), p
