@@ -22,12 +22,12 @@ static void h_api_versions(sk_req *r);
  * filled in from the generated message specs at start-up. */
 static sk_api_entry table[] = {
     /* key  min max flex impl handler */
-    {0, 0, 12, 0, 3, h_produce, NULL},
-    {1, 4, 12, 0, 4, h_fetch, NULL},
-    {2, 1, 7, 0, 1, h_list_offsets, NULL},
-    {3, 0, 12, 0, 0, h_metadata, NULL},
-    {8, 2, 9, 0, 2, h_offset_commit, NULL},
-    {9, 1, 9, 0, 1, h_offset_fetch, NULL},
+    {0, 0, 13, 0, 3, h_produce, NULL},
+    {1, 4, 17, 0, 4, h_fetch, NULL},
+    {2, 1, 10, 0, 1, h_list_offsets, NULL},
+    {3, 0, 13, 0, 0, h_metadata, NULL},
+    {8, 2, 10, 0, 2, h_offset_commit, NULL},
+    {9, 1, 10, 0, 1, h_offset_fetch, NULL},
     {10, 0, 6, 0, 0, h_find_coordinator, NULL},
     {11, 0, 9, 0, 0, h_join_group, NULL},
     {12, 0, 4, 0, 0, h_heartbeat, NULL},
@@ -43,7 +43,7 @@ static sk_api_entry table[] = {
     {23, 2, 4, 0, 2, h_offset_for_leader_epoch, NULL},
     {32, 1, 4, 0, 1, h_describe_configs, NULL},
     {33, 0, 2, 0, 0, h_alter_configs, NULL},
-    {35, 1, 4, 0, 1, h_describe_log_dirs, NULL},
+    {35, 1, 5, 0, 1, h_describe_log_dirs, NULL},
     {37, 0, 3, 0, 0, h_create_partitions, NULL},
     {42, 0, 2, 0, 0, h_delete_groups, NULL},
     {44, 0, 1, 0, 0, h_incremental_alter_configs, NULL},

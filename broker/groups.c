@@ -11,6 +11,7 @@
 #include "config.h"
 #include "dispatch.h"
 #include "gcoord.h"
+#include "handlers.h"
 #include "kmsg.h"
 #include "meta.h"
 #include "net.h"
@@ -930,10 +931,17 @@ void h_offset_commit(sk_req *r)
             gerr = SK_KAFKA_UNKNOWN_MEMBER_ID;
     }
     uint32_t nok = 0;
+    /* The names offsets are kept under: v10 names topics by id. */
+    kc_str *names = sk_arena_calloc(r->arena, (size_t)nt + 1, sizeof *names);
+    if (!names) {
+        sk_req_close(r, "out of memory");
+        return;
+    }
     for (int32_t i = 0; i < nt; i++) {
         kp_OffsetCommitRequest_OffsetCommitRequestTopic *t = &req->topics.v[i];
         int32_t np = t->partitions.n > 0 ? t->partitions.n : 0;
         ts[i].name = t->name;
+        ts[i].topic_id = t->topic_id;
         ts[i].partitions.n = np;
         ts[i].partitions.v =
             sk_req_array(r, &kp_OffsetCommitResponse_OffsetCommitResponsePartition_desc, np);
@@ -941,12 +949,16 @@ void h_offset_commit(sk_req *r)
             sk_req_close(r, "out of memory");
             return;
         }
-        sk_topic *topic = t->name.len > 0 ? sk_topic_get(r->node, t->name.p, (size_t)t->name.len) : NULL;
+        sk_topic *topic = sk_req_topic(r, 10, t->name, &t->topic_id);
+        names[i] = r->version >= 10 && topic ? sk_req_str(r, topic->name) : t->name;
         for (int32_t j = 0; j < np; j++) {
             kp_OffsetCommitRequest_OffsetCommitRequestPartition *p = &t->partitions.v[j];
             kp_OffsetCommitResponse_OffsetCommitResponsePartition *o = &ts[i].partitions.v[j];
             o->partition_index = p->partition_index;
-            if (gerr)
+            /* Kafka resolves ids before it asks the coordinator. */
+            if (r->version >= 10 && !topic)
+                o->error_code = SK_KAFKA_UNKNOWN_TOPIC_ID;
+            else if (gerr)
                 o->error_code = gerr;
             else if (p->committed_metadata.len > MAX_METADATA)
                 o->error_code = SK_KAFKA_OFFSET_METADATA_TOO_LARGE;
@@ -965,13 +977,13 @@ void h_offset_commit(sk_req *r)
     sk_grec_begin(&body, SK_GREC_COMMIT, req->group_id.p, (size_t)req->group_id.len, nok);
     int64_t now = sk_now_ms();
     for (int32_t i = 0; i < nt; i++) {
-        kp_OffsetCommitRequest_OffsetCommitRequestTopic *t = &req->topics.v[i];
+        const kp_OffsetCommitRequest_OffsetCommitRequestTopic *t = &req->topics.v[i];
         for (int32_t j = 0; j < ts[i].partitions.n; j++) {
             if (ts[i].partitions.v[j].error_code)
                 continue;
             kp_OffsetCommitRequest_OffsetCommitRequestPartition *p = &t->partitions.v[j];
-            sk_grec_ent e = {t->name.p,
-                             (size_t)t->name.len,
+            sk_grec_ent e = {names[i].p,
+                             (size_t)names[i].len,
                              p->partition_index,
                              p->committed_offset,
                              r->version >= 6 ? p->committed_leader_epoch : -1,
@@ -1112,6 +1124,37 @@ static int ofetch_collect(sk_req *r, gstate *s, int32_t nwant, const kc_str *wan
         }                                                                                     \
     } while (0)
 
+/* v10 names topics by id: the names offsets are kept under, "" for an
+ * unknown id (which has no offsets). */
+static void ofetch_resolve(sk_req *r, const kp_OffsetFetchRequest_OffsetFetchRequestGroup *rg,
+                           kc_str *names)
+{
+    for (int32_t q = 0; names && q < rg->topics.n; q++) {
+        const sk_topic *t = sk_topic_get_id(r->node, &rg->topics.v[q].topic_id);
+        names[q] = t ? sk_req_str(r, t->name) : (kc_str){"", 0};
+    }
+}
+
+/* v10: a topic's id in the answer; an id asked for that names no topic gets
+ * UNKNOWN_TOPIC_ID on each of its partitions. */
+static void ofetch_topic_id(sk_req *r, const kp_OffsetFetchRequest_OffsetFetchRequestGroup *rg,
+                            int i, kp_OffsetFetchResponse_OffsetFetchResponseTopics *out)
+{
+    if (rg->topics.n < 0) {
+        const sk_topic *t = out->name.len > 0
+                                ? sk_topic_get(r->node, out->name.p, (size_t)out->name.len)
+                                : NULL;
+        if (t)
+            out->topic_id = t->id;
+        return;
+    }
+    out->topic_id = rg->topics.v[i].topic_id;
+    if (sk_topic_get_id(r->node, &out->topic_id))
+        return;
+    for (int32_t k = 0; k < out->partitions.n; k++)
+        out->partitions.v[k].error_code = SK_KAFKA_UNKNOWN_TOPIC_ID;
+}
+
 void h_offset_fetch(sk_req *r)
 {
     kp_OffsetFetchRequest *req = r->body;
@@ -1177,6 +1220,8 @@ void h_offset_fetch(sk_req *r)
         else if (!coordinates(r, rg->group_id))
             gr[g].error_code = SK_KAFKA_NOT_COORDINATOR;
         OFETCH_WANT(r, rg->topics, names, parts);
+        if (r->version >= 10)
+            ofetch_resolve(r, rg, names);
         int nt = ofetch_collect(r, s, rg->topics.n, names, parts, &ot);
         kp_OffsetFetchResponse_OffsetFetchResponseTopics *ts =
             nt < 0 ? NULL
@@ -1201,6 +1246,8 @@ void h_offset_fetch(sk_req *r)
             ts[i].name = ot[i].name;
             ts[i].partitions.n = ot[i].n;
             ts[i].partitions.v = ps;
+            if (r->version >= 10)
+                ofetch_topic_id(r, rg, i, &ts[i]);
         }
         gr[g].topics.n = nt;
         gr[g].topics.v = ts;

@@ -419,8 +419,7 @@ static void fetch_eval(sk_fwait *w)
     for (int32_t i = 0; i < resp->responses.n; i++) {
         kp_FetchRequest_FetchTopic *ft = &req->topics.v[i];
         kp_FetchResponse_FetchableTopicResponse *tr = &resp->responses.v[i];
-        sk_topic *t = ft->topic.len > 0 ? sk_topic_get(n, ft->topic.p, (size_t)ft->topic.len)
-                                        : NULL;
+        sk_topic *t = sk_req_topic(r, 13, ft->topic, &ft->topic_id);
         for (int32_t j = 0; j < tr->partitions.n; j++, flat++) {
             kp_FetchRequest_FetchPartition *fp = &ft->partitions.v[j];
             kp_FetchResponse_PartitionData *pd = &tr->partitions.v[j];
@@ -453,8 +452,9 @@ static void fetch_eval(sk_fwait *w)
             }
             if (!sk_part_serving(p)) {
                 /* Not here (any more): the client refreshes its metadata. */
-                pd->error_code = p ? SK_KAFKA_NOT_LEADER_OR_FOLLOWER
-                                   : SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION;
+                pd->error_code = p   ? SK_KAFKA_NOT_LEADER_OR_FOLLOWER
+                                 : t ? SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION
+                                     : sk_req_topic_unknown(r, 13);
                 pd->high_watermark = pd->last_stable_offset = pd->log_start_offset = -1;
                 any_error = true;
                 continue;
@@ -575,6 +575,7 @@ static void fetch_eval(sk_fwait *w)
         w->finished = true;
         unpark(w);
         n->n_fetched_bytes += (uint64_t)total;
+        sk_fetch_hints(r);
         sk_req_respond(r);
         return;
     }
@@ -582,8 +583,7 @@ static void fetch_eval(sk_fwait *w)
     flat = 0;
     for (int32_t i = 0; i < resp->responses.n; i++) {
         kp_FetchRequest_FetchTopic *ft = &req->topics.v[i];
-        sk_topic *t = ft->topic.len > 0 ? sk_topic_get(n, ft->topic.p, (size_t)ft->topic.len)
-                                        : NULL;
+        sk_topic *t = sk_req_topic(r, 13, ft->topic, &ft->topic_id);
         for (int32_t j = 0; j < ft->partitions.n; j++) {
             sk_part *p = sk_part_get(t, ft->partitions.v[j].partition);
             if (p && sk_part_add_waiter(p, &w->base) == 0)
@@ -657,6 +657,7 @@ void h_fetch(sk_req *r)
         kp_FetchRequest_FetchTopic *ft = &req->topics.v[i];
         int32_t np = ft->partitions.n > 0 ? ft->partitions.n : 0;
         trs[i].topic = ft->topic;
+        trs[i].topic_id = ft->topic_id;
         trs[i].partitions.n = np;
         trs[i].partitions.v = kc_new_array(keep, &kp_FetchResponse_PartitionData_desc, np);
         if (np && !trs[i].partitions.v) {

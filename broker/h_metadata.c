@@ -134,6 +134,30 @@ static int32_t leader_of(sk_req *r, const sk_part *p)
     return zr_leader(sk_cluster_model(r->node->cluster), main, zone, &p->topic->id, p->index);
 }
 
+sk_topic *sk_req_topic(sk_req *r, int16_t id_from, kc_str name, const kc_uuid *id)
+{
+    if (r->version >= id_from)
+        return sk_topic_get_id(r->node, id); /* the zero id is no topic's */
+    return name.len > 0 ? sk_topic_get(r->node, name.p, (size_t)name.len) : NULL;
+}
+
+int16_t sk_req_topic_unknown(sk_req *r, int16_t id_from)
+{
+    return r->version >= id_from ? SK_KAFKA_UNKNOWN_TOPIC_ID : SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION;
+}
+
+bool sk_leader_hint(sk_req *r, const sk_part *p, int32_t *leader, int32_t *epoch)
+{
+    if (!r->node->cluster || !p)
+        return false;
+    int32_t l = leader_of(r, p);
+    if (l < 0)
+        return false;
+    *leader = l;
+    *epoch = p->leader_epoch;
+    return true;
+}
+
 static void fill_topic(sk_req *r, kp_MetadataRequest *req,
                        kp_MetadataResponse_MetadataResponseTopic *mt, const sk_topic *t)
 {

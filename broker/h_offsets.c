@@ -31,6 +31,8 @@
 #define LATEST -1
 #define EARLIEST -2
 #define MAX_TIMESTAMP -3
+#define EARLIEST_LOCAL -4 /* v8+ */
+#define LATEST_TIERED -5  /* v9+ */
 #define FWD_TIMEOUT_MS 10000
 
 struct scan {
@@ -69,9 +71,12 @@ struct lo_item {
     int64_t below;      /* look in the view only below this base offset */
     int64_t batch_base; /* MAX_TIMESTAMP: the batch that holds it */
     bool by_offset;
+    bool local_start; /* EARLIEST_LOCAL: the first batch still in the WAL */
+    bool tiered;      /* LATEST_TIERED: the last offset in objects */
     uint64_t stream;
     /* result */
     bool found;
+    bool failed; /* the view could not be read */
     int64_t offset, ts;
     bool check_cache; /* nothing in storage: look in the cache */
     bool in_object;   /* the batch is in an object: read it on the loop */
@@ -190,6 +195,26 @@ static bool read_and_scan(sk_node *n, const sk_batch_loc *loc, int64_t target, i
     return ok;
 }
 
+/* The tier look-ups of -4 and -5 (docs/compatibility.md): where the WAL's
+ * part of the log starts, and where the objects' part ends. */
+static void tier_lookup(sk_node *n, struct lo_item *it)
+{
+    int rc;
+    if (it->tiered) {
+        sk_obj_loc o;
+        rc = sk_store_last_object(n->store, it->stream, &o);
+        if (rc == 1)
+            it->offset = o.end;
+    } else {
+        sk_batch_loc b;
+        rc = sk_store_read_batches(n->store, &it->id, it->part, it->target, 1, &b, 1);
+        if (rc == 1)
+            it->offset = b.base > it->target ? b.base : it->target;
+    }
+    it->found = rc == 1;
+    it->failed = rc < 0;
+}
+
 static void lo_work(void *arg)
 {
     struct lo_job *j = arg;
@@ -197,6 +222,10 @@ static void lo_work(void *arg)
     for (int i = 0; i < j->n; i++) {
         struct lo_item *it = &j->items[i];
         sk_batch_loc loc;
+        if (it->tiered || it->local_start) {
+            tier_lookup(n, it);
+            continue;
+        }
         /* Objects hold the oldest data, the WAL the rest, the cache the
          * newest: look in that order. */
         int orc = it->by_offset
@@ -253,12 +282,42 @@ static void lo_forward_done(void *job)
     lo_respond(j);
 }
 
+/* -4 and -5 once the view answered. The WAL's part starts at its first
+ * indexed batch, or lower when the cache holds batches the view has not
+ * indexed yet; an empty WAL part starts at the high watermark. Nothing in
+ * objects yet: -1, as Kafka answers without tiered storage. */
+static void tier_finish(struct lo_item *it, const sk_part *p)
+{
+    kp_ListOffsetsResponse_ListOffsetsPartitionResponse *out = it->out;
+    out->timestamp = -1;
+    if (it->failed || !p) {
+        out->error_code = SK_KAFKA_KAFKA_STORAGE_ERROR;
+        out->offset = -1;
+        return;
+    }
+    if (it->tiered) {
+        out->offset = it->found ? it->offset : -1;
+        if (!it->found)
+            out->leader_epoch = -1;
+        return;
+    }
+    int64_t start = it->found ? it->offset : p->hw;
+    int64_t cs = sk_part_cache_start(p);
+    if (cs >= 0 && cs < start)
+        start = cs;
+    out->offset = start > p->log_start ? start : p->log_start;
+}
+
 static void lo_finish(struct lo_job *j)
 {
     sk_req *r = j->r;
     for (int i = 0; i < j->n; i++) {
         struct lo_item *it = &j->items[i];
         sk_part *p = sk_part_get(sk_topic_get_id(r->node, &it->id), it->part);
+        if (it->tiered || it->local_start) {
+            tier_finish(it, p);
+            continue;
+        }
         if (!it->found && it->check_cache && p)
             it->found = cache_lookup(p, it->by_offset ? it->batch_base : -1, it->target,
                                      &it->offset, &it->ts);
@@ -439,7 +498,9 @@ void h_list_offsets(sk_req *r)
                 out->offset = p->log_start;
                 continue;
             }
-            if (lp->timestamp < MAX_TIMESTAMP ||
+            if (lp->timestamp < LATEST_TIERED ||
+                (lp->timestamp == LATEST_TIERED && r->version < 9) ||
+                (lp->timestamp == EARLIEST_LOCAL && r->version < 8) ||
                 (lp->timestamp == MAX_TIMESTAMP && r->version < 7)) {
                 out->error_code = SK_KAFKA_INVALID_REQUEST;
                 continue;
@@ -455,6 +516,12 @@ void h_list_offsets(sk_req *r)
             it->id = p->topic->id;
             it->part = p->index;
             it->stream = p->stream;
+            if (lp->timestamp == EARLIEST_LOCAL || lp->timestamp == LATEST_TIERED) {
+                it->local_start = lp->timestamp == EARLIEST_LOCAL;
+                it->tiered = lp->timestamp == LATEST_TIERED;
+                it->target = p->log_start;
+                continue;
+            }
             if (lp->timestamp == MAX_TIMESTAMP) {
                 if (p->max_ts_base < 0 || p->max_ts_base < p->log_start) {
                     j->n--;

@@ -85,12 +85,18 @@ static void untrack(struct pappend *pa)
     }
 }
 
+static void produce_respond(sk_req *r)
+{
+    sk_produce_hints(r);
+    sk_req_respond(r);
+}
+
 static void produce_maybe_respond(sk_req *r)
 {
     if (--r->pending > 0)
         return;
     sk_metrics_observe(&r->node->metrics.produce_latency, sk_mono_us() - r->start_us);
-    sk_req_respond(r);
+    produce_respond(r);
 }
 
 /* The producer's timeout passed with appends not yet durable (a slow or
@@ -116,7 +122,7 @@ static void deadline_cb(evutil_socket_t fd, short what, void *arg)
         c->waits[i] = NULL;
     }
     r->pending = 0;
-    sk_req_respond(r);
+    produce_respond(r);
 }
 
 /* A WAL failed under an append: the code the client gets. Abandoned or
@@ -508,6 +514,7 @@ void h_produce(sk_req *r)
         kp_ProduceRequest_TopicProduceData *td = &req->topic_data.v[i];
         kp_ProduceResponse_TopicProduceResponse *tr = &resp->responses.v[i];
         tr->name = td->name;
+        tr->topic_id = td->topic_id;
         int32_t np = td->partition_data.n > 0 ? td->partition_data.n : 0;
         tr->partition_responses.n = np;
         tr->partition_responses.v =
@@ -516,8 +523,9 @@ void h_produce(sk_req *r)
             sk_req_close(r, "out of memory");
             return;
         }
-        sk_topic *t = td->name.len > 0 ? sk_topic_get(r->node, td->name.p, (size_t)td->name.len)
-                                       : NULL;
+        /* v13 names topics by id (the all-zero id too, which Java sends
+         * for a topic it has no id for: UNKNOWN_TOPIC_ID makes it refresh). */
+        sk_topic *t = sk_req_topic(r, 13, td->name, &td->topic_id);
         for (int32_t j = 0; j < np; j++) {
             kp_ProduceRequest_PartitionProduceData *pd = &td->partition_data.v[j];
             kp_ProduceResponse_PartitionProduceResponse *pr = &tr->partition_responses.v[j];
@@ -527,8 +535,9 @@ void h_produce(sk_req *r)
                 continue;
             }
             if (!t) {
-                set_error(r, pr, SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION,
-                          "This server does not host this topic-partition.");
+                set_error(r, pr, sk_req_topic_unknown(r, 13),
+                          r->version >= 13 ? "This server does not host this topic ID."
+                                           : "This server does not host this topic-partition.");
                 continue;
             }
             produce_partition(r, acks, t, pd, pr);

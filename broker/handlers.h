@@ -45,6 +45,22 @@ int sk_brokers_for(sk_req *r, sk_broker **out);
 int32_t sk_controller_for(sk_req *r);
 /* The address of `node` for r's client (false: not live). */
 bool sk_broker_addr(sk_req *r, int32_t node, sk_broker *out);
+/* The topic a request names: by id from version `id_from` on (Produce and
+ * Fetch 13, OffsetCommit and OffsetFetch 10), by name before. NULL when
+ * unknown; the all-zero id names no topic. */
+sk_topic *sk_req_topic(sk_req *r, int16_t id_from, kc_str name, const kc_uuid *id);
+/* The code for a topic sk_req_topic did not find: UNKNOWN_TOPIC_ID when it
+ * was named by id, UNKNOWN_TOPIC_OR_PARTITION by name. */
+int16_t sk_req_topic_unknown(sk_req *r, int16_t id_from);
+/* KIP-951 leader hints: the node r's client should use for p, as Metadata
+ * would name it to that client, with p's leader epoch. False on a single
+ * node or when no node serves p now. */
+bool sk_leader_hint(sk_req *r, const sk_part *p, int32_t *leader, int32_t *epoch);
+/* Fill the KIP-951 hints of a Produce or Fetch response just before it is
+ * sent (hints.c), in r's arena; nothing before Produce v10 / Fetch v16 or
+ * on a single node. */
+void sk_produce_hints(sk_req *r);
+void sk_fetch_hints(sk_req *r);
 /* Skiff's node-to-node RPCs (h_rpc.c). */
 void h_handoff_ready(sk_req *r);
 void h_node_status(sk_req *r);

@@ -1350,6 +1350,15 @@ int sk_store_find_object(sk_store *s, uint64_t stream, int64_t offset, sk_obj_lo
                       stream, offset, out);
 }
 
+int sk_store_last_object(sk_store *s, uint64_t stream, sk_obj_loc *out)
+{
+    return find_range(s,
+                      "SELECT r.start, r.end, r.key, o.size, r.max_ts, r.size FROM object_ranges r"
+                      " JOIN objects o ON o.key = r.key WHERE r.stream = ?1 AND ?2 = ?2"
+                      " ORDER BY r.end DESC LIMIT 1",
+                      stream, 0, out);
+}
+
 int sk_store_find_object_ts(sk_store *s, uint64_t stream, int64_t ts, sk_obj_loc *out)
 {
     return find_range(s,

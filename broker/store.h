@@ -136,6 +136,8 @@ typedef struct sk_obj_loc {
 /* The range of `stream` holding offsets >= offset that starts lowest:
  * 1 found, 0 none, or an error. */
 int sk_store_find_object(sk_store *s, uint64_t stream, int64_t offset, sk_obj_loc *out);
+/* The range of `stream` that ends highest: 1 found, 0 none, or an error. */
+int sk_store_last_object(sk_store *s, uint64_t stream, sk_obj_loc *out);
 /* The first range of `stream` whose max timestamp reaches ts. */
 int sk_store_find_object_ts(sk_store *s, uint64_t stream, int64_t ts, sk_obj_loc *out);
 /* WAL position below which every batch is in objects (0: none yet). */

@@ -19,6 +19,14 @@ confluent-kafka (librdkafka), kafka-python 2.0.2 and, if tests/java has been
 built, the Java clients and tools through the proxy, one client name at a time:
 
     capture.py seed --out tests/fuzz/corpus
+
+raw mode: writes frames built with the tests' raw client (kproto) for the versions
+that name topics by id and the others Kafka 4.3 added with them (Produce v13, Fetch
+v13-17, ListOffsets v8-10, Metadata v13, OffsetCommit/OffsetFetch v10,
+DescribeLogDirs v5), valid and edge cases (the all-zero id), as
+OUT/kproto-<ApiName>-v<version>-<n>.bin:
+
+    capture.py raw --out tests/fuzz/corpus
 """
 
 import argparse
@@ -416,6 +424,55 @@ def cmd_seed(a):
         max([os.path.getsize(p) for p in files] or [0])))
 
 
+TOPIC_ID = bytes(range(0x10, 0x20))
+
+
+def _raw_frames():
+    """(api key, version, body) of each kproto frame, in file order."""
+    import kgroup  # noqa: F401 (registers the group APIs' schemas in kproto)
+    k = kproto
+    out = []
+    for tid in (TOPIC_ID, bytes(16)):
+        out.append((0, 13, {"TransactionalId": None, "Acks": -1, "TimeoutMs": 3000,
+                            "TopicData": [{"TopicId": tid, "PartitionData": [
+                                {"Index": 0, "Records": k.batch([b"a", b"bc"],
+                                                                base_timestamp=1700000000000)},
+                                {"Index": 1, "Records": None}]}]}))
+    for v in (13, 15, 16, 17):
+        body = k.fetch_body("", 0, 5, max_wait=500)
+        body["Topics"][0]["TopicId"] = TOPIC_ID
+        body["ForgottenTopicsData"] = [{"TopicId": TOPIC_ID, "Partitions": [1]}]
+        out.append((1, v, body))
+    for v in (8, 9, 10):
+        out.append((2, v, {"ReplicaId": -1, "IsolationLevel": 1, "TimeoutMs": 2000,
+                           "Topics": [{"Name": "t", "Partitions": [
+                               {"PartitionIndex": 0, "Timestamp": ts} for ts in (-4, -5)]}]}))
+    out.append((3, 13, {"Topics": [{"TopicId": TOPIC_ID, "Name": None}],
+                        "AllowAutoTopicCreation": False}))
+    out.append((8, 10, {"GroupId": "g", "GenerationIdOrMemberEpoch": -1, "MemberId": "",
+                        "GroupInstanceId": None, "Topics": [{"TopicId": TOPIC_ID, "Partitions": [
+                            {"PartitionIndex": 0, "CommittedOffset": 7,
+                             "CommittedLeaderEpoch": 3, "CommittedMetadata": None}]}]}))
+    for topics in ([{"TopicId": TOPIC_ID, "PartitionIndexes": [0, 1]}], None):
+        out.append((9, 10, {"Groups": [{"GroupId": "g", "MemberId": None, "MemberEpoch": -1,
+                                        "Topics": topics}], "RequireStable": True}))
+    out.append((35, 5, {"Topics": [{"Topic": "t", "Partitions": [0]}]}))
+    return out
+
+
+def cmd_raw(a):
+    os.makedirs(a.out, exist_ok=True)
+    seen = {}
+    for key, v, body in _raw_frames():
+        name = kproto.API_NAMES[key]
+        n = seen.get((key, v), 0)
+        seen[(key, v)] = n + 1
+        path = os.path.join(a.out, "kproto-%s-v%d-%d.bin" % (name, v, n))
+        with open(path, "wb") as f:
+            f.write(kproto.encode_request(key, v, body, 1000 + len(seen)))
+    print("wrote %d frames into %s" % (sum(seen.values()), a.out))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -433,8 +490,10 @@ def main():
     s.add_argument("--only", help="comma-separated client names")
     s.add_argument("--clean", action="store_true",
                    help="first delete the earlier captures of these clients in --out")
+    r = sub.add_parser("raw", help="write kproto frames of the topic-id versions")
+    r.add_argument("--out", default=os.path.join(HERE, "corpus"))
     a = ap.parse_args()
-    {"proxy": cmd_proxy, "seed": cmd_seed}[a.cmd](a)
+    {"proxy": cmd_proxy, "seed": cmd_seed, "raw": cmd_raw}[a.cmd](a)
 
 
 if __name__ == "__main__":

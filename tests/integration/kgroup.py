@@ -86,12 +86,14 @@ _api(8, 8,
      [F("GroupId", "string", "0+"), F("GenerationIdOrMemberEpoch", "int32", "1+", default=-1),
       F("MemberId", "string", "1+"), F("GroupInstanceId", "string", "7+", nullable="7+"),
       F("RetentionTimeMs", "int64", "2-4", default=-1),
-      S("Topics", "0+", [F("Name", "string", "0-9"), S("Partitions", "0+", [
+      S("Topics", "0+", [F("Name", "string", "0-9"), F("TopicId", "uuid", "10+"),
+                         S("Partitions", "0+", [
           F("PartitionIndex", "int32", "0+"), F("CommittedOffset", "int64", "0+"),
           F("CommittedLeaderEpoch", "int32", "6+", default=-1),
           F("CommittedMetadata", "string", "0+", nullable="0+")])])],
      [F("ThrottleTimeMs", "int32", "3+"),
-      S("Topics", "0+", [F("Name", "string", "0-9"), S("Partitions", "0+", [
+      S("Topics", "0+", [F("Name", "string", "0-9"), F("TopicId", "uuid", "10+"),
+                         S("Partitions", "0+", [
           F("PartitionIndex", "int32", "0+"), F("ErrorCode", "int16", "0+")])])])
 
 _OF_PART = [F("PartitionIndex", "int32", "0+"), F("CommittedOffset", "int64", "0+"),
@@ -105,6 +107,7 @@ _api(9, 6,
                          F("MemberId", "string", "9+", nullable="9+"),
                          F("MemberEpoch", "int32", "9+", default=-1),
                          S("Topics", "8+", [F("Name", "string", "8-9"),
+                                            F("TopicId", "uuid", "10+"),
                                             F("PartitionIndexes", "[]int32", "8+")],
                            nullable="8+")]),
       F("RequireStable", "bool", "7+")],
@@ -113,6 +116,7 @@ _api(9, 6,
       F("ErrorCode", "int16", "2-7"),
       S("Groups", "8+", [F("GroupId", "string", "8+"),
                          S("Topics", "8+", [F("Name", "string", "8-9"),
+                                            F("TopicId", "uuid", "10+"),
                                             S("Partitions", "8+", _OF_PART)]),
                          F("ErrorCode", "int16", "8+")])])
 

@@ -8,7 +8,7 @@ and to read exactly what the broker answers. This module gives:
 * a small schema-driven codec (non-flexible and flexible/compact encoding,
   tagged fields) with hand-written schemas for the requests the tests use:
   ApiVersions, Metadata, Produce, Fetch, ListOffsets, InitProducerId,
-  CreateTopics, OffsetForLeaderEpoch;
+  CreateTopics, OffsetForLeaderEpoch, DescribeLogDirs;
 * a RecordBatch v2 builder/parser with a pure-Python CRC-32C, able to build
   deliberately broken batches.
 
@@ -551,6 +551,19 @@ _api(23, 4,
                                  F("Partition", "int32", "0+"),
                                  F("LeaderEpoch", "int32", "1+", default=-1),
                                  F("EndOffset", "int64", "0+", default=-1)])])])
+
+_api(35, 2,
+     [S("Topics", "0+", [F("Topic", "string", "0+"), F("Partitions", "[]int32", "0+")],
+        nullable="0+")],
+     [F("ThrottleTimeMs", "int32", "0+"), F("ErrorCode", "int16", "3+"),
+      S("Results", "0+", [
+          F("ErrorCode", "int16", "0+"), F("LogDir", "string", "0+"),
+          S("Topics", "0+", [F("Name", "string", "0+"), S("Partitions", "0+", [
+              F("PartitionIndex", "int32", "0+"), F("PartitionSize", "int64", "0+"),
+              F("OffsetLag", "int64", "0+"), F("IsFutureKey", "bool", "0+")])]),
+          F("TotalBytes", "int64", "4+", default=-1),
+          F("UsableBytes", "int64", "4+", default=-1),
+          F("IsCordoned", "bool", "5+")])])
 
 
 def request_header(key, version, corr, client_id="kproto", flexible=None):

@@ -18,10 +18,10 @@ skiff_only = pytest.mark.skipif(bool(harness.external()),
 # Ranges Skiff must advertise exactly.
 EXACT = {
     18: (0, 4),    # ApiVersions
-    3: (0, 12),    # Metadata
-    0: (0, 12),    # Produce: min 0 advertised (librdkafka <= 2.11.0 compression), v3+ served
-    1: (4, 12),    # Fetch: no topic IDs
-    2: (1, 7),     # ListOffsets
+    3: (0, 13),    # Metadata
+    0: (0, 13),    # Produce: min 0 advertised (librdkafka <= 2.11.0 compression), v3+ served
+    1: (4, 17),    # Fetch: topic ids from v13, without fetch sessions
+    2: (1, 10),    # ListOffsets
     19: (2, 7),    # CreateTopics
     20: (1, 6),    # DeleteTopics
     37: (0, 3),    # CreatePartitions
@@ -32,11 +32,11 @@ EXACT = {
 
 # Every other key Skiff may advertise, with its allowed (min, max ceiling): the min
 # must equal Kafka 4.x's so that librdkafka's single-version feature checks pass;
-# the max may grow up to what needs no topic IDs.
+# the max may grow up to Kafka 4.3's.
 ALLOWED = {
-    8: (2, 9), 9: (1, 9), 10: (0, 6), 11: (0, 9), 12: (0, 4), 13: (0, 5), 14: (0, 5),
+    8: (2, 10), 9: (1, 10), 10: (0, 6), 11: (0, 9), 12: (0, 4), 13: (0, 5), 14: (0, 5),
     15: (0, 6), 16: (0, 5), 17: (0, 1), 21: (0, 2), 24: (0, 3), 25: (0, 4), 26: (0, 4),
-    28: (0, 4), 29: (1, 3), 30: (1, 3), 31: (1, 3), 33: (0, 2), 35: (1, 4), 36: (0, 2),
+    28: (0, 4), 29: (1, 3), 30: (1, 3), 31: (1, 3), 33: (0, 2), 35: (1, 5), 36: (0, 2),
     42: (0, 2), 43: (0, 2), 44: (0, 1), 45: (0, 1), 46: (0, 0), 47: (0, 0), 48: (0, 1),
     49: (0, 1), 50: (0, 0), 51: (0, 0), 55: (0, 2), 60: (0, 2), 61: (0, 0), 65: (0, 0), 66: (0, 1),
     74: (0, 0), 75: (0, 0),

@@ -950,6 +950,109 @@ static void test_fetch_response_segments_and_tags(void **state)
     sk_arena_destroy(a);
 }
 
+/* Produce v13 names a topic by its id, in place of the name. */
+static void test_frame_produce_v13(void **state)
+{
+    (void)state;
+    static const uint8_t body[] = {
+        0x00,                            /* transactional id null */
+        0xff, 0xff,                      /* acks -1 */
+        0x00, 0x00, 0x03, 0xe8,          /* timeout 1000 */
+        0x02,                            /* 1 topic */
+        0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, /* topic id */
+        0x18, 0x19, 0x1a, 0x1b, 0x1c, 0x1d, 0x1e, 0x1f,
+        0x02,                            /* 1 partition */
+        0x00, 0x00, 0x00, 0x03, 0x03, 'a', 'b',
+        0x00,                            /* partition tags */
+        0x00,                            /* topic tags */
+        0x00,                            /* body tags */
+    };
+    kc_reader r;
+    kc_reader_init(&r, body, sizeof body);
+    sk_arena *a = sk_arena_new(0);
+    kp_ProduceRequest req;
+    assert_int_equal(kc_decode(&kp_ProduceRequest_desc, 13, true, &r, &req, a), 0);
+    assert_ptr_equal(r.p, r.end);
+    assert_int_equal(req.topic_data.n, 1);
+    assert_memory_equal(req.topic_data.v[0].topic_id.b, body + 8, 16);
+    assert_int_equal(req.topic_data.v[0].name.len, 0); /* absent in v13: the default */
+    assert_int_equal(req.topic_data.v[0].partition_data.v[0].index, 3);
+    uint8_t out[sizeof body];
+    assert_int_equal(kc_size(&kp_ProduceRequest_desc, 13, true, &req), sizeof body);
+    assert_ptr_equal(kc_encode(&kp_ProduceRequest_desc, 13, true, &req, out), out + sizeof body);
+    assert_memory_equal(out, body, sizeof body);
+    /* The same topic id is not on the wire in v12: the name is. */
+    assert_int_equal(kc_size(&kp_ProduceRequest_desc, 12, true, &req), sizeof body - 16 + 1);
+    sk_arena_destroy(a);
+}
+
+/* Fetch v16: a partition's KIP-951 hint (tag 1) and the response's
+ * NodeEndpoints (tag 0 of the body), by topic id. */
+static void test_fetch_v16_leader_hint(void **state)
+{
+    (void)state;
+    kp_FetchResponse_PartitionData pd;
+    kc_init(&kp_FetchResponse_PartitionData_desc, &pd);
+    pd.error_code = 6;
+    pd.aborted_transactions.n = -1;
+    pd.records = (kc_records){NULL, -1, 0, NULL};
+    pd.current_leader.leader_id = 2;
+    pd.current_leader.leader_epoch = 7;
+    kp_FetchResponse_FetchableTopicResponse t;
+    kc_init(&kp_FetchResponse_FetchableTopicResponse_desc, &t);
+    memset(t.topic_id.b, 0xab, 16);
+    t.partitions.n = 1;
+    t.partitions.v = &pd;
+    kp_FetchResponse_NodeEndpoint ep;
+    kc_init(&kp_FetchResponse_NodeEndpoint_desc, &ep);
+    ep = (kp_FetchResponse_NodeEndpoint){2, {"h", 1}, 9092, {NULL, -1}};
+    kp_FetchResponse resp;
+    kc_init(&kp_FetchResponse_desc, &resp);
+    resp.responses.n = 1;
+    resp.responses.v = &t;
+    resp.node_endpoints.n = 1;
+    resp.node_endpoints.v = &ep;
+
+    static const uint8_t want[] = {
+        0x00, 0x00, 0x00, 0x00,                         /* throttle */
+        0x00, 0x00,                                     /* error */
+        0x00, 0x00, 0x00, 0x00,                         /* session */
+        0x02,                                           /* 1 topic */
+        0xab, 0xab, 0xab, 0xab, 0xab, 0xab, 0xab, 0xab, /* topic id */
+        0xab, 0xab, 0xab, 0xab, 0xab, 0xab, 0xab, 0xab,
+        0x02,                                           /* 1 partition */
+        0x00, 0x00, 0x00, 0x00,                         /* index */
+        0x00, 0x06,                                     /* NOT_LEADER_OR_FOLLOWER */
+        0, 0, 0, 0, 0, 0, 0, 0,                         /* high watermark */
+        0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, /* last stable */
+        0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, /* log start */
+        0x00,                                           /* aborted: null */
+        0xff, 0xff, 0xff, 0xff,                         /* preferred replica */
+        0x00,                                           /* records: null */
+        0x01, 0x01, 0x09, 0, 0, 0, 2, 0, 0, 0, 7, 0x00, /* tag 1: CurrentLeader */
+        0x00,                                           /* topic tags */
+        0x01, 0x00, 0x0d,                               /* body tag 0: NodeEndpoints */
+        0x02, 0, 0, 0, 2, 0x02, 'h', 0x00, 0x00, 0x23, 0x84, 0x00, 0x00,
+    };
+    uint8_t out[sizeof want + 8];
+    assert_int_equal(kc_size(&kp_FetchResponse_desc, 16, true, &resp), sizeof want);
+    assert_ptr_equal(kc_encode(&kp_FetchResponse_desc, 16, true, &resp, out),
+                     out + sizeof want);
+    assert_memory_equal(out, want, sizeof want);
+    sk_arena *a = sk_arena_new(0);
+    kp_FetchResponse back;
+    kc_reader r;
+    kc_reader_init(&r, want, sizeof want);
+    assert_int_equal(kc_decode(&kp_FetchResponse_desc, 16, true, &r, &back, a), 0);
+    assert_ptr_equal(r.p, r.end);
+    assert_int_equal(back.node_endpoints.n, 1);
+    assert_int_equal(back.node_endpoints.v[0].port, 9092);
+    assert_int_equal(back.responses.v[0].partitions.v[0].current_leader.leader_epoch, 7);
+    /* v15 has no NodeEndpoints: the body's tag section stays empty. */
+    assert_int_equal(kc_size(&kp_FetchResponse_desc, 15, true, &resp), sizeof want - 15);
+    sk_arena_destroy(a);
+}
+
 static void test_unknown_tags_skipped(void **state)
 {
     (void)state;
@@ -1168,6 +1271,8 @@ int main(void)
         cmocka_unit_test(test_frame_metadata_v0),
         cmocka_unit_test(test_frame_produce_v3),
         cmocka_unit_test(test_frame_produce_v9),
+        cmocka_unit_test(test_frame_produce_v13),
+        cmocka_unit_test(test_fetch_v16_leader_hint),
         cmocka_unit_test(test_encode_apiversions_response),
         cmocka_unit_test(test_fetch_response_segments_and_tags),
         cmocka_unit_test(test_unknown_tags_skipped),

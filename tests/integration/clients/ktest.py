@@ -17,6 +17,7 @@ WORK = os.environ.get("SKIFF_TEST_WORK", os.path.join(ROOT, "tests", ".work"))
 CACHE = os.environ.get("SKIFF_TEST_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "skiff"))
 JAVA_DIR = os.path.join(ROOT, "tests", "java")
 KAFKAJS_VERSION = "2.2.4"
+FRANZ_DIR = os.path.join(HERE, "franz")
 
 
 def tail(text, n=4000):
@@ -167,6 +168,28 @@ def install_kafkajs():
     return os.path.join(prefix, "node_modules")
 
 
+def build_franz():
+    """Builds clients/franz (franz-go, fetched from the Go module proxy on a first build)
+    into CACHE/go when missing or older than its sources; returns the binary, or raises
+    RuntimeError."""
+    go = shutil.which("go") or ("/usr/local/go/bin/go" if os.path.exists("/usr/local/go/bin/go")
+                                else None)
+    if go is None:
+        raise RuntimeError("go is needed for the franz-go client")
+    cache = os.path.join(CACHE, "go")
+    binary = os.path.join(cache, "bin", "franz")
+    sources = [os.path.join(FRANZ_DIR, f) for f in ("main.go", "go.mod", "go.sum")]
+    if os.path.exists(binary) and all(os.path.getmtime(f) <= os.path.getmtime(binary)
+                                      for f in sources):
+        return binary
+    env = {"GOMODCACHE": os.path.join(cache, "mod"), "GOCACHE": os.path.join(cache, "build"),
+           "GOFLAGS": "-mod=readonly", "GOTOOLCHAIN": "local"}
+    p = run([go, "build", "-o", binary, "."], timeout=600, env=env, cwd=FRANZ_DIR, check=False)
+    if p.returncode != 0:
+        raise RuntimeError("go build of the franz-go client failed: %s" % tail(p.stderr, 500))
+    return binary
+
+
 if __name__ == "__main__":
     # tests/run.sh: build and install the client programs before the timed tests.
     t0 = time.time()
@@ -177,3 +200,8 @@ if __name__ == "__main__":
         print("kafkajs ready in %s (%.1fs)" % (install_kafkajs(), time.time() - t0))
     except RuntimeError as e:
         print("kafkajs unavailable, test_1005 will be skipped: %s" % e)
+    t0 = time.time()
+    try:
+        print("franz-go client ready in %s (%.1fs)" % (build_franz(), time.time() - t0))
+    except RuntimeError as e:
+        print("franz-go unavailable, test_1006 will be skipped: %s" % e)
