@@ -14,6 +14,7 @@
 #include "config.h"
 #include "cluster.h"
 #include "dispatch.h"
+#include "fetch_session.h"
 #include "follow.h"
 #include "handlers.h"
 #include "kmsg.h"
@@ -67,6 +68,7 @@ typedef struct sk_fwait {
     bool disk_tried;
     bool shutdown;
     sk_arena *keep; /* the decoded request and the response skeleton */
+    sk_fetch_session session;
 } sk_fwait;
 
 static void fetch_eval(sk_fwait *w);
@@ -575,6 +577,7 @@ static void fetch_eval(sk_fwait *w)
         w->finished = true;
         unpark(w);
         n->n_fetched_bytes += (uint64_t)total;
+        sk_fetch_session_answer(r, &w->session);
         sk_req_respond(r);
         return;
     }
@@ -606,16 +609,6 @@ void h_fetch(sk_req *r)
     kp_FetchRequest *req = r->body;
     kp_FetchResponse *resp = r->resp;
     sk_node *n = r->node;
-    if (r->version >= 7 && req->session_id != 0) {
-        /* Skiff declines fetch sessions (session id 0 in every answer), so
-         * a client can only name one it invented. */
-        resp->error_code = SK_KAFKA_FETCH_SESSION_ID_NOT_FOUND;
-        resp->session_id = 0;
-        sk_req_respond(r);
-        return;
-    }
-    resp->session_id = 0;
-    int32_t nt = req->topics.n > 0 ? req->topics.n : 0;
     /* The response skeleton and the request body must outlive the arena
      * resets of each evaluation: move the request into its own arena. */
     sk_arena *keep = r->arena;
@@ -625,6 +618,18 @@ void h_fetch(sk_req *r)
         sk_req_close(r, "out of memory");
         return;
     }
+    /* A session's request now lists the session's partitions. */
+    sk_fetch_session fs;
+    int serr = sk_fetch_session_open(r, keep, &fs);
+    if (serr != 0) {
+        sk_arena_destroy(r->arena);
+        r->arena = keep;
+        resp->error_code = (int16_t)serr;
+        resp->session_id = 0;
+        sk_req_respond(r);
+        return;
+    }
+    int32_t nt = req->topics.n > 0 ? req->topics.n : 0;
     sk_fwait *w = calloc(1, sizeof *w);
     int nflat = 0;
     for (int32_t i = 0; i < nt; i++)
@@ -649,6 +654,7 @@ void h_fetch(sk_req *r)
     /* The decoded request and the skeleton stay in `keep`, freed with the
      * request through cleanup. */
     w->keep = keep;
+    w->session = fs;
     if (!w->disk || !w->regs) {
         sk_req_close(r, "out of memory");
         return;
