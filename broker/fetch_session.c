@@ -75,7 +75,8 @@ static bool same_topic(const sk_req *r, const sk_fs_part *a, const sk_fs_part *b
     if (uses_ids(r))
         return memcmp(a->key.topic_id.b, b->key.topic_id.b, 16) == 0;
     return a->key.topic.len == b->key.topic.len &&
-           memcmp(a->key.topic.p, b->key.topic.p, (size_t)a->key.topic.len) == 0;
+           (a->key.topic.len <= 0 ||
+            memcmp(a->key.topic.p, b->key.topic.p, (size_t)a->key.topic.len) == 0);
 }
 
 static kp_FetchRequest_FetchTopic *start_topic(sk_req *r, sk_arena *keep,

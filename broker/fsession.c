@@ -193,7 +193,7 @@ static void touch(sk_fs_cache *c, sk_fs_session *s, int64_t now)
 sk_fs_session *sk_fs_create(sk_fs_cache *c, int64_t now, bool privileged, bool uses_ids,
                             int32_t size)
 {
-    if (size > SK_FS_MAX_PARTS)
+    if (size > SK_FS_MAX_PARTS || c->nparts + size > SK_FS_MAX_CACHED)
         return NULL;
     if ((int32_t)sk_map_count(c->byid) >= c->slots && !try_evict(c, now, privileged, size))
         return NULL;
@@ -325,7 +325,7 @@ int sk_fs_put(sk_fs_session *s, const sk_fs_key *k, const sk_fs_params *prm, int
         p->req = *prm;
         return 0;
     }
-    if (s->n >= SK_FS_MAX_PARTS)
+    if (s->n >= SK_FS_MAX_PARTS || s->cache->nparts >= SK_FS_MAX_CACHED)
         return SK_ERR_NOMEM;
     p = calloc(1, sizeof *p);
     int32_t tl = k->topic.len > 0 ? k->topic.len : 0;

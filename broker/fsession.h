@@ -18,7 +18,8 @@
  * No I/O and no clock of its own: every call that needs time takes `now`
  * (monotonic ms). Thread: single-threaded (the event loop's). Topic names
  * passed in are copied. Errors are Kafka codes (sk_err.h) or SK_ERR_NOMEM
- * (an allocation or the per-session partition cap SK_FS_MAX_PARTS).
+ * (an allocation, or the caps: SK_FS_MAX_PARTS partitions in a session,
+ * SK_FS_MAX_CACHED in the whole cache, topic names up to 1024 bytes).
  */
 #ifndef FSESSION_H
 #define FSESSION_H
@@ -29,6 +30,7 @@
 #include "kc.h"
 
 #define SK_FS_MAX_PARTS 100000 /* partitions in one session */
+#define SK_FS_MAX_CACHED 1000000 /* partitions in all sessions of the cache */
 #define SK_FS_EVICTION_MS 120000 /* Kafka's MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS */
 
 typedef struct sk_fs_cache sk_fs_cache;

@@ -577,6 +577,8 @@ static void fetch_eval(sk_fwait *w)
         w->finished = true;
         unpark(w);
         n->n_fetched_bytes += (uint64_t)total;
+        /* Last before the answer: it drops partitions of a session's answer,
+         * after which responses no longer mirror req->topics entry for entry. */
         sk_fetch_session_answer(r, &w->session);
         sk_req_respond(r);
         return;
