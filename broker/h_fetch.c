@@ -611,6 +611,16 @@ void h_fetch(sk_req *r)
     kp_FetchRequest *req = r->body;
     kp_FetchResponse *resp = r->resp;
     sk_node *n = r->node;
+    /* An incremental request now lists its session's partitions (in the
+     * request's arena, kept below); a session error is answered at once. */
+    sk_fetch_session fs;
+    int serr = sk_fetch_session_open(r, r->arena, &fs);
+    if (serr != 0) {
+        resp->error_code = (int16_t)serr;
+        sk_req_respond(r);
+        return;
+    }
+    int32_t nt = req->topics.n > 0 ? req->topics.n : 0;
     /* The response skeleton and the request body must outlive the arena
      * resets of each evaluation: move the request into its own arena. */
     sk_arena *keep = r->arena;
@@ -620,18 +630,6 @@ void h_fetch(sk_req *r)
         sk_req_close(r, "out of memory");
         return;
     }
-    /* A session's request now lists the session's partitions. */
-    sk_fetch_session fs;
-    int serr = sk_fetch_session_open(r, keep, &fs);
-    if (serr != 0) {
-        sk_arena_destroy(r->arena);
-        r->arena = keep;
-        resp->error_code = (int16_t)serr;
-        resp->session_id = 0;
-        sk_req_respond(r);
-        return;
-    }
-    int32_t nt = req->topics.n > 0 ? req->topics.n : 0;
     sk_fwait *w = calloc(1, sizeof *w);
     int nflat = 0;
     for (int32_t i = 0; i < nt; i++)
