@@ -205,6 +205,27 @@ def test_session_serves_another_connection(broker, topic3):
     assert resp["ErrorCode"] == k.NONE and resp["SessionId"] == sid
 
 
+def test_overlapping_requests_of_one_session(broker, topic3):
+    """A long poll of epoch 1 is still waiting when epoch 2 comes on another connection:
+    the later one is served, and the earlier one, once its wait ends, is answered
+    INVALID_FETCH_SESSION_EPOCH (with the session id) rather than with stale news."""
+    c, t = topic3
+    sid, _ = new_session(c, t, (1, 2, 3))
+    c.send(1, VERSION, {
+        "ReplicaId": -1, "MaxWaitMs": 2000, "MinBytes": 1, "MaxBytes": 0x7FFFFFFF,
+        "IsolationLevel": 0, "SessionId": sid, "SessionEpoch": 1, "Topics": [],
+        "ForgottenTopicsData": [], "RackId": ""})
+    time.sleep(0.3)
+    with k.Conn(broker.bootstrap) as c2:
+        resp, parts = fetch(c2, sid, 2)
+        assert resp["ErrorCode"] == k.NONE and resp["SessionId"] == sid and parts == {}
+    resp = c.recv(timeout=30)
+    assert resp["ErrorCode"] == INVALID_FETCH_SESSION_EPOCH
+    assert resp["SessionId"] == sid and resp["Responses"] == []
+    resp, _ = fetch(c, sid, 3)
+    assert resp["ErrorCode"] == k.NONE and resp["SessionId"] == sid
+
+
 def test_closed_session(topic3):
     c, t = topic3
     sid, _ = new_session(c, t)
