@@ -167,3 +167,5 @@ def test_consumer_restart_reads_each_record_once_in_fetch_sessions(broker_factor
         m = metrics(b)
         assert m["skiff_fetch_sessions_created_total"] >= 2, m
         assert m["skiff_fetch_session_evictions_total"] == 0, m
+        # A closing consumer ends its sessions (epoch -1): none is left behind.
+        assert m["skiff_fetch_sessions"] == 0, m
