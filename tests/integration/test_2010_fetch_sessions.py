@@ -1,8 +1,8 @@
 """Fetch sessions (KIP-227, incremental fetch) at the protocol level.
 
-Every test but the eviction ones passes against Apache Kafka 4.3.1 with the same
-assertions (SKIFF_TEST_AGAINST=kafka); those need a broker started with a small
-max.incremental.fetch.session.cache.slots, which an external broker is not.
+Every test passes against Apache Kafka 4.3.1 with the same assertions
+(SKIFF_TEST_AGAINST=kafka) but the last three, which need a broker this harness
+starts: with a small max.incremental.fetch.session.cache.slots, or restarted.
 """
 
 import threading
@@ -294,3 +294,23 @@ def test_no_slots_no_sessions(broker_factory, topic_name):
         resp, parts = fetch(c, 0, 0, {topic_name: [(0, 0)]})
         assert resp["ErrorCode"] == k.NONE and resp["SessionId"] == 0
         assert parts[(topic_name, 0)]["ErrorCode"] == k.NONE
+
+
+@pytest.mark.restarts
+def test_sessions_die_with_the_node(broker_factory, topic_name):
+    b = broker_factory()
+    with k.Conn(b.bootstrap) as c:
+        k.create_topic(c, topic_name, 1)
+        assert k.produce(c, topic_name, 0, k.batch([b"x"]))["ErrorCode"] == k.NONE
+        resp, _ = fetch(c, 0, 0, {topic_name: [(0, 0)]})
+        sid = resp["SessionId"]
+        assert sid != 0
+    b.kill()
+    b.start()
+    with k.Conn(b.bootstrap) as c:
+        resp, parts = fetch(c, sid, 1, {topic_name: [(0, 1)]})
+        assert resp["ErrorCode"] == FETCH_SESSION_ID_NOT_FOUND and parts == {}
+        # The client starts over with a full fetch.
+        resp, parts = fetch(c, 0, 0, {topic_name: [(0, 0)]})
+        assert resp["ErrorCode"] == k.NONE and resp["SessionId"] != 0
+        assert values(parts[(topic_name, 0)]) == [b"x"]
