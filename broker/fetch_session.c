@@ -86,7 +86,7 @@ static kp_FetchRequest_FetchTopic *start_topic(sk_req *r, sk_arena *keep,
     for (sk_fs_part *q = p; q && same_topic(r, p, q); q = q->next)
         np++;
     ft->topic_id = p->key.topic_id;
-    ft->topic = p->key.topic;
+    ft->topic = (kc_str){"", p->key.topic.len}; /* never the cache's own copy */
     if (p->key.topic.len > 0) {
         char *name = sk_arena_alloc(keep, (size_t)p->key.topic.len);
         if (!name)
