@@ -345,6 +345,13 @@ const sk_prop sk_props[] = {
      NULL, false},
     {"connections.max.idle.ms", SK_PROP_INT, OFF(connections_max_idle_ms), "600000", 0, I32MAX,
      "Network", "Close connections idle this long (0: never).", NULL, false},
+    {"max.incremental.fetch.session.cache.slots", SK_PROP_INT,
+     OFF(max_incremental_fetch_session_cache_slots), "1000", 0, I32MAX, "Network",
+     "Fetch sessions (KIP-227) the node keeps, over all connections. When all are taken, a "
+     "new session replaces one idle for more than 2 minutes, else the smallest session used "
+     "more than 2 minutes after its creation if the new one is bigger; otherwise the client "
+     "fetches without a session. 0: no sessions.",
+     NULL, false},
 
     /* Cluster */
     {"etcd.endpoints", SK_PROP_STRING, OFF(etcd_endpoints), "", 0, 0, "Cluster",

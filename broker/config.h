@@ -90,6 +90,7 @@ typedef struct sk_config {
     int32_t max_inflight_requests_per_connection;
     int64_t max_output_bytes_per_connection;
     int32_t connections_max_idle_ms;
+    int32_t max_incremental_fetch_session_cache_slots;
 
     /* groups */
     int32_t group_min_session_timeout_ms;

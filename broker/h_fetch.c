@@ -14,6 +14,7 @@
 #include "config.h"
 #include "cluster.h"
 #include "dispatch.h"
+#include "fetch_session.h"
 #include "follow.h"
 #include "handlers.h"
 #include "kmsg.h"
@@ -67,6 +68,7 @@ typedef struct sk_fwait {
     bool disk_tried;
     bool shutdown;
     sk_arena *keep; /* the decoded request and the response skeleton */
+    sk_fetch_session session;
 } sk_fwait;
 
 static void fetch_eval(sk_fwait *w);
@@ -576,6 +578,9 @@ static void fetch_eval(sk_fwait *w)
         unpark(w);
         n->n_fetched_bytes += (uint64_t)total;
         sk_fetch_hints(r);
+        /* Last before the answer: it drops partitions of a session's answer,
+         * after which responses no longer mirror req->topics entry for entry. */
+        sk_fetch_session_answer(r, &w->session);
         sk_req_respond(r);
         return;
     }
@@ -606,15 +611,15 @@ void h_fetch(sk_req *r)
     kp_FetchRequest *req = r->body;
     kp_FetchResponse *resp = r->resp;
     sk_node *n = r->node;
-    if (r->version >= 7 && req->session_id != 0) {
-        /* Skiff declines fetch sessions (session id 0 in every answer), so
-         * a client can only name one it invented. */
-        resp->error_code = SK_KAFKA_FETCH_SESSION_ID_NOT_FOUND;
-        resp->session_id = 0;
+    /* An incremental request now lists its session's partitions (in the
+     * request's arena, kept below); a session error is answered at once. */
+    sk_fetch_session fs;
+    int serr = sk_fetch_session_open(r, r->arena, &fs);
+    if (serr != 0) {
+        resp->error_code = (int16_t)serr;
         sk_req_respond(r);
         return;
     }
-    resp->session_id = 0;
     int32_t nt = req->topics.n > 0 ? req->topics.n : 0;
     /* The response skeleton and the request body must outlive the arena
      * resets of each evaluation: move the request into its own arena. */
@@ -649,6 +654,7 @@ void h_fetch(sk_req *r)
     /* The decoded request and the skeleton stay in `keep`, freed with the
      * request through cleanup. */
     w->keep = keep;
+    w->session = fs;
     if (!w->disk || !w->regs) {
         sk_req_close(r, "out of memory");
         return;

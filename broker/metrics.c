@@ -8,6 +8,7 @@
 
 #include "cluster.h"
 #include "config.h"
+#include "fsession.h"
 #include "plog.h"
 #include "groups.h"
 #include "kc.h"
@@ -299,6 +300,15 @@ void sk_metrics_render(sk_node *n, struct evbuffer *b)
     counter(b, "skiff_produced_bytes_total", "Record batch bytes appended.", n->n_produced_bytes);
     counter(b, "skiff_fetched_bytes_total", "Record batch bytes sent to consumers.",
             n->n_fetched_bytes);
+    const sk_fs_cache *fsc = n->fsessions; /* made at the first fetch session */
+    gauge(b, "skiff_fetch_sessions", "Fetch sessions (KIP-227) cached.",
+          fsc ? (double)sk_fs_count(fsc) : 0);
+    gauge(b, "skiff_fetch_session_partitions", "Partitions of the cached fetch sessions.",
+          fsc ? (double)sk_fs_partitions(fsc) : 0);
+    counter(b, "skiff_fetch_sessions_created_total", "Fetch sessions created by full fetches.",
+            fsc ? sk_fs_created(fsc) : 0);
+    counter(b, "skiff_fetch_session_evictions_total",
+            "Fetch sessions evicted to make room for a new one.", fsc ? sk_fs_evictions(fsc) : 0);
 
     if (n->wal) {
         wal_stats ws;

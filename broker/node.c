@@ -18,6 +18,7 @@
 #include "session.h"
 #include "config.h"
 #include "dynconf.h"
+#include "fsession.h"
 #include "groups.h"
 #include "handlers.h"
 #include "kbatch.h"
@@ -958,6 +959,8 @@ void sk_node_destroy(sk_node *n)
     n->tier = NULL;
     sk_groups_destroy(n->groups);
     n->groups = NULL;
+    sk_fs_destroy(n->fsessions);
+    n->fsessions = NULL;
     sk_dynconf_free(n);
     zone_map_destroy(n->zones);
     sk_vlog_destroy(n->log);

@@ -201,6 +201,7 @@ struct sk_node {
     sk_store *store;     /* the own log's (sk_vlog_store), for short */
     sk_workq *readers; /* reads of storage and the SQLite view */
     sk_groups *groups;
+    struct sk_fs_cache *fsessions; /* fetch sessions (fsession.h), made at first use */
     struct zone_map *zones;
     struct sk_xzone *xzone; /* cross-zone accounting (xzone.h) */
     struct sk_tier *tier;

@@ -215,12 +215,13 @@ def test_fetch_unknown_topic_or_partition(conn_topic, topic_name):
     assert p["ErrorCode"] == k.UNKNOWN_TOPIC_OR_PARTITION
 
 
-def test_fetch_session_declined(conn_topic):
-    """Skiff has no fetch sessions: a full fetch gets SessionId 0, and clients carry on."""
+def test_sessionless_fetch(conn_topic):
+    """A full fetch with epoch -1 asks for no session and gets SessionId 0 (sessions
+    themselves: test_2010_fetch_sessions.py)."""
     c, topic = conn_topic
     resp, p = k.fetch(c, topic, 0, 0, version=11)
     assert resp["ErrorCode"] == k.NONE and p["ErrorCode"] == k.NONE
-    assert resp["SessionId"] >= 0
+    assert resp["SessionId"] == 0
 
 
 @pytest.mark.parametrize("version", [1, 7])

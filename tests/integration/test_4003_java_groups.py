@@ -125,3 +125,47 @@ def test_resume_from_committed_offsets_after_sigkill(broker_factory, topic_name)
     keys = [i for _, _, _, i in first + second]
     assert len(keys) == n and len(set(keys)) == n, "%d records read, %d distinct, %d written" % (
         len(keys), len(set(keys)), n)
+
+
+def test_consumer_restart_reads_each_record_once_in_fetch_sessions(broker_factory, topic_name):
+    """The Java consumer fetches in sessions (KIP-227): a full fetch, then incremental ones
+    that add and forget partitions as its buffers fill and drain. With one batch per fetch
+    (max.partition.fetch.bytes below a batch), every partition must still make progress,
+    and a second consumer of the group resumes where the first committed."""
+    ext = harness.external()
+    b = harness.ExternalBroker(ext) if ext else broker_factory(
+        dict(FAST, **{"metrics.listener": "127.0.0.1:%d" % harness.free_port()}))
+    bs, parts, per_batch, batches = b.bootstrap, 4, 50, 10
+    n = parts * per_batch * batches
+    c = kg.connect(bs)
+    kproto.create_topic(c, topic_name, parts)
+    i = 0
+    for _ in range(batches):
+        for p in range(parts):
+            recs = [kproto.Record(key=b"k-%d" % (i + j), value=b"v" * 40) for j in range(per_batch)]
+            assert kproto.produce(c, topic_name, p, kproto.batch(records=recs))["ErrorCode"] == 0
+            i += per_batch
+    group = "g4003-sessions-" + uuid.uuid4().hex[:6]
+    args = ["-m", "consume", "-b", bs, "-t", topic_name, "-g", group, "--read-timeout", "60",
+            "--prop", "max.partition.fetch.bytes=1024", "--prop", "max.poll.records=50"]
+    rc, out, err = jtools.java("GroupConsume", args + ["-n", str(n // 2)])
+    assert rc == 0, ktest.tail(err)
+    first, _ = parse(out)
+    rc, out, err = jtools.java("GroupConsume", args + ["-n", str(n - len(first))])
+    summary = jtools.json_lines(out)[-1]
+    assert rc == 0, "%s\n%s" % (summary, ktest.tail(err))
+    second, _ = parse(out)
+    keys = [k for _, _, _, k in first + second]
+    assert len(keys) == n and sorted(keys) == list(range(n)), \
+        "%d records read, %d distinct, %d written" % (len(keys), len(set(keys)), n)
+    for p in range(parts):
+        offs = sorted(off for _, q, off, _ in first + second if q == p)
+        assert offs == list(range(per_batch * batches)), "partition %d: gaps or repeats" % p
+    c.close()
+    if not ext:
+        from s3env import metrics
+        m = metrics(b)
+        assert m["skiff_fetch_sessions_created_total"] >= 2, m
+        assert m["skiff_fetch_session_evictions_total"] == 0, m
+        # A closing consumer ends its sessions (epoch -1): none is left behind.
+        assert m["skiff_fetch_sessions"] == 0, m
