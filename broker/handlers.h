@@ -30,6 +30,10 @@ void h_describe_cluster(sk_req *r);
 void h_describe_log_dirs(sk_req *r);
 void h_alter_partition_reassignments(sk_req *r);
 void h_list_partition_reassignments(sk_req *r);
+void h_describe_topic_partitions(sk_req *r);
+void h_describe_producers(sk_req *r);
+void h_elect_leaders(sk_req *r);
+void h_alter_replica_log_dirs(sk_req *r);
 
 /* The brokers a client on r's connection is told about (Metadata,
  * DescribeCluster): this node alone, or a cluster's live nodes at their
@@ -45,6 +49,13 @@ int sk_brokers_for(sk_req *r, sk_broker **out);
 int32_t sk_controller_for(sk_req *r);
 /* The address of `node` for r's client (false: not live). */
 bool sk_broker_addr(sk_req *r, int32_t node, sk_broker *out);
+/* A partition's leader as r's client is told (Metadata and
+ * DescribeTopicPartitions): its main, or for a client of a routed zone a node
+ * of that zone (proxy/route.h); -1 between two mains. */
+int32_t sk_part_leader_for(sk_req *r, const sk_part *p);
+/* The partition's main when that node is live (this node, on a single
+ * node), else -1. */
+int32_t sk_part_main_live(sk_req *r, const sk_part *p);
 /* Skiff's node-to-node RPCs (h_rpc.c). */
 void h_handoff_ready(sk_req *r);
 void h_confirm(sk_req *r);
