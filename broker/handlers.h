@@ -34,6 +34,7 @@ void h_describe_topic_partitions(sk_req *r);
 void h_describe_producers(sk_req *r);
 void h_elect_leaders(sk_req *r);
 void h_alter_replica_log_dirs(sk_req *r);
+void h_describe_quorum(sk_req *r);
 
 /* The brokers a client on r's connection is told about (Metadata,
  * DescribeCluster): this node alone, or a cluster's live nodes at their

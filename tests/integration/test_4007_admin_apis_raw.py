@@ -3,7 +3,8 @@ DescribeTopicPartitions (answers as Metadata does, sorted, paged by a cursor and
 partition limit; unknown and invalid names; a cursor outside the list),
 ElectLeaders (preferred and unclean on partitions with a live leader, unknown
 partitions, all partitions), DescribeProducers (an idempotent producer's id, epoch,
-last sequence and timestamp) and AlterReplicaLogDirs (the current log dir, another).
+last sequence and timestamp), AlterReplicaLogDirs (the current log dir, another) and
+DescribeQuorum (the metadata partition led by the broker; any other partition).
 Expectations from Kafka 4.3.1 with one broker: every test also runs against it.
 """
 
@@ -85,6 +86,26 @@ _api(35, 2,
                                                     F("IsFutureKey", "bool", "0+")])]),
           F("TotalBytes", "int64", "4+", default=-1),
           F("UsableBytes", "int64", "4+", default=-1)])])
+
+_REPLICA = [F("ReplicaId", "int32", "0+"), F("ReplicaDirectoryId", "uuid", "2+"),
+            F("LogEndOffset", "int64", "0+"), F("LastFetchTimestamp", "int64", "1+", default=-1),
+            F("LastCaughtUpTimestamp", "int64", "1+", default=-1)]
+_api(55, 0,
+     [S("Topics", "0+", [F("TopicName", "string", "0+"),
+                         S("Partitions", "0+", [F("PartitionIndex", "int32", "0+")])])],
+     [F("ErrorCode", "int16", "0+"), F("ErrorMessage", "string", "2+", nullable="2+"),
+      S("Topics", "0+", [
+          F("TopicName", "string", "0+"),
+          S("Partitions", "0+", [
+              F("PartitionIndex", "int32", "0+"), F("ErrorCode", "int16", "0+"),
+              F("ErrorMessage", "string", "2+", nullable="2+"),
+              F("LeaderId", "int32", "0+"), F("LeaderEpoch", "int32", "0+"),
+              F("HighWatermark", "int64", "0+"),
+              S("CurrentVoters", "0+", _REPLICA), S("Observers", "0+", _REPLICA)])]),
+      S("Nodes", "2+", [F("NodeId", "int32", "2+"),
+                        S("Listeners", "2+", [F("Name", "string", "2+"), F("Host", "string", "2+"),
+                                              F("Port", "uint16", "2+")])])])
+BROKER_ID = 1  # skiffd's node.id in the harness, and kafka-ref.sh's
 
 
 @pytest.fixture
@@ -257,3 +278,35 @@ def test_alter_replica_log_dirs(conn):
     assert got == {(t, 0): 0, (t, 9): UNKNOWN_TOPIC_OR_PARTITION,
                    (t + "-missing", 0): UNKNOWN_TOPIC_OR_PARTITION,
                    (t, 1): LOG_DIR_NOT_FOUND}, got
+
+
+def quorum(c, version, topics):
+    return c.request(55, version, {"Topics": [{"TopicName": t, "Partitions": [
+        {"PartitionIndex": p} for p in ps]} for t, ps in topics]})
+
+
+def test_describe_quorum(conn):
+    c = conn
+    for version in (0, 1, 2):
+        r = quorum(c, version, [("__cluster_metadata", [0])])
+        assert r["ErrorCode"] == 0, r
+        (t,) = r["Topics"]
+        (p,) = t["Partitions"]
+        assert (t["TopicName"], p["PartitionIndex"], p["ErrorCode"], p["LeaderId"]) == (
+            "__cluster_metadata", 0, 0, BROKER_ID), r
+        assert p["LeaderEpoch"] >= 0 and p["HighWatermark"] >= 0, p
+        assert BROKER_ID in [v["ReplicaId"] for v in p["CurrentVoters"]], p
+        if version >= 1:
+            (lv,) = [v for v in p["CurrentVoters"] if v["ReplicaId"] == BROKER_ID]
+            assert lv["LastCaughtUpTimestamp"] > 0, lv
+        if version >= 2:
+            nodes = {n["NodeId"]: n["Listeners"] for n in r["Nodes"]}
+            assert nodes.get(BROKER_ID) and all(x["Port"] > 0 for x in nodes[BROKER_ID]), r
+    # Only the metadata partition is described.
+    for topics in ([("__cluster_metadata", [1])], [("__consumer_offsets", [0])],
+                   [("__cluster_metadata", [0, 1])]):
+        r = quorum(c, 2, topics)
+        assert r["ErrorCode"] == 0, r
+        got = [(t["TopicName"], p["PartitionIndex"], p["ErrorCode"])
+               for t in r["Topics"] for p in t["Partitions"]]
+        assert got == [(t, p, UNKNOWN_TOPIC_OR_PARTITION) for t, ps in topics for p in ps], r

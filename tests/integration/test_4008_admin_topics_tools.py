@@ -2,8 +2,9 @@
 goes through DescribeTopicPartitions: on skiffd the request counter says so) and
 kafka-topics --describe, electLeaders and kafka-leader-election (no election needed
 with one live leader per partition), describeProducers and kafka-transactions
-describe-producers (an idempotent producer's state). The same assertions hold against
-Apache Kafka with one broker.
+describe-producers (an idempotent producer's state), kafka-metadata-quorum describe
+(one voter, the broker, leading). The same assertions hold against Apache Kafka with one
+broker.
 """
 
 import base64
@@ -104,3 +105,17 @@ def test_topics_elections_and_producers(mbroker, topic_name):
         jtools.show(tprod)
     assert [x[:4] for x in lines[1:]] == [[str(pid), str(epoch), "-1", "3"]], jtools.show(tprod)
     c.close()
+
+
+def test_metadata_quorum_tool(mbroker):
+    bs = mbroker.bootstrap
+    q = ["metadata-quorum", "--bootstrap-server", bs, "describe"]
+    status, repl = jtools.tools(q + ["--status"], q + ["--replication"])
+    fields = dict(ln.split(":", 1) for ln in ok(status)["out"].splitlines() if ":" in ln)
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    assert fields.get("LeaderId") == str(BROKER_ID), jtools.show(status)
+    assert int(fields["LeaderEpoch"]) >= 0 and int(fields["HighWatermark"]) >= 0, fields
+    assert fields["CurrentVoters"].startswith('[{"id": %d' % BROKER_ID), jtools.show(status)
+    rows = [ln.split() for ln in ok(repl)["out"].splitlines() if ln.strip()]
+    assert rows[0][:2] == ["NodeId", "DirectoryId"] and rows[1][0] == str(BROKER_ID), jtools.show(repl)
+    assert rows[1][-1] == "Leader", jtools.show(repl)

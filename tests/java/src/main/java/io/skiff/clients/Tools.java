@@ -37,6 +37,7 @@ import org.apache.kafka.common.utils.Exit;
  *   reassign        org.apache.kafka.tools.reassign.ReassignPartitionsCommand
  *   transactions    org.apache.kafka.tools.TransactionsCommand
  *   leader-election org.apache.kafka.tools.LeaderElectionCommand
+ *   metadata-quorum org.apache.kafka.tools.MetadataQuorumCommand
  * or an AdminClient call whose result is printed as JSON:
  *   admin-groups BOOTSTRAP                 listConsumerGroups
  *   admin-describe BOOTSTRAP GROUP         describeConsumerGroups
@@ -156,6 +157,9 @@ public final class Tools {
                 break;
             case "leader-election":
                 org.apache.kafka.tools.LeaderElectionCommand.main(a);
+                break;
+            case "metadata-quorum":
+                org.apache.kafka.tools.MetadataQuorumCommand.main(a);
                 break;
             case "admin-topics":
             case "admin-elect":
