@@ -1,0 +1,69 @@
+"""The admin APIs of test_4007 in a three-node cluster: every node describes a topic's
+partitions with DescribeTopicPartitions as Metadata does (each partition led by its
+main, spread over the nodes), finds no election needed for any partition, answers
+DescribeProducers for the partitions it serves and NOT_LEADER_OR_FOLLOWER for the
+others, and describes the quorum as led by the cluster's controller with the other
+nodes as observers.
+"""
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "clients"))
+import cluster as cm  # noqa: E402
+import kproto as k  # noqa: E402
+from test_4007_admin_apis_raw import ELECTION_NOT_NEEDED, dtp, elect, pages, quorum  # noqa: E402
+
+pytestmark = pytest.mark.cluster
+
+PARTS = 6
+NOT_LEADER_OR_FOLLOWER = 6
+
+
+def test_admin_apis_on_every_node(cluster_factory, topic_name):
+    cl = cluster_factory(3, overrides={"leader.imbalance.check.interval.seconds": "1"}).start()
+    cl.wait_balanced()
+    t = topic_name
+    leaders = cl.create_topic(t, PARTS, via=1)
+    assert len({ld for ld, _ in leaders.values()}) > 1, leaders
+    main0 = leaders[0][0]
+    with cl.node(main0).conn() as c:
+        ip = k.init_producer_id(c)
+        b = k.batch([b"x"], producer_id=ip["ProducerId"], producer_epoch=ip["ProducerEpoch"],
+                    base_sequence=0)
+        assert k.produce(c, t, 0, b)["ErrorCode"] == 0
+    for n in cl.nodes.values():
+        with n.conn() as c:
+            controller = cm.describe_cluster(c)["ControllerId"]
+            (md,) = k.metadata(c, [t], version=12, allow_auto=False)["Topics"]
+            r = dtp(c, [t], limit=4)
+            assert pages(r) == ([(t, [0, 1, 2, 3])], (t, 4)), r
+            r2 = dtp(c, [t], cursor={"TopicName": t, "PartitionIndex": 4})
+            parts = r["Topics"][0]["Partitions"] + r2["Topics"][0]["Partitions"]
+            got = {p["PartitionIndex"]: (p["LeaderId"], p["LeaderEpoch"], p["ReplicaNodes"])
+                   for p in parts}
+            want = {p["PartitionIndex"]: (p["LeaderId"], p["LeaderEpoch"], p["ReplicaNodes"])
+                    for p in md["Partitions"]}
+            assert got == want, "node %d: %r, Metadata %r" % (n.node_id, got, want)
+            assert {p: v[0] for p, v in got.items()} == {p: ld for p, (ld, _) in leaders.items()}
+
+            res, _, top = elect(c, {t: list(range(PARTS))})
+            assert top == 0 and {v[0] for v in res.values()} == {ELECTION_NOT_NEEDED}, res
+
+            pr = c.request(61, 0, {"Topics": [{"Name": t, "PartitionIndexes": list(range(PARTS))}]})
+            errs = {p["PartitionIndex"]: p["ErrorCode"] for p in pr["Topics"][0]["Partitions"]}
+            assert errs == {p: 0 if ld == n.node_id else NOT_LEADER_OR_FOLLOWER
+                            for p, (ld, _) in leaders.items()}, (n.node_id, errs)
+            if n.node_id == main0:
+                (st,) = pr["Topics"][0]["Partitions"][0]["ActiveProducers"]
+                assert (st["ProducerId"], st["LastSequence"]) == (ip["ProducerId"], 0), st
+
+            q = quorum(c, 2, [("__cluster_metadata", [0])])
+            (qp,) = q["Topics"][0]["Partitions"]
+            assert (qp["ErrorCode"], qp["LeaderId"]) == (0, controller), q
+            assert [v["ReplicaId"] for v in qp["CurrentVoters"]] == [controller], q
+            assert sorted(o["ReplicaId"] for o in qp["Observers"]) == sorted(
+                i for i in cl.live_ids() if i != controller), q
+            assert qp["LeaderEpoch"] > 0 and qp["HighWatermark"] > 0, q
