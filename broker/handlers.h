@@ -36,6 +36,25 @@ void h_elect_leaders(sk_req *r);
 void h_alter_replica_log_dirs(sk_req *r);
 void h_describe_quorum(sk_req *r);
 
+/* Group configs (h_gconf.c), for DescribeConfigs, AlterConfigs and
+ * IncrementalAlterConfigs on resource type GROUP. Both may finish later:
+ * they hold r->pending meanwhile and release it as the handlers' other
+ * asynchronous steps do (r->on_done, else the response). */
+struct kp_DescribeConfigsRequest_DescribeConfigsResource;
+struct kp_DescribeConfigsResponse_DescribeConfigsResult;
+void sk_describe_group_configs(sk_req *r,
+                               const struct kp_DescribeConfigsRequest_DescribeConfigsResource *res,
+                               struct kp_DescribeConfigsResponse_DescribeConfigsResult *out);
+/* One change: op 0 set, 1 delete, 2 append, 3 subtract (Kafka's). */
+typedef struct sk_gconf_op {
+    kc_str name;
+    int8_t op;
+    kc_str value;
+} sk_gconf_op;
+/* replace: the ops' SETs become the whole set (AlterConfigs). */
+void sk_alter_group_configs(sk_req *r, kc_str group, const sk_gconf_op *ops, int nops,
+                            bool replace, bool validate_only, int16_t *err, kc_str *msg);
+
 /* The brokers a client on r's connection is told about (Metadata,
  * DescribeCluster): this node alone, or a cluster's live nodes at their
  * address on the listener the client came in on. */

@@ -3,7 +3,7 @@ partitions with DescribeTopicPartitions as Metadata does (each partition led by 
 main, spread over the nodes), finds no election needed for any partition, answers
 DescribeProducers for the partitions it serves and NOT_LEADER_OR_FOLLOWER for the
 others, and describes the quorum as led by the cluster's controller with the other
-nodes as observers.
+nodes as observers. Group configs set through any node are the cluster's.
 """
 
 import os
@@ -67,3 +67,25 @@ def test_admin_apis_on_every_node(cluster_factory, topic_name):
             assert sorted(o["ReplicaId"] for o in qp["Observers"]) == sorted(
                 i for i in cl.live_ids() if i != controller), q
             assert qp["LeaderEpoch"] > 0 and qp["HighWatermark"] > 0, q
+
+
+def test_group_configs_are_the_clusters(cluster_factory):
+    """A group's configs set through one node are what every node describes, a change
+    through another keeps the first one's entries, and a deletion is seen everywhere."""
+    from test_4009_group_configs_raw import DELETE, SET, group_name, incr, own
+    cl = cluster_factory(3).start()
+    g = group_name()
+    with cl.node(1).conn() as c:
+        assert incr(c, g, [("consumer.session.timeout.ms", SET, "50000")]) == (0, None)
+    with cl.node(2).conn() as c:
+        assert own(c, g) == {"consumer.session.timeout.ms": "50000"}
+        assert incr(c, g, [("share.isolation.level", SET, "read_committed")]) == (0, None)
+    for i in (1, 2, 3):
+        with cl.node(i).conn() as c:
+            assert own(c, g) == {"consumer.session.timeout.ms": "50000",
+                                 "share.isolation.level": "read_committed"}, i
+    with cl.node(3).conn() as c:
+        assert incr(c, g, [("consumer.session.timeout.ms", DELETE, None),
+                           ("share.isolation.level", DELETE, None)]) == (0, None)
+    with cl.node(1).conn() as c:
+        assert own(c, g) == {}

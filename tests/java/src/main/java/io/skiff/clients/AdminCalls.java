@@ -11,6 +11,8 @@ import java.util.concurrent.ExecutionException;
 
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
+import org.apache.kafka.clients.admin.AlterConfigOp;
+import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.admin.DescribeTopicsOptions;
 import org.apache.kafka.clients.admin.ProducerState;
 import org.apache.kafka.clients.admin.TopicDescription;
@@ -18,10 +20,11 @@ import org.apache.kafka.common.ElectionType;
 import org.apache.kafka.common.Node;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.TopicPartitionInfo;
+import org.apache.kafka.common.config.ConfigResource;
 
 /**
- * AdminClient calls on topics and partitions for Tools (admin-topics,
- * admin-elect, admin-producers); each puts its "result" into the JSON line.
+ * AdminClient calls for Tools (admin-topics, admin-elect, admin-producers,
+ * admin-group-configs); each puts its "result" into the JSON line.
  */
 final class AdminCalls {
     private AdminCalls() {
@@ -39,6 +42,9 @@ final class AdminCalls {
                     break;
                 case "admin-elect":
                     j.put("result", elect(admin, a));
+                    break;
+                case "admin-group-configs":
+                    j.put("result", groupConfigs(admin, a));
                     break;
                 default: // admin-producers
                     j.put("result", producers(admin, new TopicPartition(a[1], Integer.parseInt(a[2]))));
@@ -86,6 +92,24 @@ final class AdminCalls {
                     out.put(tp.toString(), err.map(Cli::errorClass).orElse(null)));
         } catch (ExecutionException e) {
             out.put("error", Cli.errorClass(e.getCause()));
+        }
+        return out;
+    }
+
+    /** a: BOOTSTRAP GROUP [NAME=VALUE | NAME=]... */
+    static Map<String, Object> groupConfigs(Admin admin, String[] a) throws Exception {
+        ConfigResource res = new ConfigResource(ConfigResource.Type.GROUP, a[1]);
+        List<AlterConfigOp> ops = new ArrayList<>();
+        for (int i = 2; i < a.length; i++) {
+            String[] kv = a[i].split("=", 2);
+            ops.add(kv[1].isEmpty()
+                    ? new AlterConfigOp(new ConfigEntry(kv[0], null), AlterConfigOp.OpType.DELETE)
+                    : new AlterConfigOp(new ConfigEntry(kv[0], kv[1]), AlterConfigOp.OpType.SET));
+        }
+        if (!ops.isEmpty()) admin.incrementalAlterConfigs(Map.of(res, ops)).all().get();
+        Map<String, Object> out = new TreeMap<>();
+        for (ConfigEntry e : admin.describeConfigs(List.of(res)).all().get().get(res).entries()) {
+            out.put(e.name(), List.of(e.value(), e.source().toString()));
         }
         return out;
     }

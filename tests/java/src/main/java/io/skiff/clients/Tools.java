@@ -46,6 +46,10 @@ import org.apache.kafka.common.utils.Exit;
  *   admin-elect BOOTSTRAP TYPE TOPIC P...  electLeaders (TYPE preferred or unclean): the
  *                                          error class per partition, null for none
  *   admin-producers BOOTSTRAP TOPIC P      describeProducers
+ *   admin-group-configs BOOTSTRAP GROUP [NAME=VALUE | NAME=]...
+ *                                          incrementalAlterConfigs on the group (set, or
+ *                                          delete when the value is empty), then
+ *                                          describeConfigs: {name: [value, source]}
  *   sleep MS
  * A tool's System.exit (Kafka's Exit.exit) is caught. Each command prints one
  * JSON line: {"op":"tool","tool":..,"args":[..],"exit":code or null,
@@ -164,6 +168,7 @@ public final class Tools {
             case "admin-topics":
             case "admin-elect":
             case "admin-producers":
+            case "admin-group-configs":
                 AdminCalls.run(tool, a, j);
                 break;
             case "sleep":
