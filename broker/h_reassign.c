@@ -11,9 +11,13 @@
  * With auto.leader.rebalance.enable the controller may later move a
  * partition again to even the load.
  *
- * ElectLeaders: the replicas Skiff reports for a partition are its main
- * alone, so a partition with a live main needs no election, preferred or
- * unclean (ELECTION_NOT_NEEDED, as a one-replica Kafka answers).
+ * ElectLeaders: a partition's preferred node is where it belongs
+ * (cm_part.pref: where it was placed, reassigned or rebalanced to last). A
+ * preferred election moves a partition that a failover or a node's drain
+ * left elsewhere back there, as a reassignment does; one already there, or
+ * on a single node, needs none (ELECTION_NOT_NEEDED). An unclean election is
+ * never needed while the main is live: one node serves a partition, and
+ * between two mains the controller is already choosing the next.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -261,28 +265,70 @@ enum { ELECT_PREFERRED = 0, ELECT_UNCLEAN = 1 };
 
 typedef kp_ElectLeadersResponse_PartitionResult eresult;
 
-/* The outcome for one partition, as Kafka's controller decides it. A
- * partition's replicas are its main alone (the shared volume is the
- * replica, as Metadata reports), so a live main is both the preferred
- * leader and a leader: no election is needed. Between two mains the
- * controller is already handing it to a live node. */
+static void elected(void *arg, int16_t err)
+{
+    sk_item *it = arg;
+    if (err) {
+        *it->error_code = SK_KAFKA_PREFERRED_LEADER_NOT_AVAILABLE;
+        *it->error_message = sk_req_str(it->r, "The move to the preferred node failed; try again.");
+    }
+    sk_item_done(it, 0);
+}
+
+/* A preferred election in a cluster: NULL when started or not needed (the
+ * code set), else why the preferred node cannot take the partition now. */
+static const char *elect_preferred(sk_req *r, const sk_part *p, eresult *o)
+{
+    sk_cluster *c = r->node->cluster;
+    const cm_part *cp = sk_cluster_part_state(c, p);
+    int32_t main = sk_part_main_live(r, p);
+    int32_t pref = cp && cp->has_pref ? cp->pref : main;
+    if (main >= 0 && main == pref) {
+        o->error_code = SK_KAFKA_ELECTION_NOT_NEEDED;
+        return NULL;
+    }
+    if (!cp || main < 0 || cp->state != CM_PART_ACTIVE)
+        return "The partition is moving between nodes; try again once it is served.";
+    const cm_node *nd = cm_node_get(sk_cluster_model(c), pref);
+    if (!nd || nd->draining)
+        return "The partition's preferred node is not live.";
+    sk_item *it = sk_item_new(r, &o->error_code, &o->error_message);
+    if (!it)
+        return "out of memory";
+    r->pending++;
+    if (sk_controller_move(c, &p->topic->id, p->index, pref, elected, it) != 0) {
+        r->pending--;
+        return "The partition cannot move now; try again.";
+    }
+    o->error_message = (kc_str){NULL, -1};
+    return NULL;
+}
+
+/* The outcome for one partition, as Kafka's controller decides it. */
 static void elect_one(sk_req *r, const sk_topic *t, int32_t part, int8_t type, eresult *o)
 {
     const sk_part *p = sk_part_get(t, part);
-    const char *msg;
+    const char *msg = NULL;
     o->partition_id = part;
+    o->error_code = 0;
     if (!p) {
         o->error_code = SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION;
         msg = t ? "No such partition." : "No such topic.";
-    } else if (sk_part_main_live(r, p) >= 0) {
-        o->error_code = SK_KAFKA_ELECTION_NOT_NEEDED;
-        msg = "Leader election not needed for topic partition.";
-    } else {
+    } else if (type == ELECT_PREFERRED && r->node->cluster) {
+        msg = elect_preferred(r, p, o);
+        if (msg)
+            o->error_code = SK_KAFKA_PREFERRED_LEADER_NOT_AVAILABLE;
+    } else if (sk_part_main_live(r, p) < 0) {
         o->error_code = type == ELECT_UNCLEAN ? SK_KAFKA_ELIGIBLE_LEADERS_NOT_AVAILABLE
                                               : SK_KAFKA_PREFERRED_LEADER_NOT_AVAILABLE;
-        msg = "The partition is moving to another node; it has a leader again within seconds.";
+        msg = "The partition is moving between nodes; it has a leader again within seconds.";
+    } else {
+        o->error_code = SK_KAFKA_ELECTION_NOT_NEEDED;
     }
-    o->error_message = sk_req_str(r, msg);
+    if (o->error_code == SK_KAFKA_ELECTION_NOT_NEEDED)
+        msg = "Leader election not needed for topic partition.";
+    if (msg)
+        o->error_message = sk_req_str(r, msg);
 }
 
 /* Every partition of every topic: Kafka lists only those an election
@@ -356,11 +402,13 @@ void h_elect_leaders(sk_req *r)
         sk_req_respond(r);
         return;
     }
+    r->pending = 1; /* moves to preferred nodes answer later */
     int rc = req->topic_partitions.n < 0 ? elect_all(r, type, resp)
                                          : elect_listed(r, type, resp);
     if (rc != 0) {
         sk_req_close(r, "out of memory");
         return;
     }
-    sk_req_respond(r);
+    if (--r->pending == 0)
+        sk_req_respond(r);
 }

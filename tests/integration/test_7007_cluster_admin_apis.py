@@ -3,7 +3,8 @@ partitions with DescribeTopicPartitions as Metadata does (each partition led by 
 main, spread over the nodes), finds no election needed for any partition, answers
 DescribeProducers for the partitions it serves and NOT_LEADER_OR_FOLLOWER for the
 others, and describes the quorum as led by the cluster's controller with the other
-nodes as observers. Group configs set through any node are the cluster's.
+nodes as observers. Group configs set through any node are the cluster's. A preferred
+election brings partitions back to the node they belong on after its drain.
 """
 
 import os
@@ -89,3 +90,46 @@ def test_group_configs_are_the_clusters(cluster_factory):
                            ("share.isolation.level", DELETE, None)]) == (0, None)
     with cl.node(1).conn() as c:
         assert own(c, g) == {}
+
+
+def test_preferred_election_brings_partitions_back(cluster_factory, topic_name):
+    """A node's drain moves its partitions away but leaves them belonging to it; once it
+    is back (no automatic rebalance here), a preferred election moves them back, with
+    their records, and finds no election needed for the others."""
+    PREFERRED_LEADER_NOT_AVAILABLE = 80
+    cl = cluster_factory(3, overrides={"auto.leader.rebalance.enable": "false"}).start()
+    t = topic_name
+    before = cl.create_topic(t, PARTS, via=1)
+    on2 = sorted(p for p, (ld, _) in before.items() if ld == 2)
+    assert on2 and len(on2) < PARTS, before
+    for p in range(PARTS):
+        with cl.node(before[p][0]).conn() as c:
+            assert k.produce(c, t, p, k.batch([b"before-%d" % p]))["ErrorCode"] == 0
+    cl.stop(2)
+    away = cl.wait_leaders(t, PARTS, exclude=(2,))
+    assert all(away[p][0] != 2 for p in range(PARTS)), away
+    with cl.node(3).conn() as c:
+        res, _, top = elect(c, {t: list(range(PARTS))})
+    assert top == 0 and {p: v[0] for (_, p), v in res.items()} == {
+        p: PREFERRED_LEADER_NOT_AVAILABLE if p in on2 else ELECTION_NOT_NEEDED
+        for p in range(PARTS)}, res
+
+    cl.start_node(2)
+    cl.wait_brokers()
+    assert {p: ld for p, (ld, _) in cl.wait_leaders(t, PARTS).items()} == {
+        p: ld for p, (ld, _) in away.items()}, "partitions moved back without an election"
+    with cl.node(3).conn() as c:
+        res, _, top = elect(c, {t: list(range(PARTS))})
+    assert top == 0 and {p: v[0] for (_, p), v in res.items()} == {
+        p: 0 if p in on2 else ELECTION_NOT_NEEDED for p in range(PARTS)}, res
+    back = cm.wait_for(lambda: (lambda ls: ls if all(ls[p][0] == 2 for p in on2) else None)(
+        cl.wait_leaders(t, PARTS)), 30, "the partitions back on node 2")
+    assert {p: ld for p, (ld, _) in back.items()} == {p: ld for p, (ld, _) in before.items()}
+    assert all(back[p][1] > away[p][1] for p in on2), (away, back)
+    for p in on2:
+        _, _, batches = cl.read_partition(t, p)
+        assert [r.value for b in batches for r in b.records] == [b"before-%d" % p], batches
+    # Every partition is where it belongs now.
+    with cl.node(1).conn() as c:
+        res, _, _ = elect(c, {t: list(range(PARTS))})
+    assert {v[0] for v in res.values()} == {ELECTION_NOT_NEEDED}, res
