@@ -3,7 +3,8 @@ goes through DescribeTopicPartitions: on skiffd the request counter says so) and
 kafka-topics --describe, electLeaders and kafka-leader-election (no election needed
 with one live leader per partition), describeProducers and kafka-transactions
 describe-producers (an idempotent producer's state), kafka-metadata-quorum describe
-(one voter, the broker, leading). The same assertions hold against Apache Kafka with one
+(one voter, the broker, leading), kafka-reassign-partitions with log dirs
+(AlterReplicaLogDirs). The same assertions hold against Apache Kafka with one
 broker.
 """
 
@@ -119,3 +120,31 @@ def test_metadata_quorum_tool(mbroker):
     rows = [ln.split() for ln in ok(repl)["out"].splitlines() if ln.strip()]
     assert rows[0][:2] == ["NodeId", "DirectoryId"] and rows[1][0] == str(BROKER_ID), jtools.show(repl)
     assert rows[1][-1] == "Leader", jtools.show(repl)
+
+
+def test_reassign_tool_with_log_dirs(mbroker, topic_name, tmp_path):
+    """kafka-reassign-partitions with log dirs: AlterReplicaLogDirs to the dir the broker
+    has (DescribeLogDirs names it), where the replica already is, succeeds and verifies as
+    complete; a dir the broker does not have fails with LogDirNotFoundException."""
+    import json
+    from test_4007_admin_apis_raw import ZERO_UUID  # noqa: F401  (its schemas: DescribeLogDirs)
+    bs, t = mbroker.bootstrap, topic_name
+    c = kg.connect(bs)
+    kproto.create_topic(c, t, 1)
+    (ld,) = c.request(35, 2, {"Topics": []})["Results"]
+    c.close()
+    plans = []
+    for name, d in (("here", ld["LogDir"]), ("elsewhere", "/t4008/no/such/dir")):
+        plans.append(tmp_path / (name + ".json"))
+        plans[-1].write_text(json.dumps({"version": 1, "partitions": [
+            {"topic": t, "partition": 0, "replicas": [BROKER_ID], "log_dirs": [d]}]}))
+    r = ["reassign", "--bootstrap-server", bs, "--reassignment-json-file"]
+    execute, verify, bad = jtools.tools(r + [str(plans[0]), "--execute"],
+                                        r + [str(plans[0]), "--verify"],
+                                        r + [str(plans[1]), "--execute"])
+    assert "Successfully started moving log directory to %s for replica %s-0 with broker %d" % (
+        ld["LogDir"], t, BROKER_ID) in ok(execute)["out"], jtools.show(execute)
+    assert "Reassignment of replica %s-0-%d completed successfully." % (t, BROKER_ID) in \
+        ok(verify)["out"], jtools.show(verify)
+    assert bad["exit"] == 1 and "LogDirNotFoundException" in bad["out"] + bad["err"], \
+        jtools.show(bad)
