@@ -6,7 +6,9 @@
  * DescribeTopicPartitions answers each partition as Metadata does (leader,
  * epoch, replicas and ISR: the one node that serves it), sorted by topic
  * name and paged by a cursor and a partition limit, as Kafka's brokers do.
- * DescribeProducers lists the idempotent producers a partition's main keeps.
+ * DescribeProducers lists the idempotent producers a partition's main keeps;
+ * a proxy (docs/zones.md), which Metadata names as leader to the clients of
+ * its zone, asks the main.
  * AlterReplicaLogDirs knows one log dir per node, the WAL's.
  *
  * Thread: the event loop; every answer is built from memory at once.
@@ -15,12 +17,16 @@
 #include <string.h>
 
 #include "authz.h"
+#include "cluster.h"
 #include "config.h"
 #include "dispatch.h"
 #include "handlers.h"
 #include "kmsg.h"
+#include "net.h"
 #include "node.h"
+#include "peer.h"
 #include "plog.h"
+#include "proxied.h"
 #include "pstate.h"
 #include "sk_arena.h"
 #include "sk_err.h"
@@ -251,6 +257,75 @@ static void dp_fill(sk_req *r, sk_part *p, dp_part *o)
     o->active_producers.v = v;
 }
 
+/* ---- a proxy asks the main ---- */
+
+#define DP_FWD_TIMEOUT_MS 10000
+
+struct dp_fwd {
+    sk_req *r;
+    dp_part *out;
+};
+
+static void dp_release(sk_req *r)
+{
+    if (--r->pending == 0)
+        sk_req_respond(r);
+}
+
+static void dp_forwarded(void *arg, int err, const void *resp)
+{
+    struct dp_fwd *f = arg;
+    sk_req *r = f->r;
+    const kp_DescribeProducersResponse *a = resp;
+    const dp_part *got = !err && a->topics.n == 1 && a->topics.v[0].partitions.n == 1
+                             ? &a->topics.v[0].partitions.v[0]
+                             : NULL;
+    int32_t n = got && got->active_producers.n > 0 ? got->active_producers.n : 0;
+    dp_state *v = sk_req_array(r, &kp_DescribeProducersResponse_ProducerState_desc, n);
+    if (!got || (n && !v)) {
+        /* Retriable: the client asks again, maybe of the main itself. */
+        f->out->error_code = err == SK_ERR_TIMEOUT ? SK_KAFKA_REQUEST_TIMED_OUT
+                                                   : SK_KAFKA_NOT_LEADER_OR_FOLLOWER;
+    } else {
+        memcpy(v, got->active_producers.v, (size_t)n * sizeof *v);
+        f->out->error_code = got->error_code;
+        f->out->error_message = got->error_message.len >= 0
+                                    ? (kc_str){sk_arena_strndup(r->arena, got->error_message.p,
+                                                                (size_t)got->error_message.len),
+                                               got->error_message.len}
+                                    : (kc_str){NULL, -1};
+        f->out->active_producers.n = n;
+        f->out->active_producers.v = v;
+    }
+    dp_release(r);
+}
+
+/* Asks p's main for it; false when the request cannot be sent. */
+static bool dp_forward(sk_req *r, kc_str topic, sk_part *p, dp_part *out)
+{
+    kp_DescribeProducersRequest *fr = sk_arena_alloc(r->arena, sizeof *fr);
+    kp_DescribeProducersRequest_TopicRequest *t =
+        sk_req_array(r, &kp_DescribeProducersRequest_TopicRequest_desc, 1);
+    int32_t *idx = sk_arena_alloc(r->arena, sizeof *idx);
+    struct dp_fwd *f = sk_arena_alloc(r->arena, sizeof *f);
+    if (!fr || !t || !idx || !f)
+        return false;
+    *idx = p->index;
+    t->name = topic;
+    t->partition_indexes.n = 1;
+    t->partition_indexes.v = idx;
+    fr->topics.n = 1;
+    fr->topics.v = t;
+    *f = (struct dp_fwd){r, out};
+    r->pending++;
+    if (rpc_call(sk_cluster_rpc(r->node->cluster), p->main_node, KP_DESCRIBE_PRODUCERS,
+                 r->version, fr, DP_FWD_TIMEOUT_MS, dp_forwarded, f) != 0) {
+        r->pending--;
+        return false;
+    }
+    return true;
+}
+
 void h_describe_producers(sk_req *r)
 {
     kp_DescribeProducersRequest *req = r->body;
@@ -262,6 +337,7 @@ void h_describe_producers(sk_req *r)
         sk_req_close(r, "out of memory");
         return;
     }
+    r->pending = 1;
     for (int32_t i = 0; i < nt; i++) {
         const kp_DescribeProducersRequest_TopicRequest *rt = &req->topics.v[i];
         int32_t np = rt->partition_indexes.n > 0 ? rt->partition_indexes.n : 0;
@@ -278,10 +354,11 @@ void h_describe_producers(sk_req *r)
             ps[k].active_producers.n = 0;
             if (!p)
                 ps[k].error_code = SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION;
-            else if (!sk_part_serving(p))
-                ps[k].error_code = SK_KAFKA_NOT_LEADER_OR_FOLLOWER;
-            else
+            else if (sk_part_serving(p))
                 dp_fill(r, p, &ps[k]);
+            else if (!sk_proxy_serves(r->node, r->conn->zone, p) ||
+                     !dp_forward(r, rt->name, p, &ps[k]))
+                ps[k].error_code = SK_KAFKA_NOT_LEADER_OR_FOLLOWER;
         }
         ts[i].name = rt->name;
         ts[i].partitions.n = np;
@@ -289,7 +366,7 @@ void h_describe_producers(sk_req *r)
     }
     resp->topics.n = nt;
     resp->topics.v = ts;
-    sk_req_respond(r);
+    dp_release(r);
 }
 
 /* ---- AlterReplicaLogDirs ---- */

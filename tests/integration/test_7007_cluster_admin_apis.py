@@ -2,7 +2,7 @@
 partitions with DescribeTopicPartitions as Metadata does (each partition led by its
 main, spread over the nodes), finds no election needed for any partition, answers
 DescribeProducers for the partitions it serves and NOT_LEADER_OR_FOLLOWER for the
-others, and describes the quorum as led by the cluster's controller with the other
+others (but to a client of its zone, for which it proxies them: it asks the main), and describes the quorum as led by the cluster's controller with the other
 nodes as observers. Group configs set through any node are the cluster's. A preferred
 election brings partitions back to the node they belong on after its drain.
 """
@@ -60,6 +60,18 @@ def test_admin_apis_on_every_node(cluster_factory, topic_name):
             if n.node_id == main0:
                 (st,) = pr["Topics"][0]["Partitions"][0]["ActiveProducers"]
                 assert (st["ProducerId"], st["LastSequence"]) == (ip["ProducerId"], 0), st
+
+            # A client of the node's zone is sent to it for every partition (zone routing,
+            # docs/zones.md): DescribeTopicPartitions says so, and as a proxy the node asks
+            # the main for the producers.
+            with k.Conn(n.bootstrap, client_id="t7007,skiff_az=%s" % n.rack) as zc:
+                zr = dtp(zc, [t])
+                assert {p["LeaderId"] for p in zr["Topics"][0]["Partitions"]} == {n.node_id}, zr
+                zp = zc.request(61, 0, {"Topics": [{"Name": t, "PartitionIndexes": [0]}]})
+                (zpp,) = zp["Topics"][0]["Partitions"]
+                assert zpp["ErrorCode"] == 0, (n.node_id, zpp)
+                assert [(s["ProducerId"], s["LastSequence"]) for s in zpp["ActiveProducers"]] == \
+                    [(ip["ProducerId"], 0)], zpp
 
             q = quorum(c, 2, [("__cluster_metadata", [0])])
             (qp,) = q["Topics"][0]["Partitions"]
