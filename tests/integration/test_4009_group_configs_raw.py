@@ -8,6 +8,7 @@ the values kept across a restart. Expectations from Kafka 4.3.1.
 
 import os
 import sys
+import time
 import uuid
 
 import pytest
@@ -98,6 +99,18 @@ def own(c, group):
     return {k: v[0] for k, v in d.items() if v[1] == SRC_GROUP}
 
 
+def own_is(c, group, want, timeout=10.0):
+    """Whether the group's own values become `want`: a Kafka broker describes a change
+    once its metadata has caught up, moments after answering it (skiffd at once)."""
+    deadline = time.time() + timeout
+    while True:
+        got = own(c, group)
+        if got == want or time.time() > deadline:
+            assert got == want
+            return True
+        time.sleep(0.1)
+
+
 def test_defaults_of_any_group(gbroker):
     c = kg.connect(gbroker.bootstrap)
     err, d = describe(c, group_name())
@@ -117,36 +130,37 @@ def test_set_delete_and_validate_only(gbroker):
     assert incr(c, g, [("consumer.session.timeout.ms", SET, "50000"),
                        ("share.auto.offset.reset", SET, "by_duration:PT1H"),
                        ("share.renew.acknowledge.enable", SET, "FALSE")]) == (0, None)
-    assert own(c, g) == {"consumer.session.timeout.ms": "50000",
+    assert own_is(c, g, {"consumer.session.timeout.ms": "50000",
                          "share.auto.offset.reset": "by_duration:PT1H",
-                         "share.renew.acknowledge.enable": "false"}
+                         "share.renew.acknowledge.enable": "false"})
     err, d = describe(c, g, keys=["consumer.session.timeout.ms"])
     assert d["consumer.session.timeout.ms"][3] == [
         ("consumer.session.timeout.ms", "50000", SRC_GROUP),
         ("group.consumer.session.timeout.ms", "45000", SRC_DEFAULT)], d
     assert incr(c, g, [("consumer.session.timeout.ms", DELETE, None),
                        ("streams.num.standby.replicas", SET, "2")]) == (0, None)
-    assert own(c, g) == {"share.auto.offset.reset": "by_duration:PT1H",
+    assert own_is(c, g, {"share.auto.offset.reset": "by_duration:PT1H",
                          "share.renew.acknowledge.enable": "false",
-                         "streams.num.standby.replicas": "2"}
+                         "streams.num.standby.replicas": "2"})
     # Validate only: checked, not kept.
     assert incr(c, g, [("share.delivery.count.limit", SET, "3")], validate=True) == (0, None)
     assert "share.delivery.count.limit" not in own(c, g)
     # Values are kept as parsed: trimmed, numbers and booleans in their usual form.
     assert incr(c, g, [("consumer.heartbeat.interval.ms", SET, " +6000 "),
                        ("share.renew.acknowledge.enable", SET, " True")]) == (0, None)
-    assert {k: v for k, v in own(c, g).items() if k in (
-        "consumer.heartbeat.interval.ms", "share.renew.acknowledge.enable")} == {
-        "consumer.heartbeat.interval.ms": "6000", "share.renew.acknowledge.enable": "true"}
+    assert own_is(c, g, {"share.auto.offset.reset": "by_duration:PT1H",
+                         "share.renew.acknowledge.enable": "true",
+                         "streams.num.standby.replicas": "2",
+                         "consumer.heartbeat.interval.ms": "6000"})
     # The legacy AlterConfigs replaces the whole set.
     r = c.request(33, 2, {"Resources": [{"ResourceType": GROUP, "ResourceName": g, "Configs": [
         {"Name": "share.isolation.level", "Value": "read_committed"}]}]})
     assert r["Responses"][0]["ErrorCode"] == 0, r
-    assert own(c, g) == {"share.isolation.level": "read_committed"}
+    assert own_is(c, g, {"share.isolation.level": "read_committed"})
     # Deleting what is not set is no error; the group is back to its defaults.
     assert incr(c, g, [("share.isolation.level", DELETE, None),
                        ("consumer.heartbeat.interval.ms", DELETE, None)]) == (0, None)
-    assert own(c, g) == {}
+    assert own_is(c, g, {})
 
 
 @pytest.mark.parametrize("name,value,message", [
@@ -188,7 +202,7 @@ def test_invalid_values(gbroker, name, value, message):
         assert msg == message
     else:
         assert msg and name in msg and value in msg, msg
-    assert own(c, g) == {}
+    assert own_is(c, g, {})
 
 
 def test_bounds_are_inclusive(gbroker):
@@ -210,7 +224,7 @@ def test_bad_requests(gbroker):
     assert incr(c, g, [("consumer.session.timeout.ms", APPEND, "1")]) == (
         INVALID_CONFIG, "Can't APPEND to key consumer.session.timeout.ms because its type is not LIST.")
     assert incr(c, g, [("consumer.session.timeout.ms", SUBTRACT, "1")])[0] == INVALID_CONFIG
-    assert own(c, g) == {}
+    assert own_is(c, g, {})
 
 
 def test_group_configs_survive_a_restart(broker_factory):
@@ -226,8 +240,8 @@ def test_group_configs_survive_a_restart(broker_factory):
     b.kill()
     b.start()
     c = kg.connect(b.bootstrap)
-    assert own(c, g) == {"consumer.session.timeout.ms": "55000"}
-    assert own(c, h) == {}
+    assert own_is(c, g, {"consumer.session.timeout.ms": "55000"})
+    assert own_is(c, h, {})
 
 
 def configs_out(r):
@@ -243,17 +257,20 @@ def configs_out(r):
 def test_kafka_configs_tool_and_admin_client(gbroker):
     bs, g = gbroker.bootstrap, group_name()
     cfg = ["configs", "--bootstrap-server", bs, "--entity-type", "groups", "--entity-name", g]
+    # The pauses let a Kafka broker's metadata catch up with a change (skiffd needs none).
     res = jtools.tools(
         cfg + ["--alter", "--add-config",
                "consumer.session.timeout.ms=50000,consumer.heartbeat.interval.ms=6000"],
+        ["sleep", "500"],
         cfg + ["--describe"],
         cfg + ["--describe", "--all"],
         cfg + ["--alter", "--delete-config", "consumer.heartbeat.interval.ms"],
         cfg + ["--alter", "--add-config", "consumer.session.timeout.ms=1"],
+        ["sleep", "500"],
         cfg + ["--describe"],
         ["admin-group-configs", bs, g, "share.isolation.level=read_committed",
          "consumer.session.timeout.ms="])
-    add, desc, desc_all, delete, bad, desc2, admin = res
+    add, _, desc, desc_all, delete, bad, _, desc2, admin = res
     for r in (add, desc, desc_all, delete, desc2, admin):
         assert r["exit"] in (None, 0) and "error" not in r, jtools.show(r)
     assert configs_out(desc) == {"consumer.session.timeout.ms": "50000",

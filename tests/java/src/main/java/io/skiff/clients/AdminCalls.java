@@ -107,9 +107,24 @@ final class AdminCalls {
                     : new AlterConfigOp(new ConfigEntry(kv[0], kv[1]), AlterConfigOp.OpType.SET));
         }
         if (!ops.isEmpty()) admin.incrementalAlterConfigs(Map.of(res, ops)).all().get();
+        // A Kafka broker describes the change once its metadata caught up: ask until then.
         Map<String, Object> out = new TreeMap<>();
-        for (ConfigEntry e : admin.describeConfigs(List.of(res)).all().get().get(res).entries()) {
-            out.put(e.name(), List.of(e.value(), e.source().toString()));
+        for (int attempt = 0; attempt < 50; attempt++) {
+            out.clear();
+            boolean shown = true;
+            Map<String, ConfigEntry> got = new TreeMap<>();
+            for (ConfigEntry e : admin.describeConfigs(List.of(res)).all().get().get(res).entries()) {
+                out.put(e.name(), List.of(e.value(), e.source().toString()));
+                got.put(e.name(), e);
+            }
+            for (AlterConfigOp op : ops) {
+                ConfigEntry e = got.get(op.configEntry().name());
+                boolean own = e != null && e.source() == ConfigEntry.ConfigSource.DYNAMIC_GROUP_CONFIG;
+                shown &= op.opType() == AlterConfigOp.OpType.DELETE
+                        ? !own : own && op.configEntry().value().equals(e.value());
+            }
+            if (shown) break;
+            Thread.sleep(100);
         }
         return out;
     }
