@@ -11,8 +11,8 @@
  * or an internal error (< 0; map it with sk_err_to_kafka).
  *
  * The metadata: topics (id, name, partition count, configuration overrides,
- * replication factor), producer ids, and the broker properties changed at
- * runtime. Partition state (offsets, batches, producers' sequences, object
+ * replication factor), producer ids, the broker properties changed at
+ * runtime, and group configs. Partition state (offsets, batches, producers' sequences, object
  * ranges, committed offsets) is not metadata: it is in the partition's log.
  *
  * Thread: the event loop. A non-zero return means fn will not run.
@@ -27,6 +27,10 @@
 #include "types.h"
 
 typedef void (*sk_cmeta_fn)(void *arg, int err);
+struct sk_gconf;
+/* A group's config overrides (NULL: none), valid during the call, and the
+ * version a change of them must name. */
+typedef void (*sk_cmeta_gconf_fn)(void *arg, int err, const struct sk_gconf *g, int64_t version);
 typedef void (*sk_cmeta_pid_fn)(void *arg, int err, int64_t pid);
 
 typedef struct sk_topic_spec {
@@ -52,6 +56,16 @@ typedef struct sk_cmeta_ops {
     int (*set_broker_config)(sk_node *n, int count, const char *const *names,
                              const size_t *nlens, const char *const *values, const size_t *vlens,
                              sk_cmeta_fn fn, void *arg);
+    /* A group's config overrides; fn may run before the call returns. */
+    int (*get_group_config)(sk_node *n, const char *group, size_t glen, sk_cmeta_gconf_fn fn,
+                            void *arg);
+    /* The complete set of a group's config overrides (gconf.h; count 0:
+     * none), replacing the one read at `version` (else SK_ERR_AGAIN: another
+     * change came first). */
+    int (*set_group_config)(sk_node *n, const char *group, size_t glen, int64_t version,
+                            int count, const char *const *names, const size_t *nlens,
+                            const char *const *values, const size_t *vlens, sk_cmeta_fn fn,
+                            void *arg);
 } sk_cmeta_ops;
 
 extern const sk_cmeta_ops sk_cmeta_local;
@@ -71,6 +85,14 @@ int sk_cmeta_set_broker_config(sk_node *n, int count, const char *const *names,
                                const size_t *nlens, const char *const *values,
                                const size_t *vlens, sk_cmeta_fn fn, void *arg)
     __attribute__((warn_unused_result));
+
+int sk_cmeta_get_group_config(sk_node *n, const char *group, size_t glen, sk_cmeta_gconf_fn fn,
+                              void *arg) __attribute__((warn_unused_result));
+int sk_cmeta_set_group_config(sk_node *n, const char *group, size_t glen, int64_t version,
+                              int count,
+                              const char *const *names, const size_t *nlens,
+                              const char *const *values, const size_t *vlens, sk_cmeta_fn fn,
+                              void *arg) __attribute__((warn_unused_result));
 
 /* Cluster: creates the internal topic `name` (__consumer_offsets) unless a
  * creation is under way; its outcome is logged. */

@@ -16,6 +16,7 @@
 #include "cmeta.h"
 #include "config.h"
 #include "etcd.h"
+#include "gconf.h"
 #include "plog.h"
 #include "session.h"
 #include "sk_err.h"
@@ -577,6 +578,126 @@ static int etcd_set_broker_config(sk_node *n, int count, const char *const *name
     return rc;
 }
 
+/* ---- group configs: config/group/<group id>, one JSON value like a
+ * broker config's, changed with a compare of its mod revision ---- */
+
+typedef struct gcall {
+    sk_cmeta_gconf_fn get_fn;
+    sk_cmeta_fn set_fn;
+    void *arg;
+} gcall;
+
+/* The key, malloc'd: a group id may be long and hold any byte. */
+static char *gconf_key(sk_node *n, const char *group, size_t glen, size_t *klen)
+{
+    const char *pre = prefix(n);
+    size_t pl = strlen(pre), kl = pl + strlen("config/group/") + glen;
+    char *k = malloc(kl + 1);
+    if (!k)
+        return NULL;
+    memcpy(k, pre, pl);
+    memcpy(k + pl, "config/group/", strlen("config/group/"));
+    memcpy(k + kl - glen, group, glen);
+    k[kl] = 0;
+    *klen = kl;
+    return k;
+}
+
+static void gconf_got(void *arg, int err, const etcd_range_result *r)
+{
+    gcall *g = arg;
+    if (err || r->n == 0) {
+        g->get_fn(g->arg, err, NULL, 0);
+        free(g);
+        return;
+    }
+    cm_bconf b;
+    int rc = cm_decode_bconf(r->kvs[0].value, r->kvs[0].vlen, -1, &b);
+    sk_gconf set = {rc ? 0 : b.nconfigs, rc ? NULL : b.names, rc ? NULL : b.values};
+    if (rc)
+        SK_WARN("cmeta", "unreadable group config at %.*s", (int)r->kvs[0].klen,
+                (const char *)r->kvs[0].key);
+    g->get_fn(g->arg, rc == SK_ERR_NOMEM ? rc : 0, set.n ? &set : NULL, r->kvs[0].mod_revision);
+    if (rc == 0)
+        cm_bconf_clear(&b);
+    free(g);
+}
+
+static int etcd_get_group_config(sk_node *n, const char *group, size_t glen,
+                                 sk_cmeta_gconf_fn fn, void *arg)
+{
+    size_t kl;
+    char *key = gconf_key(n, group, glen, &kl);
+    gcall *g = key ? calloc(1, sizeof *g) : NULL;
+    if (!g) {
+        free(key);
+        return SK_ERR_NOMEM;
+    }
+    *g = (gcall){fn, NULL, arg};
+    int rc = etcd_range(cs_etcd(sess(n)), (const uint8_t *)key, kl, NULL, 0, 1, 0, 0,
+                        gconf_got, g);
+    free(key);
+    if (rc)
+        free(g);
+    return rc;
+}
+
+static void gconf_put(void *arg, int err, const etcd_txn_result *r)
+{
+    gcall *g = arg;
+    g->set_fn(g->arg, err ? err : r->succeeded ? 0 : SK_ERR_AGAIN);
+    free(g);
+}
+
+/* The JSON value of a set (NULL: out of memory). */
+static char *gconf_value(int count, const char *const *names, const size_t *nlens,
+                         const char *const *values, const size_t *vlens)
+{
+    char **cn = calloc((size_t)count + 1, sizeof *cn);
+    char **cv = calloc((size_t)count + 1, sizeof *cv);
+    bool ok = cn && cv;
+    for (int k = 0; ok && k < count; k++) {
+        cn[k] = strndup(names[k], nlens[k]);
+        cv[k] = strndup(values[k], vlens[k]);
+        ok = cn[k] && cv[k];
+    }
+    char *val = ok ? cm_encode_bconf(count, cn, cv) : NULL;
+    for (int k = 0; cn && cv && k < count; k++) {
+        free(cn[k]);
+        free(cv[k]);
+    }
+    free(cn);
+    free(cv);
+    return val;
+}
+
+static int etcd_set_group_config(sk_node *n, const char *group, size_t glen, int64_t version,
+                                 int count, const char *const *names, const size_t *nlens,
+                                 const char *const *values, const size_t *vlens, sk_cmeta_fn fn,
+                                 void *arg)
+{
+    size_t kl;
+    char *key = gconf_key(n, group, glen, &kl);
+    char *val = count > 0 ? gconf_value(count, names, nlens, values, vlens) : NULL;
+    gcall *g = key && (val || count <= 0) ? calloc(1, sizeof *g) : NULL;
+    if (!g) {
+        free(key);
+        free(val);
+        return SK_ERR_NOMEM;
+    }
+    *g = (gcall){NULL, fn, arg};
+    etcd_cmp cmp = {(const uint8_t *)key, kl, NULL, 0, ETCD_TARGET_MOD, ETCD_CMP_EQUAL,
+                    version, NULL, 0};
+    etcd_op op = {count > 0 ? ETCD_OP_PUT : ETCD_OP_DELETE, (const uint8_t *)key, kl, NULL, 0,
+                  (const uint8_t *)val, val ? strlen(val) : 0, 0};
+    int rc = etcd_txn(cs_etcd(sess(n)), &cmp, 1, &op, 1, NULL, 0, gconf_put, g);
+    free(key);
+    free(val);
+    if (rc)
+        free(g);
+    return rc;
+}
+
 const sk_cmeta_ops sk_cmeta_etcd = {
     "etcd",
     etcd_create_topic,
@@ -585,6 +706,8 @@ const sk_cmeta_ops sk_cmeta_etcd = {
     etcd_set_topic_config,
     etcd_alloc_pid,
     etcd_set_broker_config,
+    etcd_get_group_config,
+    etcd_set_group_config,
 };
 
 /* ---- the internal topic ---- */

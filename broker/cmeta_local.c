@@ -11,6 +11,7 @@
 #include "cmeta.h"
 #include "config.h"
 #include "dynconf.h"
+#include "gconf.h"
 #include "groups.h"
 #include "meta.h"
 #include "node.h"
@@ -162,6 +163,37 @@ static int local_set_broker_config(sk_node *n, int count, const char *const *nam
     return sk_dynconf_commit(n, count, names, nlens, values, vlens, fn, arg);
 }
 
+/* One writer (this loop), so the version is only a formality. */
+static int local_get_group_config(sk_node *n, const char *group, size_t glen,
+                                  sk_cmeta_gconf_fn fn, void *arg)
+{
+    fn(arg, 0, sk_gconf_get(n, group, glen), 0);
+    return 0;
+}
+
+static int local_set_group_config(sk_node *n, const char *group, size_t glen, int64_t version,
+                                  int count, const char *const *names, const size_t *nlens,
+                                  const char *const *values, const size_t *vlens,
+                                  sk_cmeta_fn fn, void *arg)
+{
+    (void)version;
+    sk_buf body;
+    sk_buf_init(&body, 1 << 20);
+    sk_gconf_body_put(&body, group, glen, count, names, nlens, values, vlens);
+    sk_buf b;
+    sk_buf_init(&b, 1 << 20);
+    sk_meta_group_config(&b, body.data, body.len);
+    if (sk_buf_failed(&body))
+        b.failed = true;
+    sk_buf_free(&body);
+    int rc = append_meta(n, &b, fn, arg);
+    /* fn runs once durable; memory that cannot follow is rebuilt at start. */
+    if (rc == 0 && sk_gconf_apply(n, group, glen, count, names, nlens, values, vlens) != 0)
+        SK_WARN("cmeta", "group %.*s: the new configs are recorded but not applied in memory",
+                (int)(glen > 200 ? 200 : glen), group);
+    return rc;
+}
+
 const sk_cmeta_ops sk_cmeta_local = {
     "local",
     local_create_topic,
@@ -170,6 +202,8 @@ const sk_cmeta_ops sk_cmeta_local = {
     local_set_topic_config,
     local_alloc_pid,
     local_set_broker_config,
+    local_get_group_config,
+    local_set_group_config,
 };
 
 /* ---- the interface ---- */
@@ -198,6 +232,21 @@ int sk_cmeta_set_topic_config(sk_node *n, sk_topic *t, sk_tconf *conf, sk_cmeta_
 int sk_cmeta_alloc_pid(sk_node *n, sk_cmeta_pid_fn fn, void *arg)
 {
     return n->cmeta->alloc_pid(n, fn, arg);
+}
+
+int sk_cmeta_get_group_config(sk_node *n, const char *group, size_t glen, sk_cmeta_gconf_fn fn,
+                              void *arg)
+{
+    return n->cmeta->get_group_config(n, group, glen, fn, arg);
+}
+
+int sk_cmeta_set_group_config(sk_node *n, const char *group, size_t glen, int64_t version,
+                              int count, const char *const *names, const size_t *nlens,
+                              const char *const *values, const size_t *vlens, sk_cmeta_fn fn,
+                              void *arg)
+{
+    return n->cmeta->set_group_config(n, group, glen, version, count, names, nlens, values,
+                                      vlens, fn, arg);
 }
 
 int sk_cmeta_set_broker_config(sk_node *n, int count, const char *const *names,

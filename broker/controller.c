@@ -193,8 +193,11 @@ static int do_custody(sk_controller *ctl, const cm_log *ml, int32_t node)
     return cas_put(ctl, key, kl, ml->mod_rev, cm_encode_log(&l));
 }
 
-/* The partition's next value for a PLACE, MOVE or RETARGET. */
-static cm_part next_value(const cm_part *cp, const pl_action *a)
+/* The partition's next value for a PLACE, MOVE or RETARGET. A placement
+ * and a rebalancing move say where the partition belongs from now on (its
+ * preferred node); a drain's move and a retarget after a failure do not, so
+ * that ElectLeaders can bring it back. */
+static cm_part next_value(const cm_part *cp, const pl_action *a, bool src_draining)
 {
     cm_part p = *cp;
     p.node = a->node;
@@ -203,8 +206,14 @@ static cm_part next_value(const cm_part *cp, const pl_action *a)
     case PL_ACT_PLACE:
         p.state = CM_PART_NEW;
         p.log = p.src_log = p.src_lsn = 0;
+        p.has_pref = true;
+        p.pref = a->node;
         break;
     case PL_ACT_MOVE:
+        if (!src_draining) {
+            p.has_pref = true;
+            p.pref = a->node;
+        }
         p.state = CM_PART_MOVING;
         p.src_log = a->src_log;
         p.src_lsn = 0;
@@ -228,7 +237,8 @@ static cm_part next_value(const cm_part *cp, const pl_action *a)
 
 static int do_part(sk_controller *ctl, const cm_part *cp, const pl_action *a)
 {
-    cm_part p = next_value(cp, a);
+    const cm_node *src = cm_node_get(sk_cluster_model(ctl->c), cp->node);
+    cm_part p = next_value(cp, a, src && src->draining);
     char key[KEY_MAX];
     size_t kl = cm_key_part(cs_prefix(sk_cluster_session(ctl->c)), &cp->topic, cp->index, key,
                             sizeof key);
@@ -418,6 +428,8 @@ int16_t sk_controller_move(sk_cluster *c, const kc_uuid *topic, int32_t part, in
     p.log = 0;
     p.node = node;
     p.epoch = cp->epoch + 1;
+    p.has_pref = true; /* a reassignment says where it belongs */
+    p.pref = node;
     char key[KEY_MAX];
     cs_session *s = sk_cluster_session(c);
     size_t kl = cm_key_part(cs_prefix(s), topic, part, key, sizeof key);

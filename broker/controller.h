@@ -31,9 +31,10 @@ void sk_controller_kick(sk_controller *ctl);
 
 /* AlterPartitionReassignments, on any node: moves the partition to `node`
  * (a compare-and-swap of its key from active to moving; the move itself is
- * the usual handoff). fn gets 0 or a Kafka error; it runs after the call. A
- * partition already on `node` is left alone (0). Returns 0 or a Kafka error
- * found at once (fn then does not run). */
+ * the usual handoff) and makes `node` its preferred node (cm_part.pref). fn
+ * gets 0 or a Kafka error; it runs after the call. A partition already on
+ * `node` is left alone (0). Returns 0 or a Kafka error found at once (fn
+ * then does not run). */
 int16_t sk_controller_move(sk_cluster *c, const kc_uuid *topic, int32_t part, int32_t node,
                            void (*fn)(void *arg, int16_t err), void *arg);
 

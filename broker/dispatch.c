@@ -51,6 +51,11 @@ static sk_api_entry table[] = {
     {46, 0, 0, 0, 0, h_list_partition_reassignments, NULL},
     {47, 0, 0, 0, 0, h_offset_delete, NULL},
     {60, 0, 2, 0, 0, h_describe_cluster, NULL},
+    {34, 1, 2, 0, 1, h_alter_replica_log_dirs, NULL},
+    {43, 0, 2, 0, 0, h_elect_leaders, NULL},
+    {55, 0, 2, 0, 0, h_describe_quorum, NULL},
+    {61, 0, 0, 0, 0, h_describe_producers, NULL},
+    {75, 0, 0, 0, 0, h_describe_topic_partitions, NULL},
     /* Skiff's node-to-node RPCs (proto/rpc): served, never advertised. */
     {KR_HANDOFF_READY, 0, 0, 0, 0, h_handoff_ready, NULL},
     {KR_CONFIRM, 0, 0, 0, 0, h_confirm, NULL},

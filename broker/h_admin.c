@@ -566,6 +566,7 @@ void h_describe_configs(sk_req *r)
     }
     resp->results.n = nr;
     resp->results.v = rs;
+    r->pending = 1; /* group configs may be read asynchronously */
     char idbuf[16];
     snprintf(idbuf, sizeof idbuf, "%d", n->cfg->node_id);
     for (int32_t i = 0; i < nr; i++) {
@@ -591,12 +592,16 @@ void h_describe_configs(sk_req *r)
                 continue;
             }
             describe_broker(r, req, res, out);
+        } else if (res->resource_type == 32) { /* group */
+            sk_describe_group_configs(r, res, out);
         } else {
             out->error_code = SK_KAFKA_INVALID_REQUEST;
-            out->error_message = sk_req_str(r, "Only topic and broker configurations exist");
+            out->error_message =
+                sk_req_str(r, "Only topic, broker and group configurations exist");
         }
     }
-    sk_req_respond(r);
+    if (--r->pending == 0)
+        sk_req_respond(r);
 }
 
 /* ---- InitProducerId ---- */

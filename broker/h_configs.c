@@ -24,7 +24,7 @@
 #include "store.h"
 #include "tconf.h"
 
-enum { RES_TOPIC = 2, RES_BROKER = 4 };
+enum { RES_TOPIC = 2, RES_BROKER = 4, RES_GROUP = 32 };
 enum { OP_SET = 0, OP_DELETE = 1, OP_APPEND = 2, OP_SUBTRACT = 3 };
 
 #define MAXC 64
@@ -205,8 +205,45 @@ static bool current_set(sk_req *r, int8_t type, kc_str name, struct cset *c, res
         }
         return true;
     }
-    fail(r, o, SK_KAFKA_INVALID_REQUEST, "Only topic and broker configurations can be altered");
+    fail(r, o, SK_KAFKA_INVALID_REQUEST,
+         "Only topic, broker and group configurations can be altered");
     return false;
+}
+
+/* ---- groups (h_gconf.c) ---- */
+
+static void alter_group(sk_req *r, const kp_AlterConfigsRequest_AlterConfigsResource *res,
+                        bool validate_only, res_out o)
+{
+    int n = res->configs.n > 0 ? res->configs.n : 0, k = 0;
+    sk_gconf_op *ops = sk_arena_alloc(r->arena, (size_t)(n ? n : 1) * sizeof *ops);
+    if (!ops) {
+        fail(r, o, SK_KAFKA_REQUEST_TIMED_OUT, "out of memory");
+        return;
+    }
+    /* The legacy API replaces the set; a null value leaves a config out. */
+    for (int i = 0; i < n; i++)
+        if (res->configs.v[i].value.len >= 0)
+            ops[k++] = (sk_gconf_op){res->configs.v[i].name, 0, res->configs.v[i].value};
+    sk_alter_group_configs(r, res->resource_name, ops, k, true, validate_only, o.error_code,
+                           o.error_message);
+}
+
+static void incr_alter_group(sk_req *r,
+                             const kp_IncrementalAlterConfigsRequest_AlterConfigsResource *res,
+                             bool validate_only, res_out o)
+{
+    int n = res->configs.n > 0 ? res->configs.n : 0;
+    sk_gconf_op *ops = sk_arena_alloc(r->arena, (size_t)(n ? n : 1) * sizeof *ops);
+    if (!ops) {
+        fail(r, o, SK_KAFKA_REQUEST_TIMED_OUT, "out of memory");
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        ops[i] = (sk_gconf_op){res->configs.v[i].name, res->configs.v[i].config_operation,
+                               res->configs.v[i].value};
+    sk_alter_group_configs(r, res->resource_name, ops, n, false, validate_only, o.error_code,
+                           o.error_message);
 }
 
 static void alter_finish(sk_req *r)
@@ -249,13 +286,17 @@ void h_alter_configs(sk_req *r)
         rs[i].resource_name = res->resource_name;
         res_out o = {&rs[i].error_code, &rs[i].error_message};
         struct cset c = {0};
+        if (res->resource_type == RES_GROUP) {
+            alter_group(r, res, req->validate_only, o);
+            continue;
+        }
         if (res->resource_type == RES_BROKER && !broker_is_me(r, res->resource_name)) {
             fail(r, o, SK_KAFKA_INVALID_REQUEST, "Unexpected broker id");
             continue;
         }
         if (res->resource_type != RES_TOPIC && res->resource_type != RES_BROKER) {
             fail(r, o, SK_KAFKA_INVALID_REQUEST,
-                 "Only topic and broker configurations can be altered");
+                 "Only topic, broker and group configurations can be altered");
             continue;
         }
         bool ok = true;
@@ -332,6 +373,10 @@ void h_incremental_alter_configs(sk_req *r)
         rs[i].resource_name = res->resource_name;
         res_out o = {&rs[i].error_code, &rs[i].error_message};
         struct cset c;
+        if (res->resource_type == RES_GROUP) {
+            incr_alter_group(r, res, req->validate_only, o);
+            continue;
+        }
         if (!current_set(r, res->resource_type, res->resource_name, &c, o))
             continue;
         const char *bad = NULL;

@@ -111,9 +111,7 @@ int32_t sk_controller_for(sk_req *r)
 
 /* ---- topics ---- */
 
-/* The partition's main as it stands: this node (a single node), or the
- * main when that node is live (-1 between two mains). */
-static int32_t main_of(sk_req *r, const sk_part *p)
+int32_t sk_part_main_live(sk_req *r, const sk_part *p)
 {
     sk_node *n = r->node;
     if (!n->cluster)
@@ -123,11 +121,9 @@ static int32_t main_of(sk_req *r, const sk_part *p)
     return p->main_node;
 }
 
-/* The partition's leader as this client sees it: its main, or for a client
- * of a routed zone a node of that zone (proxy/route.h). */
-static int32_t leader_of(sk_req *r, const sk_part *p)
+int32_t sk_part_leader_for(sk_req *r, const sk_part *p)
 {
-    int32_t main = main_of(r, p);
+    int32_t main = sk_part_main_live(r, p);
     const char *zone = routed_zone(r);
     if (main < 0 || !zone)
         return main;
@@ -175,7 +171,7 @@ static void fill_topic(sk_req *r, kp_MetadataRequest *req,
         return;
     }
     for (int32_t i = 0; i < t->nparts; i++) {
-        int32_t leader = leader_of(r, t->parts[i]);
+        int32_t leader = sk_part_leader_for(r, t->parts[i]);
         ids[i] = leader;
         ps[i].partition_index = i;
         ps[i].leader_id = leader;
@@ -342,7 +338,7 @@ static int16_t coordinator_of(sk_req *r, kc_str key, sk_broker *out)
         sk_part *p = key.len >= 0
                          ? sk_cluster_group_part(n->cluster, key.p ? key.p : "", (size_t)key.len)
                          : NULL;
-        node = p ? main_of(r, p) : -1;
+        node = p ? sk_part_main_live(r, p) : -1;
     }
     if (node < 0 || !sk_broker_addr(r, node, out))
         return SK_KAFKA_COORDINATOR_NOT_AVAILABLE;

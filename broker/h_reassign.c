@@ -1,6 +1,7 @@
 /*
  * AlterPartitionReassignments and ListPartitionReassignments, what
- * kafka-reassign-partitions.sh uses.
+ * kafka-reassign-partitions.sh uses, and ElectLeaders
+ * (kafka-leader-election.sh).
  *
  * Skiff keeps one copy of a partition (the shared volume is the replica), so
  * a reassignment names the node that should serve it: the first replica of
@@ -9,6 +10,14 @@
  * cancelled once started. A single node can only be "moved" to itself.
  * With auto.leader.rebalance.enable the controller may later move a
  * partition again to even the load.
+ *
+ * ElectLeaders: a partition's preferred node is where it belongs
+ * (cm_part.pref: where it was placed, reassigned or rebalanced to last). A
+ * preferred election moves a partition that a failover or a node's drain
+ * left elsewhere back there, as a reassignment does; one already there, or
+ * on a single node, needs none (ELECTION_NOT_NEEDED). An unclean election is
+ * never needed while the main is live: one node serves a partition, and
+ * between two mains the controller is already choosing the next.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +34,7 @@
 #include "plog.h"
 #include "sk_arena.h"
 #include "sk_err.h"
+#include "sk_map.h"
 
 typedef kp_AlterPartitionReassignmentsResponse_ReassignablePartitionResponse presp;
 
@@ -246,4 +256,159 @@ void h_list_partition_reassignments(sk_req *r)
     resp->topics.n = k;
     resp->topics.v = ts;
     sk_req_respond(r);
+}
+
+/* ---- ElectLeaders ---- */
+
+/* Kafka's election types (ElectLeaders v1+; v0 is always preferred). */
+enum { ELECT_PREFERRED = 0, ELECT_UNCLEAN = 1 };
+
+typedef kp_ElectLeadersResponse_PartitionResult eresult;
+
+static void elected(void *arg, int16_t err)
+{
+    sk_item *it = arg;
+    if (err) {
+        *it->error_code = SK_KAFKA_PREFERRED_LEADER_NOT_AVAILABLE;
+        *it->error_message = sk_req_str(it->r, "The move to the preferred node failed; try again.");
+    }
+    sk_item_done(it, 0);
+}
+
+/* A preferred election in a cluster: NULL when started or not needed (the
+ * code set), else why the preferred node cannot take the partition now. */
+static const char *elect_preferred(sk_req *r, const sk_part *p, eresult *o)
+{
+    sk_cluster *c = r->node->cluster;
+    const cm_part *cp = sk_cluster_part_state(c, p);
+    int32_t main = sk_part_main_live(r, p);
+    int32_t pref = cp && cp->has_pref ? cp->pref : main;
+    if (main >= 0 && main == pref) {
+        o->error_code = SK_KAFKA_ELECTION_NOT_NEEDED;
+        return NULL;
+    }
+    if (!cp || main < 0 || cp->state != CM_PART_ACTIVE)
+        return "The partition is moving between nodes; try again once it is served.";
+    const cm_node *nd = cm_node_get(sk_cluster_model(c), pref);
+    if (!nd || nd->draining)
+        return "The partition's preferred node is not live.";
+    sk_item *it = sk_item_new(r, &o->error_code, &o->error_message);
+    if (!it)
+        return "out of memory";
+    r->pending++;
+    if (sk_controller_move(c, &p->topic->id, p->index, pref, elected, it) != 0) {
+        r->pending--;
+        return "The partition cannot move now; try again.";
+    }
+    o->error_message = (kc_str){NULL, -1};
+    return NULL;
+}
+
+/* The outcome for one partition, as Kafka's controller decides it. */
+static void elect_one(sk_req *r, const sk_topic *t, int32_t part, int8_t type, eresult *o)
+{
+    const sk_part *p = sk_part_get(t, part);
+    const char *msg = NULL;
+    o->partition_id = part;
+    o->error_code = 0;
+    if (!p) {
+        o->error_code = SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION;
+        msg = t ? "No such partition." : "No such topic.";
+    } else if (type == ELECT_PREFERRED && r->node->cluster) {
+        msg = elect_preferred(r, p, o);
+        if (msg)
+            o->error_code = SK_KAFKA_PREFERRED_LEADER_NOT_AVAILABLE;
+    } else if (sk_part_main_live(r, p) < 0) {
+        o->error_code = type == ELECT_UNCLEAN ? SK_KAFKA_ELIGIBLE_LEADERS_NOT_AVAILABLE
+                                              : SK_KAFKA_PREFERRED_LEADER_NOT_AVAILABLE;
+        msg = "The partition is moving between nodes; it has a leader again within seconds.";
+    } else {
+        o->error_code = SK_KAFKA_ELECTION_NOT_NEEDED;
+    }
+    if (o->error_code == SK_KAFKA_ELECTION_NOT_NEEDED)
+        msg = "Leader election not needed for topic partition.";
+    if (msg)
+        o->error_message = sk_req_str(r, msg);
+}
+
+/* Every partition of every topic: Kafka lists only those an election
+ * concerned, with each topic (possibly with no partitions). */
+static int elect_all(sk_req *r, int8_t type, kp_ElectLeadersResponse *resp)
+{
+    sk_node *n = r->node;
+    size_t count = sk_map_count(n->topics_by_name);
+    kp_ElectLeadersResponse_ReplicaElectionResult *ts = sk_req_array(
+        r, &kp_ElectLeadersResponse_ReplicaElectionResult_desc, (int32_t)count);
+    if (count && !ts)
+        return -1;
+    size_t it = 0, k = 0;
+    void *v;
+    while (sk_map_next(n->topics_by_name, &it, NULL, NULL, &v) && k < count) {
+        const sk_topic *t = v;
+        eresult *ps = sk_req_array(r, &kp_ElectLeadersResponse_PartitionResult_desc, t->nparts);
+        if (t->nparts && !ps)
+            return -1;
+        int32_t m = 0;
+        for (int32_t i = 0; i < t->nparts; i++) {
+            elect_one(r, t, i, type, &ps[m]);
+            if (ps[m].error_code != SK_KAFKA_ELECTION_NOT_NEEDED)
+                m++;
+        }
+        ts[k].topic = sk_req_str(r, t->name);
+        ts[k].partition_result.n = m;
+        ts[k].partition_result.v = ps;
+        k++;
+    }
+    resp->replica_election_results.n = (int32_t)k;
+    resp->replica_election_results.v = ts;
+    return 0;
+}
+
+static int elect_listed(sk_req *r, int8_t type, kp_ElectLeadersResponse *resp)
+{
+    kp_ElectLeadersRequest *req = r->body;
+    int32_t nt = req->topic_partitions.n;
+    kp_ElectLeadersResponse_ReplicaElectionResult *ts =
+        sk_req_array(r, &kp_ElectLeadersResponse_ReplicaElectionResult_desc, nt);
+    if (nt && !ts)
+        return -1;
+    for (int32_t i = 0; i < nt; i++) {
+        const kp_ElectLeadersRequest_TopicPartitions *rt = &req->topic_partitions.v[i];
+        int32_t np = rt->partitions.n > 0 ? rt->partitions.n : 0;
+        eresult *ps = sk_req_array(r, &kp_ElectLeadersResponse_PartitionResult_desc, np);
+        if (np && !ps)
+            return -1;
+        const sk_topic *t = rt->topic.len > 0
+                                ? sk_topic_get(r->node, rt->topic.p, (size_t)rt->topic.len)
+                                : NULL;
+        for (int32_t k = 0; k < np; k++)
+            elect_one(r, t, rt->partitions.v[k], type, &ps[k]);
+        ts[i].topic = rt->topic;
+        ts[i].partition_result.n = np;
+        ts[i].partition_result.v = ps;
+    }
+    resp->replica_election_results.n = nt;
+    resp->replica_election_results.v = ts;
+    return 0;
+}
+
+void h_elect_leaders(sk_req *r)
+{
+    kp_ElectLeadersRequest *req = r->body;
+    kp_ElectLeadersResponse *resp = r->resp;
+    int8_t type = r->version >= 1 ? req->election_type : ELECT_PREFERRED;
+    if (type != ELECT_PREFERRED && type != ELECT_UNCLEAN) {
+        resp->error_code = SK_KAFKA_INVALID_REQUEST;
+        sk_req_respond(r);
+        return;
+    }
+    r->pending = 1; /* moves to preferred nodes answer later */
+    int rc = req->topic_partitions.n < 0 ? elect_all(r, type, resp)
+                                         : elect_listed(r, type, resp);
+    if (rc != 0) {
+        sk_req_close(r, "out of memory");
+        return;
+    }
+    if (--r->pending == 0)
+        sk_req_respond(r);
 }

@@ -30,6 +30,30 @@ void h_describe_cluster(sk_req *r);
 void h_describe_log_dirs(sk_req *r);
 void h_alter_partition_reassignments(sk_req *r);
 void h_list_partition_reassignments(sk_req *r);
+void h_describe_topic_partitions(sk_req *r);
+void h_describe_producers(sk_req *r);
+void h_elect_leaders(sk_req *r);
+void h_alter_replica_log_dirs(sk_req *r);
+void h_describe_quorum(sk_req *r);
+
+/* Group configs (h_gconf.c), for DescribeConfigs, AlterConfigs and
+ * IncrementalAlterConfigs on resource type GROUP. Both may finish later:
+ * they hold r->pending meanwhile and release it as the handlers' other
+ * asynchronous steps do (r->on_done, else the response). */
+struct kp_DescribeConfigsRequest_DescribeConfigsResource;
+struct kp_DescribeConfigsResponse_DescribeConfigsResult;
+void sk_describe_group_configs(sk_req *r,
+                               const struct kp_DescribeConfigsRequest_DescribeConfigsResource *res,
+                               struct kp_DescribeConfigsResponse_DescribeConfigsResult *out);
+/* One change: op 0 set, 1 delete, 2 append, 3 subtract (Kafka's). */
+typedef struct sk_gconf_op {
+    kc_str name;
+    int8_t op;
+    kc_str value;
+} sk_gconf_op;
+/* replace: the ops' SETs become the whole set (AlterConfigs). */
+void sk_alter_group_configs(sk_req *r, kc_str group, const sk_gconf_op *ops, int nops,
+                            bool replace, bool validate_only, int16_t *err, kc_str *msg);
 
 /* The brokers a client on r's connection is told about (Metadata,
  * DescribeCluster): this node alone, or a cluster's live nodes at their
@@ -61,6 +85,13 @@ bool sk_leader_hint(sk_req *r, const sk_part *p, int32_t *leader, int32_t *epoch
  * on a single node. */
 void sk_produce_hints(sk_req *r);
 void sk_fetch_hints(sk_req *r);
+/* A partition's leader as r's client is told (Metadata and
+ * DescribeTopicPartitions): its main, or for a client of a routed zone a node
+ * of that zone (proxy/route.h); -1 between two mains. */
+int32_t sk_part_leader_for(sk_req *r, const sk_part *p);
+/* The partition's main when that node is live (this node, on a single
+ * node), else -1. */
+int32_t sk_part_main_live(sk_req *r, const sk_part *p);
 /* Skiff's node-to-node RPCs (h_rpc.c). */
 void h_handoff_ready(sk_req *r);
 void h_node_status(sk_req *r);

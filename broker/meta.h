@@ -61,6 +61,7 @@ enum sk_meta_kind {
     SK_META_ADOPT = 13,       /* a partition joins this log, with its state (hstate.h) */
     SK_META_DROP = 14,        /* a partition's state is gone (id, partition): its topic was
                                  deleted, or etcd refused its adoption */
+    SK_META_GROUP_CONFIG = 15, /* a group's complete config override set (gconf.h) */
 };
 
 typedef struct sk_meta {
@@ -109,6 +110,8 @@ void sk_meta_log_start(sk_buf *b, const kc_uuid *id, int32_t part, int64_t log_s
 void sk_meta_pid(sk_buf *b, int64_t next_pid);
 void sk_meta_cluster(sk_buf *b, const char *cluster_id);
 void sk_meta_group(sk_buf *b, const void *body, size_t len);
+/* body: gconf.h's */
+void sk_meta_group_config(sk_buf *b, const void *body, size_t len);
 void sk_meta_broker_config(sk_buf *b, int n, char *const *names, char *const *values);
 
 /* Object registry records.
@@ -220,6 +223,6 @@ typedef struct sk_snapshot_visitor {
 int sk_snapshot_visit(const uint8_t *p, size_t n, const sk_snapshot_visitor *v);
 
 /* Kinds of extra snapshot sections. */
-enum { SK_SNAP_GROUPS = 1 };
+enum { SK_SNAP_GROUPS = 1, SK_SNAP_GROUP_CONFIGS = 2 };
 
 #endif

@@ -19,6 +19,7 @@
 #include "config.h"
 #include "dynconf.h"
 #include "fsession.h"
+#include "gconf.h"
 #include "groups.h"
 #include "handlers.h"
 #include "kbatch.h"
@@ -298,6 +299,11 @@ static int load_extra(void *arg, uint8_t kind, const uint8_t *body, size_t len)
     sk_node *n = arg;
     if (kind == SK_SNAP_GROUPS && sk_groups_load(n->groups, body, len) != 0) {
         SK_ERROR("node", "corrupt committed offsets in the SQLite view");
+        return SK_ERR_CORRUPT;
+    }
+    /* A cluster's group configs come from etcd. */
+    if (kind == SK_SNAP_GROUP_CONFIGS && !n->cluster && sk_gconf_load(n, body, len) != 0) {
+        SK_ERROR("node", "corrupt group configs in the SQLite view");
         return SK_ERR_CORRUPT;
     }
     return 0;
@@ -962,6 +968,7 @@ void sk_node_destroy(sk_node *n)
     sk_fs_destroy(n->fsessions);
     n->fsessions = NULL;
     sk_dynconf_free(n);
+    sk_gconf_free_all(n);
     zone_map_destroy(n->zones);
     sk_vlog_destroy(n->log);
     n->log = NULL;

@@ -221,6 +221,7 @@ struct sk_node {
     char **dyn_names, **dyn_values, **dyn_static;
 
     sk_map *topics_by_name; /* name -> sk_topic */
+    sk_map *gconfs;         /* group id -> its config overrides (gconf.h); NULL: none */
     sk_map *topics_by_id;   /* 16-byte id -> sk_topic */
 
     /* WAL cache: global FIFO in LSN order */

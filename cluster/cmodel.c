@@ -588,6 +588,12 @@ static bool part_fields(jr *r, const json_t *o, cm_part *out)
     out->stream = (uint64_t)stream;
     out->src_log = src_log;
     out->src_lsn = src_lsn;
+    /* "pref" is optional: values written before it existed have none. */
+    int64_t pref;
+    if (json_object_get(o, "pref") && !jint(r, o, "pref", 0, INT32_MAX, &pref))
+        return false;
+    out->has_pref = json_object_get(o, "pref") != NULL;
+    out->pref = out->has_pref ? (int32_t)pref : 0;
     return true;
 }
 
@@ -909,6 +915,8 @@ char *cm_encode_part(const cm_part *p)
     e |= json_object_set_new(o, "stream", json_integer((json_int_t)p->stream));
     e |= json_object_set_new(o, "src_log", json_integer(p->src_log));
     e |= json_object_set_new(o, "src_lsn", json_integer(p->src_lsn));
+    if (p->has_pref)
+        e |= json_object_set_new(o, "pref", json_integer(p->pref));
     char *s = jdump(o, e);
     cm_part back;
     jr r = {0};
@@ -989,7 +997,8 @@ static bool part_eq(const void *a_, const void *b_)
     return !memcmp(&a->topic, &b->topic, sizeof a->topic) && a->index == b->index &&
            a->epoch == b->epoch && a->node == b->node && a->log == b->log &&
            a->state == b->state && a->stream == b->stream && a->src_log == b->src_log &&
-           a->src_lsn == b->src_lsn && a->mod_rev == b->mod_rev;
+           a->src_lsn == b->src_lsn && a->has_pref == b->has_pref && a->pref == b->pref &&
+           a->mod_rev == b->mod_rev;
 }
 
 static bool walref_eq(const void *a_, const void *b_)

@@ -123,6 +123,12 @@ typedef struct cm_part {
     uint64_t stream; /* id of the partition's data in objects, never reused */
     int64_t src_log; /* MOVING, HANDOFF */
     int64_t src_lsn; /* HANDOFF */
+    /* The node the partition belongs on (Kafka's preferred replica): where
+     * it was placed, reassigned or rebalanced to last; a failover or a
+     * node's drain moves it elsewhere without changing this. Optional in the
+     * value ("pref"), absent in those written before it existed. */
+    bool has_pref;
+    int32_t pref;
     int64_t mod_rev;
 } cm_part;
 

@@ -37,6 +37,7 @@ typedef enum sk_err {
     SK_KAFKA_LEADER_NOT_AVAILABLE              = 5,
     SK_KAFKA_NOT_LEADER_OR_FOLLOWER            = 6,
     SK_KAFKA_REQUEST_TIMED_OUT                 = 7,
+    SK_KAFKA_REPLICA_NOT_AVAILABLE             = 9,
     SK_KAFKA_MESSAGE_TOO_LARGE                 = 10,
     SK_KAFKA_OFFSET_METADATA_TOO_LARGE         = 12,
     SK_KAFKA_NETWORK_EXCEPTION                 = 13,

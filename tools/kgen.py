@@ -32,8 +32,8 @@ import sys
 # The APIs Skiff's codec knows, by key. Keep this the only list.
 API_KEYS = [
     0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23,
-    24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 35, 36, 37, 42, 43, 44, 45, 46,
-    47, 48, 49, 50, 51, 60, 61, 65, 66, 75,
+    24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 42, 43, 44, 45,
+    46, 47, 48, 49, 50, 51, 55, 60, 61, 65, 66, 75,
 ]
 
 # Internal RPCs take API keys from here up: Kafka's own keys stay far below,

@@ -247,6 +247,11 @@ def _enc_value(t, val, v, flex, field):
                 out.append(_enc_value(et, item, v, flex, field))
         return b"".join(out)
     if t == "struct":
+        # A nullable struct is preceded by an int8: -1 null, 1 present.
+        if field.is_nullable(v):
+            if val is None:
+                return struct.pack(">b", -1)
+            return struct.pack(">b", 1) + encode_struct(field.fields, val, v, flex)
         return encode_struct(field.fields, val, v, flex)
     raise ValueError("unknown type " + t)
 
@@ -304,6 +309,8 @@ def _dec_value(r, t, v, flex, field):
             return [decode_struct(r, field.fields, v, flex) for _ in range(n)]
         return [_dec_value(r, et, v, flex, field) for _ in range(n)]
     if t == "struct":
+        if field.is_nullable(v) and r._unpack(">b", 1) < 0:
+            return None
         return decode_struct(r, field.fields, v, flex)
     raise ValueError("unknown type " + t)
 

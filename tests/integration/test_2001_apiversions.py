@@ -40,6 +40,7 @@ ALLOWED = {
     42: (0, 2), 43: (0, 2), 44: (0, 1), 45: (0, 1), 46: (0, 0), 47: (0, 0), 48: (0, 1),
     49: (0, 1), 50: (0, 0), 51: (0, 0), 55: (0, 2), 60: (0, 2), 61: (0, 0), 65: (0, 0), 66: (0, 1),
     74: (0, 0), 75: (0, 0),
+    34: (1, 2),  # AlterReplicaLogDirs (v0 was removed in Kafka 4.0)
 }
 
 # Never advertised: telemetry, KIP-848, share groups, streams groups, KRaft/inter-broker.

@@ -7,7 +7,8 @@ of its data (the WAL trimmed below the view snapshot stored in the object store)
 holds a tail that exists only in the WAL (written after the last snapshot). After the
 wipe and a restart the node must serve the same topics and configs, the same log start
 and high watermark per partition, every batch byte-identical at its offset, the
-committed offsets of a group, and go on assigning offsets where it stopped.
+committed offsets of a group, a group's configs (set before the trimmed part of the
+WAL: only the snapshot has them), and go on assigning offsets where it stopped.
 """
 
 import os
@@ -20,6 +21,7 @@ import harness
 import kgroup
 import kproto as k
 import s3env
+from test_4009_group_configs_raw import SET, incr, own
 
 pytestmark = pytest.mark.restarts
 
@@ -37,6 +39,9 @@ def test_wiped_data_dir_restores_from_snapshot_and_wal(broker_factory, s3, topic
             s3_wal_upload_threshold=4 * MiB, wal_segment_bytes=2 * MiB))
         s3env.create_topic(b, topic_name, PARTS, {"retention.ms": "86400000",
                                                  "max.message.bytes": "2000000"})
+        cgroup = "gc-" + prefix.replace("/", "-")
+        with k.Conn(b.bootstrap, timeout=30) as c:
+            assert incr(c, cgroup, [("consumer.session.timeout.ms", SET, "50000")]) == (0, None)
         prod = s3env.SkewedProducer(b.bootstrap, topic_name, [3, 1, 1, 1], 8192)
         prod.produce_bytes(24 * MiB)
         assert prod.flush(60) == 0
@@ -77,6 +82,7 @@ def test_wiped_data_dir_restores_from_snapshot_and_wal(broker_factory, s3, topic
                 (topic_name, p): 7 + p for p in range(PARTS)}, offs
             conf = kgroup.describe_configs(c, 2, topic_name, ["retention.ms"])
             assert conf["Results"][0]["Configs"][0]["Value"] == "86400000", conf
+            assert own(c, cgroup) == {"consumer.session.timeout.ms": "50000"}
             # offsets go on where they stopped
             for p in range(PARTS):
                 r = k.produce(c, topic_name, p, k.batch([b"after"]))

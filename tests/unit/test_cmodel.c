@@ -653,11 +653,29 @@ static void test_roundtrip_topic_part_bconf(void **state)
         assert_true(pb.stream == 1ull << 40);
         assert_int_equal(pb.src_log, 6);
         assert_int_equal(pb.src_lsn, 1234567);
+        assert_false(pb.has_pref); /* absent: written before it existed */
         if (st == CM_PART_HANDOFF)
             assert_string_equal(s, "{\"epoch\":3,\"node\":2,\"log\":7,\"state\":\"handoff\","
                                    "\"stream\":1099511627776,\"src_log\":6,\"src_lsn\":1234567}");
         free(s);
     }
+    /* The preferred node: optional, 0 to 2^31-1. */
+    cm_part pp = {.topic = *T1(), .index = 1, .epoch = 2, .node = 3, .log = 4,
+                  .state = CM_PART_ACTIVE, .stream = 5, .has_pref = true, .pref = 0};
+    s = cm_encode_part(&pp);
+    assert_string_equal(s, "{\"epoch\":2,\"node\":3,\"log\":4,\"state\":\"active\","
+                           "\"stream\":5,\"src_log\":0,\"src_lsn\":0,\"pref\":0}");
+    cm_part ppb;
+    assert_int_equal(cm_decode_part((uint8_t *)s, strlen(s), T1(), 1, &ppb), 0);
+    assert_true(ppb.has_pref);
+    assert_int_equal(ppb.pref, 0);
+    free(s);
+    pp.pref = -1;
+    assert_null(cm_encode_part(&pp));
+    const char *badpref = "{\"epoch\":2,\"node\":3,\"log\":4,\"state\":\"active\","
+                          "\"stream\":5,\"src_log\":0,\"src_lsn\":0,\"pref\":\"x\"}";
+    assert_int_equal(cm_decode_part((const uint8_t *)badpref, strlen(badpref), T1(), 1, &ppb),
+                     SK_ERR_PARSE);
     cm_part badp = {.topic = *T1(), .state = (cm_part_state)4};
     assert_null(cm_encode_part(&badp));
     badp.state = CM_PART_NEW;

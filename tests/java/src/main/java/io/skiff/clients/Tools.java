@@ -35,10 +35,21 @@ import org.apache.kafka.common.utils.Exit;
  *   get-offsets     org.apache.kafka.tools.GetOffsetShell
  *   console-consumer org.apache.kafka.tools.consumer.ConsoleConsumer
  *   reassign        org.apache.kafka.tools.reassign.ReassignPartitionsCommand
+ *   transactions    org.apache.kafka.tools.TransactionsCommand
+ *   leader-election org.apache.kafka.tools.LeaderElectionCommand
+ *   metadata-quorum org.apache.kafka.tools.MetadataQuorumCommand
  * or an AdminClient call whose result is printed as JSON:
  *   admin-groups BOOTSTRAP                 listConsumerGroups
  *   admin-describe BOOTSTRAP GROUP         describeConsumerGroups
  *   admin-offsets BOOTSTRAP GROUP          listConsumerGroupOffsets, with the end offsets (lag)
+ *   admin-topics BOOTSTRAP TOPIC...        describeTopics (with authorized operations)
+ *   admin-elect BOOTSTRAP TYPE TOPIC P...  electLeaders (TYPE preferred or unclean): the
+ *                                          error class per partition, null for none
+ *   admin-producers BOOTSTRAP TOPIC P      describeProducers
+ *   admin-group-configs BOOTSTRAP GROUP [NAME=VALUE | NAME=]...
+ *                                          incrementalAlterConfigs on the group (set, or
+ *                                          delete when the value is empty), then
+ *                                          describeConfigs: {name: [value, source]}
  *   sleep MS
  * A tool's System.exit (Kafka's Exit.exit) is caught. Each command prints one
  * JSON line: {"op":"tool","tool":..,"args":[..],"exit":code or null,
@@ -144,6 +155,21 @@ public final class Tools {
                 break;
             case "reassign":
                 org.apache.kafka.tools.reassign.ReassignPartitionsCommand.main(a);
+                break;
+            case "transactions":
+                org.apache.kafka.tools.TransactionsCommand.main(a);
+                break;
+            case "leader-election":
+                org.apache.kafka.tools.LeaderElectionCommand.main(a);
+                break;
+            case "metadata-quorum":
+                org.apache.kafka.tools.MetadataQuorumCommand.main(a);
+                break;
+            case "admin-topics":
+            case "admin-elect":
+            case "admin-producers":
+            case "admin-group-configs":
+                AdminCalls.run(tool, a, j);
                 break;
             case "sleep":
                 Thread.sleep(Long.parseLong(a[0]));
