@@ -146,7 +146,7 @@ bool sk_leader_hint(sk_req *r, const sk_part *p, int32_t *leader, int32_t *epoch
 {
     if (!r->node->cluster || !p)
         return false;
-    int32_t l = leader_of(r, p);
+    int32_t l = sk_part_leader_for(r, p);
     if (l < 0)
         return false;
     *leader = l;
