@@ -8,7 +8,9 @@ and to read exactly what the broker answers. This module gives:
 * a small schema-driven codec (non-flexible and flexible/compact encoding,
   tagged fields) with hand-written schemas for the requests the tests use:
   ApiVersions, Metadata, Produce, Fetch, ListOffsets, InitProducerId,
-  CreateTopics, OffsetForLeaderEpoch, DescribeLogDirs;
+  CreateTopics, OffsetForLeaderEpoch, DescribeLogDirs, AlterConfigs,
+  IncrementalAlterConfigs, DescribeTopicPartitions, ElectLeaders, DescribeProducers,
+  AlterReplicaLogDirs, DescribeQuorum (one schema per API: tests add theirs here);
 * a RecordBatch v2 builder/parser with a pure-Python CRC-32C, able to build
   deliberately broken batches.
 
@@ -571,6 +573,95 @@ _api(35, 2,
           F("TotalBytes", "int64", "4+", default=-1),
           F("UsableBytes", "int64", "4+", default=-1),
           F("IsCordoned", "bool", "5+")])])
+
+
+# AlterConfigs and IncrementalAlterConfigs (group and topic resources).
+_CONFIGS_RESP = [F("ThrottleTimeMs", "int32", "0+"),
+         S("Responses", "0+", [F("ErrorCode", "int16", "0+"),
+                               F("ErrorMessage", "string", "0+", nullable="0+"),
+                               F("ResourceType", "int8", "0+"), F("ResourceName", "string", "0+")])]
+_api(33, 2,
+     [S("Resources", "0+", [F("ResourceType", "int8", "0+"), F("ResourceName", "string", "0+"),
+                            S("Configs", "0+", [F("Name", "string", "0+"),
+                                                F("Value", "string", "0+", nullable="0+")])]),
+      F("ValidateOnly", "bool", "0+")], _CONFIGS_RESP)
+_api(44, 1,
+     [S("Resources", "0+", [F("ResourceType", "int8", "0+"), F("ResourceName", "string", "0+"),
+                            S("Configs", "0+", [F("Name", "string", "0+"),
+                                                F("ConfigOperation", "int8", "0+"),
+                                                F("Value", "string", "0+", nullable="0+")])]),
+      F("ValidateOnly", "bool", "0+")], _CONFIGS_RESP)
+
+# The admin APIs AdminClient and the tools probe for: DescribeTopicPartitions,
+# ElectLeaders, DescribeProducers, AlterReplicaLogDirs, DescribeQuorum.
+_CURSOR = [F("TopicName", "string", "0+"), F("PartitionIndex", "int32", "0+")]
+_api(75, 0,
+     [S("Topics", "0+", [F("Name", "string", "0+")]),
+      F("ResponsePartitionLimit", "int32", "0+", default=2000),
+      F("Cursor", "struct", "0+", nullable="0+", fields=_CURSOR)],
+     [F("ThrottleTimeMs", "int32", "0+"),
+      S("Topics", "0+", [
+          F("ErrorCode", "int16", "0+"), F("Name", "string", "0+", nullable="0+"),
+          F("TopicId", "uuid", "0+"), F("IsInternal", "bool", "0+"),
+          S("Partitions", "0+", [
+              F("ErrorCode", "int16", "0+"), F("PartitionIndex", "int32", "0+"),
+              F("LeaderId", "int32", "0+"), F("LeaderEpoch", "int32", "0+"),
+              F("ReplicaNodes", "[]int32", "0+"), F("IsrNodes", "[]int32", "0+"),
+              F("EligibleLeaderReplicas", "[]int32", "0+", nullable="0+"),
+              F("LastKnownElr", "[]int32", "0+", nullable="0+"),
+              F("OfflineReplicas", "[]int32", "0+")]),
+          F("TopicAuthorizedOperations", "int32", "0+")]),
+      F("NextCursor", "struct", "0+", nullable="0+", fields=_CURSOR)])
+_api(43, 2,
+     [F("ElectionType", "int8", "1+"),
+      S("TopicPartitions", "0+", [F("Topic", "string", "0+"), F("Partitions", "[]int32", "0+")],
+        nullable="0+"),
+      F("TimeoutMs", "int32", "0+", default=60000)],
+     [F("ThrottleTimeMs", "int32", "0+"), F("ErrorCode", "int16", "1+"),
+      S("ReplicaElectionResults", "0+", [
+          F("Topic", "string", "0+"),
+          S("PartitionResult", "0+", [F("PartitionId", "int32", "0+"),
+                                      F("ErrorCode", "int16", "0+"),
+                                      F("ErrorMessage", "string", "0+", nullable="0+")])])])
+_api(61, 0,
+     [S("Topics", "0+", [F("Name", "string", "0+"), F("PartitionIndexes", "[]int32", "0+")])],
+     [F("ThrottleTimeMs", "int32", "0+"),
+      S("Topics", "0+", [
+          F("Name", "string", "0+"),
+          S("Partitions", "0+", [
+              F("PartitionIndex", "int32", "0+"), F("ErrorCode", "int16", "0+"),
+              F("ErrorMessage", "string", "0+", nullable="0+"),
+              S("ActiveProducers", "0+", [
+                  F("ProducerId", "int64", "0+"), F("ProducerEpoch", "int32", "0+"),
+                  F("LastSequence", "int32", "0+"), F("LastTimestamp", "int64", "0+"),
+                  F("CoordinatorEpoch", "int32", "0+"),
+                  F("CurrentTxnStartOffset", "int64", "0+")])])])])
+_api(34, 2,
+     [S("Dirs", "0+", [F("Path", "string", "0+"),
+                       S("Topics", "0+", [F("Name", "string", "0+"),
+                                          F("Partitions", "[]int32", "0+")])])],
+     [F("ThrottleTimeMs", "int32", "0+"),
+      S("Results", "0+", [F("TopicName", "string", "0+"),
+                          S("Partitions", "0+", [F("PartitionIndex", "int32", "0+"),
+                                                 F("ErrorCode", "int16", "0+")])])])
+_REPLICA = [F("ReplicaId", "int32", "0+"), F("ReplicaDirectoryId", "uuid", "2+"),
+            F("LogEndOffset", "int64", "0+"), F("LastFetchTimestamp", "int64", "1+", default=-1),
+            F("LastCaughtUpTimestamp", "int64", "1+", default=-1)]
+_api(55, 0,
+     [S("Topics", "0+", [F("TopicName", "string", "0+"),
+                         S("Partitions", "0+", [F("PartitionIndex", "int32", "0+")])])],
+     [F("ErrorCode", "int16", "0+"), F("ErrorMessage", "string", "2+", nullable="2+"),
+      S("Topics", "0+", [
+          F("TopicName", "string", "0+"),
+          S("Partitions", "0+", [
+              F("PartitionIndex", "int32", "0+"), F("ErrorCode", "int16", "0+"),
+              F("ErrorMessage", "string", "2+", nullable="2+"),
+              F("LeaderId", "int32", "0+"), F("LeaderEpoch", "int32", "0+"),
+              F("HighWatermark", "int64", "0+"),
+              S("CurrentVoters", "0+", _REPLICA), S("Observers", "0+", _REPLICA)])]),
+      S("Nodes", "2+", [F("NodeId", "int32", "2+"),
+                        S("Listeners", "2+", [F("Name", "string", "2+"), F("Host", "string", "2+"),
+                                              F("Port", "uint16", "2+")])])])
 
 
 def request_header(key, version, corr, client_id="kproto", flexible=None):

@@ -14,7 +14,6 @@ import pytest
 
 import kgroup as kg
 import kproto
-from kproto import F, S, _api
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
 INVALID_TOPIC_EXCEPTION = 17
@@ -23,88 +22,6 @@ LOG_DIR_NOT_FOUND = 57
 ELECTION_NOT_NEEDED = 84
 ZERO_UUID = b"\x00" * 16
 
-_CURSOR = [F("TopicName", "string", "0+"), F("PartitionIndex", "int32", "0+")]
-_api(75, 0,
-     [S("Topics", "0+", [F("Name", "string", "0+")]),
-      F("ResponsePartitionLimit", "int32", "0+", default=2000),
-      F("Cursor", "struct", "0+", nullable="0+", fields=_CURSOR)],
-     [F("ThrottleTimeMs", "int32", "0+"),
-      S("Topics", "0+", [
-          F("ErrorCode", "int16", "0+"), F("Name", "string", "0+", nullable="0+"),
-          F("TopicId", "uuid", "0+"), F("IsInternal", "bool", "0+"),
-          S("Partitions", "0+", [
-              F("ErrorCode", "int16", "0+"), F("PartitionIndex", "int32", "0+"),
-              F("LeaderId", "int32", "0+"), F("LeaderEpoch", "int32", "0+"),
-              F("ReplicaNodes", "[]int32", "0+"), F("IsrNodes", "[]int32", "0+"),
-              F("EligibleLeaderReplicas", "[]int32", "0+", nullable="0+"),
-              F("LastKnownElr", "[]int32", "0+", nullable="0+"),
-              F("OfflineReplicas", "[]int32", "0+")]),
-          F("TopicAuthorizedOperations", "int32", "0+")]),
-      F("NextCursor", "struct", "0+", nullable="0+", fields=_CURSOR)])
-_api(43, 2,
-     [F("ElectionType", "int8", "1+"),
-      S("TopicPartitions", "0+", [F("Topic", "string", "0+"), F("Partitions", "[]int32", "0+")],
-        nullable="0+"),
-      F("TimeoutMs", "int32", "0+", default=60000)],
-     [F("ThrottleTimeMs", "int32", "0+"), F("ErrorCode", "int16", "1+"),
-      S("ReplicaElectionResults", "0+", [
-          F("Topic", "string", "0+"),
-          S("PartitionResult", "0+", [F("PartitionId", "int32", "0+"),
-                                      F("ErrorCode", "int16", "0+"),
-                                      F("ErrorMessage", "string", "0+", nullable="0+")])])])
-_api(61, 0,
-     [S("Topics", "0+", [F("Name", "string", "0+"), F("PartitionIndexes", "[]int32", "0+")])],
-     [F("ThrottleTimeMs", "int32", "0+"),
-      S("Topics", "0+", [
-          F("Name", "string", "0+"),
-          S("Partitions", "0+", [
-              F("PartitionIndex", "int32", "0+"), F("ErrorCode", "int16", "0+"),
-              F("ErrorMessage", "string", "0+", nullable="0+"),
-              S("ActiveProducers", "0+", [
-                  F("ProducerId", "int64", "0+"), F("ProducerEpoch", "int32", "0+"),
-                  F("LastSequence", "int32", "0+"), F("LastTimestamp", "int64", "0+"),
-                  F("CoordinatorEpoch", "int32", "0+"),
-                  F("CurrentTxnStartOffset", "int64", "0+")])])])])
-_api(34, 2,
-     [S("Dirs", "0+", [F("Path", "string", "0+"),
-                       S("Topics", "0+", [F("Name", "string", "0+"),
-                                          F("Partitions", "[]int32", "0+")])])],
-     [F("ThrottleTimeMs", "int32", "0+"),
-      S("Results", "0+", [F("TopicName", "string", "0+"),
-                          S("Partitions", "0+", [F("PartitionIndex", "int32", "0+"),
-                                                 F("ErrorCode", "int16", "0+")])])])
-_api(35, 2,
-     [S("Topics", "0+", [F("Topic", "string", "0+"), F("Partitions", "[]int32", "0+")],
-        nullable="0+")],
-     [F("ThrottleTimeMs", "int32", "0+"), F("ErrorCode", "int16", "3+"),
-      S("Results", "0+", [
-          F("ErrorCode", "int16", "0+"), F("LogDir", "string", "0+"),
-          S("Topics", "0+", [F("Name", "string", "0+"),
-                             S("Partitions", "0+", [F("PartitionIndex", "int32", "0+"),
-                                                    F("PartitionSize", "int64", "0+"),
-                                                    F("OffsetLag", "int64", "0+"),
-                                                    F("IsFutureKey", "bool", "0+")])]),
-          F("TotalBytes", "int64", "4+", default=-1),
-          F("UsableBytes", "int64", "4+", default=-1)])])
-
-_REPLICA = [F("ReplicaId", "int32", "0+"), F("ReplicaDirectoryId", "uuid", "2+"),
-            F("LogEndOffset", "int64", "0+"), F("LastFetchTimestamp", "int64", "1+", default=-1),
-            F("LastCaughtUpTimestamp", "int64", "1+", default=-1)]
-_api(55, 0,
-     [S("Topics", "0+", [F("TopicName", "string", "0+"),
-                         S("Partitions", "0+", [F("PartitionIndex", "int32", "0+")])])],
-     [F("ErrorCode", "int16", "0+"), F("ErrorMessage", "string", "2+", nullable="2+"),
-      S("Topics", "0+", [
-          F("TopicName", "string", "0+"),
-          S("Partitions", "0+", [
-              F("PartitionIndex", "int32", "0+"), F("ErrorCode", "int16", "0+"),
-              F("ErrorMessage", "string", "2+", nullable="2+"),
-              F("LeaderId", "int32", "0+"), F("LeaderEpoch", "int32", "0+"),
-              F("HighWatermark", "int64", "0+"),
-              S("CurrentVoters", "0+", _REPLICA), S("Observers", "0+", _REPLICA)])]),
-      S("Nodes", "2+", [F("NodeId", "int32", "2+"),
-                        S("Listeners", "2+", [F("Name", "string", "2+"), F("Host", "string", "2+"),
-                                              F("Port", "uint16", "2+")])])])
 BROKER_ID = 1  # skiffd's node.id in the harness, and kafka-ref.sh's
 
 

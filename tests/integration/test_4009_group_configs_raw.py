@@ -17,7 +17,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "clients"))
 import harness  # noqa: E402
 import jtools  # noqa: E402
 import kgroup as kg  # noqa: E402
-from kproto import F, S, _api  # noqa: E402
 
 INVALID_CONFIG = 40
 INVALID_REQUEST = 42
@@ -25,22 +24,6 @@ GROUP = 32
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 SRC_DEFAULT, SRC_GROUP = 5, 8
 TYPE_BOOLEAN, TYPE_STRING, TYPE_INT = 1, 2, 3
-
-_RESP = [F("ThrottleTimeMs", "int32", "0+"),
-         S("Responses", "0+", [F("ErrorCode", "int16", "0+"),
-                               F("ErrorMessage", "string", "0+", nullable="0+"),
-                               F("ResourceType", "int8", "0+"), F("ResourceName", "string", "0+")])]
-_api(33, 2,
-     [S("Resources", "0+", [F("ResourceType", "int8", "0+"), F("ResourceName", "string", "0+"),
-                            S("Configs", "0+", [F("Name", "string", "0+"),
-                                                F("Value", "string", "0+", nullable="0+")])]),
-      F("ValidateOnly", "bool", "0+")], _RESP)
-_api(44, 1,
-     [S("Resources", "0+", [F("ResourceType", "int8", "0+"), F("ResourceName", "string", "0+"),
-                            S("Configs", "0+", [F("Name", "string", "0+"),
-                                                F("ConfigOperation", "int8", "0+"),
-                                                F("Value", "string", "0+", nullable="0+")])]),
-      F("ValidateOnly", "bool", "0+")], _RESP)
 
 # Kafka 4.3.1's group configs: (default, type, the broker property the default comes from).
 DEFAULTS = {
