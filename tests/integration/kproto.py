@@ -577,9 +577,10 @@ _api(35, 2,
 
 # AlterConfigs and IncrementalAlterConfigs (group and topic resources).
 _CONFIGS_RESP = [F("ThrottleTimeMs", "int32", "0+"),
-         S("Responses", "0+", [F("ErrorCode", "int16", "0+"),
-                               F("ErrorMessage", "string", "0+", nullable="0+"),
-                               F("ResourceType", "int8", "0+"), F("ResourceName", "string", "0+")])]
+                 S("Responses", "0+", [F("ErrorCode", "int16", "0+"),
+                                       F("ErrorMessage", "string", "0+", nullable="0+"),
+                                       F("ResourceType", "int8", "0+"),
+                                       F("ResourceName", "string", "0+")])]
 _api(33, 2,
      [S("Resources", "0+", [F("ResourceType", "int8", "0+"), F("ResourceName", "string", "0+"),
                             S("Configs", "0+", [F("Name", "string", "0+"),

@@ -9,30 +9,12 @@ import pytest
 import harness
 import kgroup as kg
 import kproto
-from kproto import F, S, _api
 
 INVALID_CONFIG = 40
 INVALID_REQUEST = 42
 UNKNOWN_TOPIC_OR_PARTITION = 3
 TOPIC, BROKER = 2, 4
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
-
-_RESP = [F("ThrottleTimeMs", "int32", "0+"),
-         S("Responses", "0+", [F("ErrorCode", "int16", "0+"),
-                               F("ErrorMessage", "string", "0+", nullable="0+"),
-                               F("ResourceType", "int8", "0+"), F("ResourceName", "string", "0+")])]
-_api(33, 2,
-     [S("Resources", "0+", [F("ResourceType", "int8", "0+"), F("ResourceName", "string", "0+"),
-                            S("Configs", "0+", [F("Name", "string", "0+"),
-                                                F("Value", "string", "0+", nullable="0+")])]),
-      F("ValidateOnly", "bool", "0+")], _RESP)
-_api(44, 1,
-     [S("Resources", "0+", [F("ResourceType", "int8", "0+"), F("ResourceName", "string", "0+"),
-                            S("Configs", "0+", [F("Name", "string", "0+"),
-                                                F("ConfigOperation", "int8", "0+"),
-                                                F("Value", "string", "0+", nullable="0+")])]),
-      F("ValidateOnly", "bool", "0+")], _RESP)
-
 
 @pytest.fixture
 def conn(broker):
