@@ -280,6 +280,30 @@ static void print_node(const node_row *r)
            human(metric(m, "skiff_s3_object_bytes", NULL), b4, sizeof b4));
 }
 
+/* A line per long piece of work a node runs now (progress.h). */
+static void print_work(const node_row *rows, int n)
+{
+    static const char *works[] = {"rebalance", "reassignment", "retention"};
+    bool any = false;
+    for (int i = 0; i < n; i++) {
+        for (int k = 0; rows[i].answered && k < 3; k++) {
+            char want[48];
+            snprintf(want, sizeof want, "work=\"%s\"", works[k]);
+            const char *m = rows[i].metrics;
+            if (metric(m, "skiff_work_running", want) <= 0)
+                continue;
+            if (!any)
+                printf("\nUnder way:\n");
+            any = true;
+            printf("  node %d: %s, %.0f of %.0f partitions done, %.0f left, for %.1f s\n",
+                   rows[i].id, works[k], metric(m, "skiff_work_partitions_done", want),
+                   metric(m, "skiff_work_partitions_total", want),
+                   metric(m, "skiff_work_partitions_left", want),
+                   metric(m, "skiff_work_elapsed_seconds", want));
+        }
+    }
+}
+
 /* A byte between two nodes is seen by both (counted once); a byte between a
  * node and a client or etcd by one. */
 static double crossed(const node_row *rows, int n, const char *kind, bool node_kind)
@@ -357,6 +381,7 @@ static int report(const status_opts *o, node_row *rows, int n)
         print_node(&rows[i]);
         bad |= strcmp(health(&rows[i], h, sizeof h), "ok") != 0;
     }
+    print_work(rows, n);
     print_cross_zone(rows, n);
     for (int i = 0; o->zone_reports && i < n; i++)
         if (rows[i].answered)

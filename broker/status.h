@@ -5,7 +5,8 @@
  * the partitions each leads), then every node for its NodeStatus (its
  * metrics, the text /metrics serves), and prints per node its zone and
  * health, the partitions it serves, its WAL backlog and upload lag, its
- * objects; then the cluster's cross-zone traffic by kind and what it costs
+ * objects; a line per long piece of work under way (a rebalance, a
+ * reassignment, a retention sweep: progress.h); then the cluster's cross-zone traffic by kind and what it costs
  * (docs/zones.md, summed as tools/zone-report.py does), set against what a
  * classic RF=3 Kafka over three zones would send across for the same
  * produced bytes (docs/operations.md states the model).
