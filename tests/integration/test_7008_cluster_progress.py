@@ -16,6 +16,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -49,6 +50,26 @@ def status(bootstrap):
     return r.stdout
 
 
+class StatusWatch(threading.Thread):
+    """Runs `skiffd status` over and over; keeps its "Under way" lines of one kind."""
+
+    def __init__(self, bootstrap, kind):
+        super().__init__(daemon=True)
+        self.bootstrap, self.kind = bootstrap, kind
+        self.seen, self.halt = [], threading.Event()
+
+    def run(self):
+        while not self.halt.is_set():
+            for ln in UNDER_WAY.finditer(status(self.bootstrap)):
+                if ln.group(2) == self.kind:
+                    self.seen.append(tuple(int(ln.group(k)) for k in (1, 3, 4, 5)))
+
+    def stop(self):
+        self.halt.set()
+        self.join(60)
+        return self.seen
+
+
 def controller(cl, ids):
     def find():
         for i in ids:
@@ -65,6 +86,17 @@ def log_lines(node, kind):
                        % kind, text))
 
 
+def settled_rebalance(cl, topic, ctl):
+    """(mains of topic, of __consumer_offsets) once spread and the controller's run over."""
+    def settled():
+        mains, offsets = cl.mains(topic), cl.mains(cm.OFFSETS_TOPIC)
+        counts = [len(mains.get(i, [])) + len(offsets.get(i, [])) for i in (1, 2, 3)]
+        done = max(counts) - min(counts) <= 1 and \
+            work(s3env.metrics(cl.node(ctl)), "work_running", "rebalance") == 0
+        return done and (mains, offsets)
+    return settled
+
+
 def test_rebalance_after_a_join_reports_progress(cluster_factory, topic_name):
     cl = metrics_cluster(cluster_factory, {"leader.imbalance.check.interval.seconds": "2",
                                            "cluster.max.partition.moves": "1"})
@@ -78,20 +110,15 @@ def test_rebalance_after_a_join_reports_progress(cluster_factory, topic_name):
     runs = work(m, "work_runs_total", "rebalance")
     assert work(m, "work_running", "rebalance") == 0
 
-    cl.nodes[3].start()
-    cl.wait_brokers({1, 2, 3})
-    seen = []
-
-    def settled():
-        for ln in UNDER_WAY.finditer(status(cl.node(1).bootstrap)):
-            if ln.group(2) == "rebalance":
-                seen.append(tuple(int(ln.group(k)) for k in (1, 3, 4, 5)))
-        mains, offsets = cl.mains(topic_name), cl.mains(cm.OFFSETS_TOPIC)
-        counts = [len(mains.get(i, [])) + len(offsets.get(i, [])) for i in (1, 2, 3)]
-        done = max(counts) - min(counts) <= 1 and \
-            work(s3env.metrics(cl.node(ctl)), "work_running", "rebalance") == 0
-        return done and (mains, offsets)
-    mains, offsets = cm.wait_for(settled, 90, "the rebalance to settle", interval=0.05)
+    watch = StatusWatch(cl.node(1).bootstrap, "rebalance")
+    watch.start()
+    try:
+        cl.nodes[3].start()
+        cl.wait_brokers({1, 2, 3})
+        mains, offsets = cm.wait_for(settled_rebalance(cl, topic_name, ctl), 90,
+                                     "the rebalance to settle", interval=0.1)
+    finally:
+        seen = watch.stop()
     moved = len(mains.get(3, [])) + len(offsets.get(3, []))
     print("node 3 took %d partitions; status lines seen (node, done, total, left): %r" % (
         moved, seen))
@@ -108,6 +135,7 @@ def test_rebalance_after_a_join_reports_progress(cluster_factory, topic_name):
     assert seen, "no rebalance line in skiffd status while node 3 took %d partitions" % moved
     for node, done, total, left in seen:
         assert node == ctl and done + left == total == moved and left > 0, seen
+    assert [d for _, d, _, _ in seen] == sorted(d for _, d, _, _ in seen), seen  # only forward
 
     started, ended = log_lines(cl.node(ctl), "rebalance")
     assert str(moved) in started, started
