@@ -502,6 +502,11 @@ cm_model *sk_cluster_model(sk_cluster *c)
     return cs_model(c->s);
 }
 
+struct sk_controller *sk_cluster_ctl(sk_cluster *c)
+{
+    return c->ctl;
+}
+
 int64_t sk_cluster_log_id(const sk_cluster *c)
 {
     return c->log_id;

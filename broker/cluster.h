@@ -43,6 +43,7 @@ void sk_cluster_destroy(sk_cluster *c);
 
 cs_session *sk_cluster_session(sk_cluster *c);
 cm_model *sk_cluster_model(sk_cluster *c);
+struct sk_controller *sk_cluster_ctl(sk_cluster *c);
 int64_t sk_cluster_log_id(const sk_cluster *c);
 int64_t sk_cluster_payload_log_id(const sk_cluster *c);
 /* The URL of log `log`'s WAL directory under wal.url. */

@@ -1,6 +1,7 @@
 #include "controller.h"
 
 #include <event2/event.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,17 @@
 #define TICK_MS 1000
 #define PLAN_CAP 512
 
+/* A move an administrator asked of this node, until the partition serves
+ * at its target. */
+typedef struct reassign {
+    kc_uuid topic;
+    int32_t part, epoch; /* the move's epoch */
+    bool confirmed;      /* etcd took it */
+} reassign;
+
+struct move;
+static void detach_moves(sk_controller *ctl);
+
 struct sk_controller {
     sk_cluster *c;
     sk_node *n;
@@ -32,6 +44,10 @@ struct sk_controller {
     size_t nlive;
     int64_t nodes_changed_ms;
     sk_controller_stats st;
+    reassign *ra; /* reassignments not done yet */
+    size_t nra, cra;
+    uint64_t ra_done;   /* done in the current reassignment run */
+    struct move *moves; /* etcd transactions of reassignments not answered */
 };
 
 /* ---- what etcd says, as placement's input ---- */
@@ -261,6 +277,119 @@ static void log_round(const pl_action *acts, size_t n)
             counts[PL_ACT_RETARGET]);
 }
 
+/* ---- progress (progress.h) ---- */
+
+static uint64_t count_moving(const pl_input *in)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i < in->nparts; i++)
+        n += in->parts[i].state == PL_MOVING || in->parts[i].state == PL_HANDOFF;
+    return n;
+}
+
+/* Moves placement would still start, were there no limit on moves in flight. */
+static uint64_t count_to_move(const pl_input *in, const pl_config *pc, int64_t now)
+{
+    pl_config all = *pc;
+    all.max_moves = in->nparts < INT_MAX ? (int)in->nparts + 1 : INT_MAX;
+    size_t cap = in->nparts + in->nlogs + 1;
+    pl_action *acts = calloc(cap, sizeof *acts);
+    if (!acts)
+        return 0;
+    size_t n = pl_plan(in, &all, now, acts, cap);
+    uint64_t moves = 0;
+    for (size_t i = 0; i < n; i++)
+        moves += acts[i].type == PL_ACT_MOVE;
+    free(acts);
+    return moves;
+}
+
+/* done + left = total, the total growing when more work appears. */
+static void track(sk_progress *pr, sk_work_kind k, uint64_t left)
+{
+    const sk_work *w = &pr->w[k];
+    uint64_t done = atomic_load(&w->done), total = w->total;
+    if (done + left > total)
+        total = done + left;
+    else
+        done = total - left;
+    sk_progress_set(pr, k, done, total);
+}
+
+static void track_rebalance(sk_controller *ctl, const pl_input *in, const pl_config *pc,
+                            int64_t now)
+{
+    sk_progress *pr = &ctl->n->progress;
+    uint64_t left = count_moving(in) + count_to_move(in, pc, now);
+    if (!sk_progress_running(pr, SK_WORK_REBALANCE)) {
+        if (left)
+            sk_progress_begin(pr, SK_WORK_REBALANCE, left, false);
+        return;
+    }
+    track(pr, SK_WORK_REBALANCE, left);
+    if (left == 0)
+        sk_progress_end(pr, SK_WORK_REBALANCE, NULL, true);
+}
+
+static bool reassign_done(cm_model *m, const reassign *r)
+{
+    const cm_part *cp = cm_part_get(m, &r->topic, r->part);
+    return r->confirmed && (!cp || (cp->epoch >= r->epoch && cp->state == CM_PART_ACTIVE));
+}
+
+static void track_reassigns(sk_controller *ctl)
+{
+    sk_progress *pr = &ctl->n->progress;
+    bool running = sk_progress_running(pr, SK_WORK_REASSIGN);
+    if (!running && ctl->nra == 0)
+        return;
+    if (!running) {
+        sk_progress_begin(pr, SK_WORK_REASSIGN, ctl->nra, false);
+        ctl->ra_done = 0;
+    }
+    cm_model *m = sk_cluster_model(ctl->c);
+    size_t k = 0;
+    for (size_t i = 0; i < ctl->nra; i++) {
+        if (reassign_done(m, &ctl->ra[i]))
+            ctl->ra_done++;
+        else
+            ctl->ra[k++] = ctl->ra[i];
+    }
+    ctl->nra = k;
+    sk_progress_set(pr, SK_WORK_REASSIGN, ctl->ra_done, ctl->ra_done + ctl->nra);
+    if (ctl->nra == 0)
+        sk_progress_end(pr, SK_WORK_REASSIGN, NULL, true);
+}
+
+static void reassign_add(sk_controller *ctl, const kc_uuid *topic, int32_t part, int32_t epoch)
+{
+    if (ctl->nra == ctl->cra) {
+        size_t cap = ctl->cra ? ctl->cra * 2 : 16;
+        reassign *v = realloc(ctl->ra, cap * sizeof *v);
+        if (!v)
+            return; /* not counted: progress is a report, the move goes on */
+        ctl->ra = v;
+        ctl->cra = cap;
+    }
+    ctl->ra[ctl->nra++] = (reassign){*topic, part, epoch, false};
+}
+
+/* etcd answered the move: confirmed, or forgotten (it did not happen). */
+static void reassign_settle(sk_controller *ctl, const kc_uuid *topic, int32_t part,
+                            int32_t epoch, bool took)
+{
+    for (size_t i = 0; i < ctl->nra; i++) {
+        reassign *r = &ctl->ra[i];
+        if (r->part != part || r->epoch != epoch || memcmp(&r->topic, topic, sizeof *topic))
+            continue;
+        if (took)
+            r->confirmed = true;
+        else
+            ctl->ra[i] = ctl->ra[--ctl->nra];
+        return;
+    }
+}
+
 static void round_cb(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -279,8 +408,10 @@ static void round_cb(evutil_socket_t fd, short what, void *arg)
     const sk_config *cfg = ctl->n->cfg;
     pl_config pc = {cfg->auto_leader_rebalance_enable, cfg->leader_imbalance_per_broker_percentage,
                     cfg->cluster_max_moves, cfg->leader_imbalance_check_interval_seconds * 1000};
+    int64_t now = sk_mono_ms();
+    track_rebalance(ctl, &x.in, &pc, now);
     pl_action *acts = calloc(PLAN_CAP, sizeof *acts);
-    size_t n = acts ? pl_plan(&x.in, &pc, sk_mono_ms(), acts, PLAN_CAP) : 0;
+    size_t n = acts ? pl_plan(&x.in, &pc, now, acts, PLAN_CAP) : 0;
     ctl->st.rounds++;
     if (n)
         log_round(acts, n);
@@ -331,7 +462,9 @@ void sk_controller_destroy(sk_controller *ctl)
         event_free(ctl->round_ev);
     if (ctl->tick_ev)
         event_free(ctl->tick_ev);
+    detach_moves(ctl);
     free(ctl->live);
+    free(ctl->ra);
     free(ctl);
 }
 
@@ -351,12 +484,17 @@ void sk_controller_set_active(sk_controller *ctl, bool on)
         event_del(ctl->tick_ev);
         event_del(ctl->round_ev);
         ctl->planned = false;
+        sk_progress_end(&ctl->n->progress, SK_WORK_REBALANCE, "controller duties given up",
+                        true);
     }
 }
 
 void sk_controller_kick(sk_controller *ctl)
 {
-    if (!ctl || !ctl->active || ctl->planned)
+    if (!ctl)
+        return;
+    track_reassigns(ctl);
+    if (!ctl->active || ctl->planned)
         return;
     ctl->planned = true;
     struct timeval tv = {0, DEBOUNCE_MS * 1000};
@@ -373,7 +511,29 @@ void sk_controller_get_stats(const sk_controller *ctl, sk_controller_stats *st)
 typedef struct move {
     void (*fn)(void *arg, int16_t err);
     void *arg;
+    sk_controller *ctl; /* NULL once the controller is gone */
+    struct move *next;  /* in ctl->moves */
+    kc_uuid topic;
+    int32_t part, epoch;
 } move;
+
+static void unlink_move(move *mv)
+{
+    if (!mv->ctl)
+        return;
+    for (move **pp = &mv->ctl->moves; *pp; pp = &(*pp)->next)
+        if (*pp == mv) {
+            *pp = mv->next;
+            break;
+        }
+}
+
+static void detach_moves(sk_controller *ctl)
+{
+    for (move *mv = ctl->moves; mv; mv = mv->next)
+        mv->ctl = NULL;
+    ctl->moves = NULL;
+}
 
 static void move_done(void *arg, int err, const etcd_txn_result *r)
 {
@@ -383,6 +543,10 @@ static void move_done(void *arg, int err, const etcd_txn_result *r)
         code = SK_KAFKA_REQUEST_TIMED_OUT;
     else if (!r->succeeded)
         code = SK_KAFKA_REASSIGNMENT_IN_PROGRESS; /* it changed meanwhile */
+    if (mv->ctl) {
+        unlink_move(mv);
+        reassign_settle(mv->ctl, &mv->topic, mv->part, mv->epoch, code == 0);
+    }
     mv->fn(mv->arg, code);
     free(mv);
 }
@@ -394,6 +558,21 @@ static void move_noop(evutil_socket_t fd, short what, void *arg)
     move *mv = arg;
     mv->fn(mv->arg, 0);
     free(mv);
+}
+
+/* The move counts as reassignment work from now on; its answer settles it. */
+static void track_move(sk_controller *ctl, move *mv, const kc_uuid *topic, int32_t part,
+                       int32_t epoch)
+{
+    if (!ctl)
+        return;
+    mv->ctl = ctl;
+    mv->topic = *topic;
+    mv->part = part;
+    mv->epoch = epoch;
+    mv->next = ctl->moves;
+    ctl->moves = mv;
+    reassign_add(ctl, topic, part, epoch);
 }
 
 int16_t sk_controller_move(sk_cluster *c, const kc_uuid *topic, int32_t part, int32_t node,
@@ -444,5 +623,6 @@ int16_t sk_controller_move(sk_cluster *c, const kc_uuid *topic, int32_t part, in
         free(mv);
         return SK_KAFKA_REQUEST_TIMED_OUT;
     }
+    track_move(sk_cluster_ctl(c), mv, topic, part, p.epoch);
     return 0;
 }

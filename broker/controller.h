@@ -8,6 +8,12 @@
  * milliseconds later, so that a burst of changes is planned once) and once a
  * second for decisions that wait on time (rebalancing).
  *
+ * Progress (progress.h): as controller, each round counts the partitions
+ * moving and those placement would still move (its plan without the limit
+ * on moves in flight) as the `rebalance` work. On every node, the moves an
+ * administrator asked of it (sk_controller_move) are the `reassignment`
+ * work until each partition is active at its target (or gone).
+ *
  * Thread: the event loop.
  */
 #ifndef CONTROLLER_H
@@ -26,7 +32,8 @@ sk_controller *sk_controller_new(sk_cluster *c);
 void sk_controller_destroy(sk_controller *ctl);
 /* This node holds the controller duties (true) or no longer does. */
 void sk_controller_set_active(sk_controller *ctl, bool on);
-/* Something changed: plan a round soon. */
+/* Something changed: plan a round soon (as controller), and see which
+ * reassignments asked of this node are done (every node). */
 void sk_controller_kick(sk_controller *ctl);
 
 /* AlterPartitionReassignments, on any node: moves the partition to `node`

@@ -388,6 +388,7 @@ void sk_metrics_render(sk_node *n, struct evbuffer *b)
     }
     if (n->cluster)
         render_cluster(n, b);
+    sk_progress_metrics(&n->progress, b);
     sk_xzone_metrics(n, b);
     gauge(b, "skiff_cache_bytes", "Bytes of recent batches held in memory.", (double)n->cache_bytes);
     gauge(b, "skiff_back_pressure", "1 while the node has stopped reading requests.",

@@ -624,6 +624,7 @@ static int open_member(sk_node *n, char *why, size_t whylen)
 }
 
 static void retention_cb(evutil_socket_t fd, short what, void *arg);
+static void retention_sweep(sk_node *n, bool periodic);
 static void signal_cb(evutil_socket_t fd, short what, void *arg);
 
 sk_node *sk_node_new(sk_config *cfg, char *why, size_t whylen)
@@ -636,6 +637,7 @@ sk_node *sk_node_new(sk_config *cfg, char *why, size_t whylen)
     n->cfg = cfg;
     n->cmeta = &sk_cmeta_local;
     n->started_ms = sk_now_ms();
+    sk_progress_init(&n->progress);
     evthread_use_pthreads();
     n->base = new_base();
     n->topics_by_name = sk_map_new();
@@ -727,6 +729,7 @@ static void ret_work(void *arg)
         struct ret_item *it = &j->items[i];
         it->rc = sk_store_retention_point(j->n->store, &it->id, it->part, it->stream, it->cutoff,
                                           it->max_bytes, &it->new_start);
+        sk_progress_advance(&j->n->progress, SK_WORK_RETENTION);
     }
 }
 
@@ -735,6 +738,7 @@ static void ret_done(void *arg)
     struct ret_job *j = arg;
     sk_node *n = j->n;
     n->retention_running = false;
+    size_t advanced = 0;
     for (size_t i = 0; i < j->nitems && !n->stopping; i++) {
         struct ret_item *it = &j->items[i];
         sk_part *p = sk_part_get(sk_topic_get_id(n, &it->id), it->part);
@@ -750,8 +754,12 @@ static void ret_done(void *arg)
                     (long long)p->log_start, (long long)target);
             if (sk_node_set_log_start(n, p, target, NULL, NULL) != 0)
                 break;
+            advanced++;
         }
     }
+    char detail[64];
+    snprintf(detail, sizeof detail, "%zu log starts advanced", advanced);
+    sk_progress_end(&n->progress, SK_WORK_RETENTION, detail, advanced > 0);
     if (j->lsn_rc == 0 && !n->stopping) {
         /* Below every batch still indexed in the WAL, below what the view
          * reflects, and below what objects and a view snapshot hold. */
@@ -769,10 +777,13 @@ static void ret_done(void *arg)
     free(j->items);
     free(j);
     if (n->retention_again)
-        sk_node_retention(n);
+        retention_sweep(n, n->retention_again_periodic);
 }
 
-void sk_node_retention(sk_node *n)
+/* periodic: the log.retention.check.interval.ms sweep, logged at INFO; the
+ * others (after each view snapshot, to trim the WAL) log at DEBUG unless
+ * they advance a log start. */
+static void retention_sweep(sk_node *n, bool periodic)
 {
     if (n->stopping)
         return;
@@ -780,9 +791,11 @@ void sk_node_retention(sk_node *n)
         /* Asked again while running (a view snapshot allows a deeper trim):
          * run once more when this round is done. */
         n->retention_again = true;
+        n->retention_again_periodic |= periodic;
         return;
     }
     n->retention_again = false;
+    n->retention_again_periodic = false;
     struct ret_job *j = calloc(1, sizeof *j);
     if (!j)
         return;
@@ -817,11 +830,18 @@ void sk_node_retention(sk_node *n)
         }
     }
     n->retention_running = true;
+    sk_progress_begin(&n->progress, SK_WORK_RETENTION, j->nitems, !periodic);
     if (sk_node_read_job(n, ret_work, ret_done, j) != 0) {
         n->retention_running = false;
+        sk_progress_end(&n->progress, SK_WORK_RETENTION, "not started: no reader", true);
         free(j->items);
         free(j);
     }
+}
+
+void sk_node_retention(sk_node *n)
+{
+    retention_sweep(n, false);
 }
 
 static void retention_cb(evutil_socket_t fd, short what, void *arg)
@@ -829,7 +849,7 @@ static void retention_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     sk_node *n = arg;
-    sk_node_retention(n);
+    retention_sweep(n, true);
     sk_net_reap_idle(n);
 }
 

@@ -5,8 +5,11 @@
  * the partitions each leads), then every node for its NodeStatus (its
  * metrics, the text /metrics serves), and prints per node its zone and
  * health, the partitions it serves, its WAL backlog and upload lag, its
- * objects; then the cluster's cross-zone traffic by kind and what it costs
- * (docs/zones.md, summed as tools/zone-report.py does).
+ * objects; a line per long piece of work under way (a rebalance, a
+ * reassignment, a retention sweep: progress.h); then the cluster's cross-zone traffic by kind and what it costs
+ * (docs/zones.md, summed as tools/zone-report.py does), set against what a
+ * classic RF=3 Kafka over three zones would send across for the same
+ * produced bytes (docs/operations.md states the model).
  *
  * A command-line tool, not part of a running node: blocking sockets on the
  * main thread, with a timeout per connection. Returns the exit status: 0

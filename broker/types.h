@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "kc.h"
+#include "progress.h"
 #include "wal.h"
 
 struct event;
@@ -232,6 +233,8 @@ struct sk_node {
 
     bool retention_running;
     bool retention_again;
+    bool retention_again_periodic; /* the re-run stands for a periodic sweep */
+    sk_progress progress;          /* long work under way (progress.h) */
     struct event *shutdown_ev;
     int64_t shutdown_deadline;
     sk_conn *reap_list; /* connections to free, from their own event */

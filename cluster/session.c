@@ -807,6 +807,17 @@ static int register_node(cs_session *s, int64_t deadline_ms, char *why, size_t w
 {
     for (int attempt = 0;; attempt++) {
         int rc = with_retry(s, "register this node", deadline_ms, step_register, NULL);
+        if (rc == SK_ERR_NOENT) {
+            /* Our own lease ran out while we waited (nothing renews it before
+             * the session starts): the previous holder's outlived it, as after
+             * an etcd restore or a new etcd leader extending every lease. */
+            SK_INFO("cluster", "node id %d: the lease taken to register expired while waiting; "
+                    "taking a new one", s->node_id);
+            rc = with_retry(s, "take a lease", deadline_ms, step_lease, NULL);
+            if (rc)
+                return rc;
+            continue;
+        }
         if (rc != SK_ERR_EXIST)
             return rc;
         if (deadline_ms && sk_mono_ms() >= deadline_ms) {

@@ -45,6 +45,32 @@ def produce(bootstrap, topic):
     assert p.flush(60) == 0
 
 
+def check_kafka_model(out, produced):
+    """The classic-Kafka line follows from the workload: N records of SIZE bytes, spread
+    evenly over the zones (2/3 to a leader elsewhere) and copied to 2 other zones."""
+    price = 0.01  # zone.transfer.price.per.gib's default, as the cost line above says
+    per_byte = 2 / 3 + 2
+    m = re.search(r"^  crossed (\d+) bytes \(.*\): ([\d.]+) per byte produced$", out, re.M)
+    assert m, out
+    kafka = int(m.group(1))
+    assert abs(kafka - produced * per_byte) <= 1, (kafka, produced)
+    # At least every record's payload: batches add headers, never remove payload.
+    assert N * SIZE * per_byte <= kafka < N * SIZE * per_byte * 1.2
+    assert float(m.group(2)) == pytest.approx(per_byte, abs=1e-4)
+    m = re.search(r"^  cost \$(\S+); per GiB produced: \$(\S+)$", out, re.M)
+    assert m, out
+    assert float(m.group(1)) == pytest.approx(kafka / 2**30 * 2 * price, rel=1e-4)
+    assert float(m.group(2)) == pytest.approx(per_byte * 2 * price, rel=1e-4)
+    skiff = int(re.search(r"^  total\s+(\d+) \(", out, re.M).group(1))
+    ratio = float(re.search(r"Skiff's cross-zone bytes are 1/(\d+) of Kafka's", out).group(1))
+    assert ratio == pytest.approx(kafka / skiff, abs=0.5)
+    # The workload's producer is in no zone; its bytes are Skiff's client bytes, and
+    # the rest (confirms, follows, etcd) is small: Skiff sends less than Kafka would.
+    assert skiff < kafka
+    for word in ("2/3", "client.rack", "protocol overhead"):
+        assert word in out.split("Model:")[1], word
+
+
 def test_status_of_a_running_cluster(cluster_factory, topic_name):
     cl = cluster_factory(3, overrides={"leader.imbalance.check.interval.seconds": "1",
                                        "s3.wal.upload.interval.ms": "1000",
@@ -79,6 +105,7 @@ def test_status_of_a_running_cluster(cluster_factory, topic_name):
     for kind in ("client", "confirm", "follow", "rpc", "etcd", "total"):
         assert re.search(r"^  %s\s+\d+ \(" % kind, r.stdout, re.M), kind
     assert "Cost at $0.01 per GiB each way" in r.stdout
+    check_kafka_model(r.stdout, produced)
 
     r, _ = status(cl.node(2).bootstrap, "--zones")
     assert r.returncode == 0

@@ -1,11 +1,12 @@
-"""A real Prometheus (Debian's) scrapes a running node, with the rules of
+"""A real Prometheus (Debian's) scrapes a running node, and a 3-node cluster, with the rules of
 deploy/prometheus/skiff-alerts.yml, while a real client produces and consumes a known
 workload; the series it stores, read back through its HTTP API, agree with the workload.
 Then every series the Grafana dashboard (deploy/grafana/skiff-dashboard.json) names
 exists on the node.
 
 The node is a one-node cluster (etcd, and the S3 emulator when the phase has one), so that
-the cluster, etcd and object store series exist too."""
+the cluster, etcd and object store series exist too. Against three nodes, each node's series
+follow from the partitions it leads, and their sums from the whole workload."""
 import json
 import os
 import re
@@ -29,7 +30,7 @@ SIZE = 1000
 
 
 class Prometheus:
-    def __init__(self, workdir, target):
+    def __init__(self, workdir, targets):
         exe = shutil.which("prometheus")
         if not exe:
             pytest.skip("prometheus is missing (Debian's prometheus, tools/install-deps.sh test)")
@@ -40,7 +41,8 @@ class Prometheus:
                     "rule_files: [%s]\n"
                     "scrape_configs:\n"
                     "  - job_name: skiff\n"
-                    "    static_configs: [{targets: ['%s']}]\n" % (json.dumps(RULES), target))
+                    "    static_configs: [{targets: %s}]\n" % (
+                        json.dumps(RULES), json.dumps(targets)))
         self.port = harness.free_port()
         self.log = open(os.path.join(workdir, "prometheus.log"), "w")
         self.proc = subprocess.Popen(
@@ -110,7 +112,7 @@ def node(cluster_factory):
 
 @pytest.fixture
 def prometheus(node, tmp_path):
-    p = Prometheus(str(tmp_path / "prometheus"), node.metrics)
+    p = Prometheus(str(tmp_path / "prometheus"), [node.metrics])
     yield p
     p.stop()
 
@@ -208,3 +210,59 @@ def test_every_dashboard_series_exists(node, prometheus, topic_name):
         rules = f.read()
     assert all(re.search(r"\b%s\b" % re.escape(n), rules) or ":" not in n for n in names)
     sys.stdout.write("%d series in the dashboard, all exposed\n" % len(names))
+
+
+PARTS = 6
+
+
+def test_prometheus_scrapes_a_cluster(cluster_factory, topic_name, tmp_path):
+    """Three nodes, each scraped as its own target: the per-node series of produced bytes
+    follow from the partitions each node leads, and the cluster-wide sums from the whole
+    workload."""
+    cl = cluster_factory(0, overrides={"s3.wal.upload.interval.ms": "1000",
+                                       "leader.imbalance.check.interval.seconds": "1"})
+    for _ in range(3):
+        cl.add_node({"metrics.listener": "127.0.0.1:%d" % harness.free_port()}, start=False)
+    cl.start()
+    cl.wait_balanced()
+    cl.create_topic(topic_name, PARTS)
+    cl.wait_leaders(topic_name, PARTS)
+    instance = {cl.node(i).overrides["metrics.listener"]: i for i in (1, 2, 3)}
+    prom = Prometheus(str(tmp_path / "prometheus"), sorted(instance))
+    try:
+        assert prom.wait('count(up{job="skiff"} == 1)', lambda v: v == 3) == 3
+        from confluent_kafka import Producer
+        per_part = N // PARTS
+        p = Producer({"bootstrap.servers": cl.bootstrap, "acks": "all", "linger.ms": 5})
+        for i in range(per_part * PARTS):
+            p.produce(topic_name, value=b"x" * SIZE, partition=i % PARTS)
+        assert p.flush(60) == 0
+        sent = per_part * PARTS * SIZE
+        leads = {i: len(ps) for i, ps in cl.mains(topic_name).items()}
+        assert sum(leads.values()) == PARTS, leads
+
+        total = prom.wait("sum(skiff_produced_bytes_total)", lambda v: v >= sent)
+        assert total < sent * 1.2, total
+        by_node = {}
+        prom.wait("count(skiff_produced_bytes_total)", lambda v: v == 3)
+        for labels, v in prom.query("skiff_produced_bytes_total").items():
+            by_node[instance[json.loads(labels)["instance"]]] = v
+        for i in (1, 2, 3):
+            want = leads.get(i, 0) * per_part * SIZE
+            assert want <= by_node[i] <= want * 1.2, (i, leads, by_node)
+        assert prom.wait("sum(skiff_wal_written_bytes_total)", lambda v: v >= sent) < sent * 1.5
+
+        # The cluster as one: every partition served once, one controller, three live nodes
+        # as every node sees it.
+        served = PARTS + cl.offsets_partitions
+        assert prom.wait("sum(skiff_cluster_partitions_served)", lambda v: v == served) == served
+        assert prom.value("sum(skiff_cluster_controller)") == 1
+        assert prom.value("min(skiff_cluster_live_nodes)") == 3
+        assert prom.value('count(skiff_build_info{node=~"1|2|3"})') == 3
+        assert not prom.query('ALERTS{alertstate="firing",alertname=~"SkiffNodeDown|SkiffWal.*'
+                              '|SkiffS3Errors|SkiffUploadLag|SkiffBackPressure'
+                              '|SkiffNoController"}')
+        print("produced %d bytes for %d sent; by node %r (leading %r)" % (
+            total, sent, by_node, leads))
+    finally:
+        prom.stop()
