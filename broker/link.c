@@ -14,6 +14,7 @@
 #include "node.h"
 #include "plog.h"
 #include "pstate.h"
+#include "seqgap.h"
 #include "session.h"
 #include "sk_err.h"
 #include "sk_log.h"
@@ -92,6 +93,7 @@ struct sk_links {
     sk_map *dedup;  /* key -> dedup */
     dedup *ring;    /* DEDUP_MAX entries, the oldest at ring_head */
     size_t ring_head, ring_n;
+    sk_seqgaps gaps; /* the producers' sequences left with a hole */
     bool closing;
     sk_links_stats st;
 };
@@ -126,6 +128,14 @@ static bool past_deadline(const kr_ConfirmRequest_Batch *b)
     return b->deadline_ms > 0 && sk_now_ms() > b->deadline_ms;
 }
 
+/* ---- sequence gaps (seqgap.h) ---- */
+
+static sk_seqbatch seqbatch(const kr_ConfirmRequest_Batch *b)
+{
+    return (sk_seqbatch){b->topic_id,      b->partition,     b->producer_id,
+                         b->producer_epoch, b->base_sequence, b->last_offset_delta};
+}
+
 /* ---- answers ---- */
 
 static void finish_req(lreq *q)
@@ -146,6 +156,10 @@ static void answer(lent *e, int16_t code, const char *msg)
         o->error_message = sk_req_str(q->r, msg);
     if (code)
         q->l->st.refused++;
+    if (code == SK_KAFKA_REQUEST_TIMED_OUT) {
+        sk_seqbatch sb = seqbatch(&e->b);
+        sk_seqgap_note(&q->l->gaps, &sb);
+    }
     free(e->bytes);
     free(e);
     finish_req(q);
@@ -290,6 +304,12 @@ static void link_one(sk_links *l, sk_part *p, lent *e)
         sk_node_wait_durable(l->n, dup->lsn_end, dup_durable, e);
         return;
     }
+    sk_seqbatch sb = seqbatch(&e->b);
+    if (rc == SK_KAFKA_OUT_OF_ORDER_SEQUENCE_NUMBER && sk_seqgap_follows(&l->gaps, &sb)) {
+        fail(e, SK_KAFKA_REQUEST_TIMED_OUT,
+             "a batch this one follows on from timed out: send both again");
+        return;
+    }
     if (rc != SK_PSTATE_APPEND) {
         fail(e, (int16_t)rc, rc == SK_KAFKA_INVALID_PRODUCER_EPOCH
                                  ? "the producer epoch is older than the current one"
@@ -307,6 +327,7 @@ static void link_one(sk_links *l, sk_part *p, lent *e)
     }
     o->base_offset = res.base;
     o->log_append_time_ms = res.append_ts;
+    sk_seqgap_close(&l->gaps, &sb);
     remember(l, e->plog, e->b.lsn, &res);
     pref *pr = pref_of(l, e->plog, false);
     if (pr) {
@@ -693,6 +714,7 @@ sk_links *sk_links_new(sk_node *n, sk_cluster *c)
     l->prefs = sk_map_new();
     l->dedup = sk_map_new();
     l->ring = calloc(DEDUP_MAX, sizeof *l->ring);
+    sk_seqgaps_init(&l->gaps);
     l->q = sk_workq_new(n->base, "skiff-link", LINK_THREADS);
     if (!l->queues || !l->prefs || !l->dedup || !l->ring || !l->q) {
         sk_links_destroy(l);

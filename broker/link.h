@@ -15,7 +15,8 @@
  *     checked: record type, partition, length, CRC and header against the
  *     confirm;
  *  5. in arrival order per partition: idempotence, offsets and a LINK
- *     record in this node's log (append.h);
+ *     record in this node's log (append.h); a batch that follows on from one
+ *     answered REQUEST_TIMED_OUT unlinked is answered so too (seqgap.h);
  *  6. the answer goes back once the link is durable.
  * The payref's floor rises as links are uploaded (their batches then live
  * in objects, and a view snapshot says so): the payload log may then be
