@@ -13,8 +13,50 @@
 #define POLY 0x82f63b78u /* Castagnoli, reflected */
 
 static uint32_t table[8][256];
+#ifdef HAVE_X86
+/* The hardware path runs three streams at once (the crc32 instruction's
+ * latency is three times its issue rate), over blocks of LONG, then SHORT
+ * bytes, and joins them: a stream's register moved past n zero bytes is the
+ * register times x^(8n) modulo the polynomial, a linear map applied here with
+ * one table per byte of the register. */
+#define LONG 8192
+#define SHORT 256
+static uint32_t shift_long[4][256], shift_short[4][256];
+#endif
 static bool have_hw;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+#ifdef HAVE_X86
+/* a * b modulo the polynomial, both reflected (x^0 is the top bit). */
+static uint32_t multmodp(uint32_t a, uint32_t b)
+{
+    uint32_t p = 0;
+    for (uint32_t m = 1u << 31; m && a; m >>= 1) {
+        if (a & m) {
+            p ^= b;
+            a &= ~m;
+        }
+        b = (b & 1) ? (b >> 1) ^ POLY : b >> 1;
+    }
+    return p;
+}
+
+/* The tables that move a register past n zero bytes. */
+static void shift_tables(uint32_t t[4][256], size_t n)
+{
+    uint32_t xn = 1u << 31; /* x^0 */
+    for (size_t i = 0; i < 8 * n; i++)
+        xn = (xn & 1) ? (xn >> 1) ^ POLY : xn >> 1;
+    for (int k = 0; k < 4; k++)
+        for (uint32_t b = 0; b < 256; b++)
+            t[k][b] = multmodp(xn, b << (8 * k));
+}
+
+static uint32_t shifted(uint32_t t[4][256], uint32_t c)
+{
+    return t[0][c & 0xff] ^ t[1][(c >> 8) & 0xff] ^ t[2][(c >> 16) & 0xff] ^ t[3][c >> 24];
+}
+#endif
 
 static void init(void)
 {
@@ -31,6 +73,8 @@ static void init(void)
     unsigned a, b, c, d;
     if (__get_cpuid(1, &a, &b, &c, &d))
         have_hw = (c & bit_SSE4_2) != 0;
+    shift_tables(shift_long, LONG);
+    shift_tables(shift_short, SHORT);
 #endif
 }
 
@@ -56,6 +100,32 @@ static uint32_t crc_sw(uint32_t crc, const unsigned char *p, size_t len)
 }
 
 #ifdef HAVE_X86
+/* Three streams over blocks of `block` bytes while 3 * block remain. */
+__attribute__((target("sse4.2"))) static uint64_t crc_hw3(uint64_t c, const unsigned char **pp,
+                                                          size_t *len, size_t block,
+                                                          uint32_t t[4][256])
+{
+    const unsigned char *p = *pp;
+    while (*len >= 3 * block) {
+        uint64_t c1 = 0, c2 = 0;
+        for (size_t i = 0; i < block; i += 8) {
+            uint64_t v0, v1, v2;
+            memcpy(&v0, p + i, 8);
+            memcpy(&v1, p + block + i, 8);
+            memcpy(&v2, p + 2 * block + i, 8);
+            c = _mm_crc32_u64(c, v0);
+            c1 = _mm_crc32_u64(c1, v1);
+            c2 = _mm_crc32_u64(c2, v2);
+        }
+        c = shifted(t, (uint32_t)c) ^ (uint32_t)c1;
+        c = shifted(t, (uint32_t)c) ^ (uint32_t)c2;
+        p += 3 * block;
+        *len -= 3 * block;
+    }
+    *pp = p;
+    return c;
+}
+
 __attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const unsigned char *p,
                                                          size_t len)
 {
@@ -64,6 +134,8 @@ __attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const uns
         c = _mm_crc32_u8((uint32_t)c, *p++);
         len--;
     }
+    c = crc_hw3(c, &p, &len, LONG, shift_long);
+    c = crc_hw3(c, &p, &len, SHORT, shift_short);
     while (len >= 8) {
         uint64_t v;
         memcpy(&v, p, 8);

@@ -87,6 +87,31 @@ static void test_paths_agree(void **state)
     free(buf);
 }
 
+/* Lengths about the blocks the hardware path runs three streams over (8192
+ * and 256 bytes, three at a time), at odd alignments. */
+static void test_three_streams(void **state)
+{
+    (void)state;
+    enum { MAX = 2 * 3 * 8192 + 3 * 256 + 64 };
+    static const size_t lens[] = {3 * 256 - 1, 3 * 256, 3 * 256 + 1, 3 * 256 + 8,
+                                  2 * 3 * 256 + 13, 3 * 8192 - 1, 3 * 8192, 3 * 8192 + 7,
+                                  3 * 8192 + 3 * 256, 2 * 3 * 8192 + 3 * 256 + 63};
+    uint8_t *buf = malloc(MAX + 8);
+    assert_non_null(buf);
+    for (size_t i = 0; i < MAX + 8; i++)
+        buf[i] = (uint8_t)rng();
+    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+        for (size_t align = 0; align < 8; align += 3) {
+            const uint8_t *p = buf + align;
+            uint32_t seed = (uint32_t)rng();
+            uint32_t want = crc_bitwise(seed, p, lens[i]);
+            assert_int_equal(sk_crc32c_extend(seed, p, lens[i]), want);
+            assert_int_equal(sk_crc32c_sw_for_test(seed, p, lens[i]), want);
+        }
+    }
+    free(buf);
+}
+
 static void test_extend_split(void **state)
 {
     (void)state;
@@ -122,6 +147,7 @@ int main(void)
         cmocka_unit_test(test_check_value),
         cmocka_unit_test(test_rfc3720),
         cmocka_unit_test(test_paths_agree),
+        cmocka_unit_test(test_three_streams),
         cmocka_unit_test(test_extend_split),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
