@@ -366,6 +366,21 @@ static int read_foreign(struct job *j, objup_set *set)
     return rc ? rc : f.err;
 }
 
+/* A stream with a hole would be registered as one range over it, hiding
+ * the batches of the hole in other objects: refused, the WAL keeps them and
+ * a later upload, with the view caught up, tries again. */
+static int check_holes(struct job *j, objup_set *set)
+{
+    uint64_t stream;
+    int64_t before, after;
+    if (!objup_set_hole(set, &stream, &before, &after))
+        return 0;
+    SK_ERROR("tier", "upload of WAL %" PRIu64 "..%" PRIu64 " refused: stream %" PRIu64
+             " would skip offsets %" PRId64 "..%" PRId64,
+             (uint64_t)j->from, (uint64_t)j->end, stream, before + 1, after - 1);
+    return SK_ERR_CORRUPT;
+}
+
 static void upload_work(void *arg)
 {
     struct job *j = arg;
@@ -376,6 +391,8 @@ static void upload_work(void *arg)
         rc = read_wal(j, set);
     else
         j->end = j->from;
+    if (rc == 0)
+        rc = check_holes(j, set);
     objup_params p = upload_params(j->t);
     if (rc == 0)
         rc = objup_put(set, j->t->os, &p, &j->objs);
@@ -825,12 +842,22 @@ static void job_done(void *arg)
 
 /* ---- scheduling ---- */
 
+/* Where an upload of this node's WAL stops: what is durable and what the
+ * view has applied. Adopted batches are read from the view: an ADOPT record
+ * below this end has put its partition's batches there, so they go into
+ * objects before (or with) the partition's newer batches, never after. */
+static wal_lsn upload_end(const sk_tier *t)
+{
+    wal_lsn durable = wal_durable_lsn(t->n->wal);
+    return t->n->store_applied < durable ? t->n->store_applied : durable;
+}
+
 static bool upload_wanted(sk_tier *t, bool by_time)
 {
     /* Adopted batches keep another log's WAL alive: upload them soon. */
     if (t->foreign && sk_mono_ms() - t->last_upload_ms >= FOREIGN_UPLOAD_MS)
         return true;
-    wal_lsn durable = wal_durable_lsn(t->n->wal);
+    wal_lsn durable = upload_end(t);
     if (durable <= t->uploaded)
         return false;
     if (durable - t->uploaded >= (uint64_t)t->n->cfg->s3_upload_threshold)
@@ -848,7 +875,7 @@ static struct job *upload_job(sk_tier *t)
     j->t = t;
     j->kind = JOB_UPLOAD;
     j->from = t->uploaded;
-    j->to = wal_durable_lsn(n->wal);
+    j->to = upload_end(t);
     j->limit = (uint64_t)n->cfg->s3_upload_threshold;
     if (wal_segments_snapshot(n->wal, &j->segs, &j->nsegs) != 0) {
         free(j);

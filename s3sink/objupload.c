@@ -113,6 +113,26 @@ void objup_sort(objup_batch *b, size_t n)
         qsort(b, n, sizeof *b, batch_cmp);
 }
 
+bool objup_first_hole(const objup_batch *b, size_t n, uint64_t *stream, int64_t *before,
+                      int64_t *after)
+{
+    for (size_t i = 1; i < n; i++) {
+        if (b[i].stream == b[i - 1].stream && b[i].base > b[i - 1].last + 1) {
+            *stream = b[i].stream;
+            *before = b[i - 1].last;
+            *after = b[i].base;
+            return true;
+        }
+    }
+    return false;
+}
+
+bool objup_set_hole(objup_set *s, uint64_t *stream, int64_t *before, int64_t *after)
+{
+    objup_sort(s->b, s->n);
+    return objup_first_hole(s->b, s->n, stream, before, after);
+}
+
 size_t objup_split(const objup_batch *b, size_t n, uint64_t split_bytes, objup_run *out)
 {
     size_t nruns = 0;

@@ -86,6 +86,17 @@ void objup_sort(objup_batch *b, size_t n);
  * returns how many were written. */
 size_t objup_split(const objup_batch *b, size_t n, uint64_t split_bytes, objup_run *out);
 
+/* For batches sorted by objup_sort: the first place where a stream's offsets
+ * skip (a batch starts past the previous one's last + 1). Returns false when
+ * every stream is contiguous; else true with the stream, the last offset
+ * before the hole and the first after it. An upload from the WAL must have
+ * none: the registry gives each object one range per stream, and a range
+ * over a hole would hide the batches that fill it in other objects. */
+bool objup_first_hole(const objup_batch *b, size_t n, uint64_t *stream, int64_t *before,
+                      int64_t *after);
+/* objup_sort and objup_first_hole on a set's batches. */
+bool objup_set_hole(objup_set *s, uint64_t *stream, int64_t *before, int64_t *after);
+
 /* ---- writing ---- */
 
 /* Sorts the set's batches, writes and PUTs its objects by the split rule,

@@ -1,6 +1,6 @@
 /* objupload: the split rule (streams at the threshold get a StreamObject,
  * the rest share one StreamSetObject, threshold 0 splits every stream),
- * sorting, the batch set's memory cap, and objup_put against a file store:
+ * sorting, holes in a stream, the batch set's memory cap, and objup_put against a file store:
  * the objects' kinds, keys, ranges (offsets, sizes, records, largest
  * timestamps) and bytes read back through objfmt. */
 #include <setjmp.h>
@@ -58,6 +58,37 @@ static void test_sort(void **state)
         assert_int_equal(b[i].stream, want[i][0]);
         assert_int_equal(b[i].base, want[i][1]);
     }
+}
+
+static void test_holes(void **state)
+{
+    (void)state;
+    uint64_t stream = 0;
+    int64_t before = 0, after = 0;
+    /* mk's batches hold 10 offsets: base .. base + 9 */
+    objup_batch ok[] = {mk(1, 0, 1), mk(1, 10, 1), mk(2, 500, 1), mk(3, 0, 1), mk(3, 10, 1)};
+    assert_false(objup_first_hole(ok, 5, &stream, &before, &after));
+    assert_false(objup_first_hole(ok, 0, &stream, &before, &after));
+    /* stream 2 skips 20..29: adopted batches missing below newer ones */
+    objup_batch holed[] = {mk(1, 0, 1), mk(2, 0, 1), mk(2, 10, 1), mk(2, 30, 1), mk(3, 50, 1)};
+    assert_true(objup_first_hole(holed, 5, &stream, &before, &after));
+    assert_int_equal(stream, 2);
+    assert_int_equal(before, 19);
+    assert_int_equal(after, 30);
+    /* through a set, which sorts first */
+    uint8_t payload[1] = {0};
+    objup_set *s = objup_set_new(0);
+    assert_non_null(s);
+    objup_batch b[] = {mk(7, 40, 1), mk(7, 0, 1), mk(7, 10, 1)};
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(objup_set_add(s, &b[i], payload), 0);
+    assert_true(objup_set_hole(s, &stream, &before, &after));
+    assert_true(stream == 7 && before == 19 && after == 40);
+    objup_batch fill = mk(7, 20, 1), fill2 = mk(7, 30, 1);
+    assert_int_equal(objup_set_add(s, &fill, payload), 0);
+    assert_int_equal(objup_set_add(s, &fill2, payload), 0);
+    assert_false(objup_set_hole(s, &stream, &before, &after));
+    objup_set_destroy(s);
 }
 
 static void test_set_cap(void **state)
@@ -187,6 +218,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_split_rule),
         cmocka_unit_test(test_sort),
+        cmocka_unit_test(test_holes),
         cmocka_unit_test(test_set_cap),
         cmocka_unit_test_setup_teardown(test_put_split, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_put_all_own_and_empty, fx_setup, fx_teardown),
