@@ -151,6 +151,7 @@ def test_consumer_restart_reads_each_record_once_in_fetch_sessions(broker_factor
     rc, out, err = jtools.java("GroupConsume", args + ["-n", str(n // 2)])
     assert rc == 0, ktest.tail(err)
     first, _ = parse(out)
+    assert len(first) < n, "the first consumer read all %d records: nothing left to resume" % n
     rc, out, err = jtools.java("GroupConsume", args + ["-n", str(n - len(first))])
     summary = jtools.json_lines(out)[-1]
     assert rc == 0, "%s\n%s" % (summary, ktest.tail(err))

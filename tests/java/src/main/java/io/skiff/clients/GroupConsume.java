@@ -49,6 +49,9 @@ public final class GroupConsume {
         final String topic;
         final Map<TopicPartition, OffsetAndMetadata> processed = new HashMap<>();
         volatile boolean stop;
+        /* consume mode: the member stops polling once it has this many records, so
+         * that a restarted member finds the rest (the main thread polls too slowly). */
+        volatile long limit = Long.MAX_VALUE;
         final AtomicInteger records = new AtomicInteger();
         final AtomicInteger commitFailures = new AtomicInteger();
         final Map<Integer, Long> firstOffset = new TreeMap<>();
@@ -94,7 +97,7 @@ public final class GroupConsume {
         public void run() {
             try {
                 c.subscribe(List.of(topic), this);
-                while (!stop) {
+                while (!stop && records.get() < limit) {
                     ConsumerRecords<String, String> rs = c.poll(Duration.ofMillis(200));
                     StringBuilder sb = new StringBuilder();
                     for (ConsumerRecord<String, String> r : rs) {
@@ -146,6 +149,7 @@ public final class GroupConsume {
 
         if (mode.equals("consume")) {
             Member m = new Member("m1", p, topic, log);
+            m.limit = n;
             Thread t = new Thread(m, "m1");
             t.start();
             while (m.records.get() < n && System.currentTimeMillis() < deadline && m.error == null) {
