@@ -592,12 +592,14 @@ class Cluster:
         the log start, no value twice, batches intact, nothing never produced, every
         value in the partition it was sent to. Returns stats; raises LogProblems."""
         logs = {}
+        batches_of = {}
         problems = []
         for p in range(partitions):
             start, hw, batches = self.read_partition(topic, p)
             values, probs = crashcheck.check_partition(start, hw, batches)
             problems += ["%s-%d: %s" % (topic, p, x) for x in probs]
             logs[p] = (start, hw, values)
+            batches_of[p] = batches
         for p, off, v in acked:
             start, hw, values = logs[p]
             if off < start:
@@ -610,7 +612,10 @@ class Cluster:
         for p, (_, _, values) in logs.items():
             for off, v in values.items():
                 if v in seen:
-                    problems.append("value %r twice: %s and %s" % (v, seen[v], (p, off)))
+                    # The batches say who wrote each copy (producer id, epoch, sequence).
+                    problems.append("value %r twice: %s in %r and %s in %r" % (
+                        v, seen[v], _batch_at(batches_of[seen[v][0]], seen[v][1]), (p, off),
+                        _batch_at(batches_of[p], off)))
                 seen[v] = (p, off)
                 if produced_values is not None and v not in produced_values:
                     problems.append("value %r at %d-%d was never produced" % (v, p, off))
@@ -623,6 +628,10 @@ class Cluster:
             raise crashcheck.LogProblems("%d problem(s):\n  %s" % (
                 len(problems), "\n  ".join(problems[:50])))
         return stats
+
+
+def _batch_at(batches, offset):
+    return next((b for b in batches if b.base_offset <= offset <= b.last_offset), None)
 
 
 class _Moved(Exception):
