@@ -198,6 +198,12 @@ const sk_prop sk_props[] = {
      "Most WAL bytes kept on the volume: past it (uploads failing or slow) the node stops "
      "reading requests until uploads catch up.",
      NULL, false},
+    {"view.commit.interval.ms", SK_PROP_LONG, OFF(view_commit_interval_ms), "100", 1, 60000,
+     "Storage",
+     "Most often the SQLite view of the WAL commits a transaction of what became durable "
+     "(fewer, larger transactions write fewer pages). The view trails the WAL by up to this "
+     "long; nothing waits for it but restarts, handoffs and uploads.",
+     NULL, false},
     {"wal.lease.ms", SK_PROP_LONG, OFF(wal_lease_ms), "10000", 100, 3600000, "Storage",
      "Lease by which this node owns its WAL, renewed every quarter of it. A node that cannot "
      "renew it stops acknowledging; another node takes a WAL over only after its owner's lease "

@@ -66,6 +66,7 @@ typedef struct sk_config {
     int64_t wal_cache_bytes;
     int64_t wal_max_pending_bytes;
     int64_t wal_lease_ms;
+    int64_t view_commit_interval_ms;
     int64_t wal_io_timeout_ms;
 
     /* topics */

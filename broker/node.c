@@ -109,6 +109,8 @@ static void own_applied(void *arg)
     n->store_applied = sk_vlog_applied(n->log);
     sk_parts_view_applied(n, before);
     sk_cache_evict(n);
+    if (n->tier)
+        sk_tier_kick(n->tier); /* uploads wait for the view (tier.c, upload_end) */
 }
 
 static void own_fenced(void *arg)

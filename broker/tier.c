@@ -47,6 +47,7 @@ struct sk_tier {
     bool snapshot_due;
     int64_t last_snapshot_ms;
     wal_lsn snap_after;   /* the next snapshot must reflect the view past this */
+    wal_lsn reg_end;      /* the newest registration: uploads wait for the view to apply it */
     wal_lsn uploaded;     /* every batch below is in registered objects */
     wal_lsn snapshot_lsn; /* the newest view snapshot in the store reflects this */
     int64_t last_upload_ms;
@@ -577,6 +578,8 @@ static void registered(void *arg, int err)
          * uploaded batches indexed and leave their segments untrimmed. */
         if (j->reg_end > t->snap_after)
             t->snap_after = j->reg_end;
+        if (j->reg_end > t->reg_end)
+            t->reg_end = j->reg_end;
         t->snapshot_due = true;
     } else {
         if (j->kind == JOB_UPLOAD)
@@ -743,7 +746,9 @@ static void upload_done(struct job *j)
 {
     sk_tier *t = j->t;
     t->last_upload_ms = sk_mono_ms();
-    if (j->err == 0 && !j->foreign_more && !t->foreign_kicked)
+    /* Every adopted batch is in objects once an upload found none left, if
+     * the view it read had applied every ADOPT (upload_end). */
+    if (j->err == 0 && !j->foreign_more && !t->foreign_kicked && j->to >= t->n->adopt_hi)
         t->foreign = false;
     t->foreign_kicked = false;
     if (j->err != 0) {
@@ -845,7 +850,10 @@ static void job_done(void *arg)
 /* Where an upload of this node's WAL stops: what is durable and what the
  * view has applied. Adopted batches are read from the view: an ADOPT record
  * below this end has put its partition's batches there, so they go into
- * objects before (or with) the partition's newer batches, never after. */
+ * objects before (or with) the partition's newer batches, never after.
+ * (upload_wanted also waits for the view to apply the last registration,
+ * which takes the adopted batches it uploaded out of the view: read again,
+ * they would go up a second time with newer batches, over a hole.) */
 static wal_lsn upload_end(const sk_tier *t)
 {
     wal_lsn durable = wal_durable_lsn(t->n->wal);
@@ -854,6 +862,8 @@ static wal_lsn upload_end(const sk_tier *t)
 
 static bool upload_wanted(sk_tier *t, bool by_time)
 {
+    if (t->n->store_applied < t->reg_end)
+        return false;
     /* Adopted batches keep another log's WAL alive: upload them soon. */
     if (t->foreign && sk_mono_ms() - t->last_upload_ms >= FOREIGN_UPLOAD_MS)
         return true;

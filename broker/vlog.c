@@ -5,13 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "kbatch.h"
 #include "meta.h"
 #include "sk_err.h"
 #include "sk_log.h"
 #include "sk_time.h"
 
-#define VIEW_COMMIT_MS 100
 
 /* A callback waiting for the WAL to be durable, or the view to apply, up to
  * a position. */
@@ -183,14 +183,14 @@ static void flush_cb(evutil_socket_t fd, short what, void *arg)
         v->hooks.durable(v->hooks.arg);
     /* One transaction at a time keeps the view's 'applied' exact and lets
      * the next one gather everything that became durable meanwhile; and at
-     * most one per VIEW_COMMIT_MS: each writes whole SQLite pages, so a
-     * transaction per group commit would write the data a second time. */
+     * most one per view.commit.interval.ms: each writes whole SQLite pages,
+     * so a transaction per group commit would write the data a second time. */
     if (v->inflight || v->view_failed || !v->txn || sk_store_txn_count(v->txn) == 0)
         return;
-    int64_t wait = v->last_ms + VIEW_COMMIT_MS - sk_mono_ms();
+    int64_t wait = v->last_ms + v->n->cfg->view_commit_interval_ms - sk_mono_ms();
     if (wait > 0 && !stopping(v)) {
         if (!evtimer_pending(v->timer_ev, NULL)) {
-            struct timeval tv = {0, (long)wait * 1000};
+            struct timeval tv = {(time_t)(wait / 1000), (long)(wait % 1000) * 1000};
             evtimer_add(v->timer_ev, &tv);
         }
         return;

@@ -3,7 +3,7 @@
  * step (docs/architecture.md, "The rule for every change").
  *
  * Appends go to the WAL; each record, once durable, reaches the view in a
- * transaction (one at a time, at most one per VIEW_COMMIT_MS, gathering
+ * transaction (one at a time, at most one per view.commit.interval.ms, gathering
  * everything durable meanwhile). Callers can wait for a position to be
  * durable, or for the view to reflect it.
  *
