@@ -87,8 +87,12 @@ def test_retention_deletes_objects(broker_factory, s3, topic_name):
         # rb: the earliest offset moved, and at least retention.bytes remain
         e = k.list_offsets(c, rb, 0, -2)["Offset"]
         assert e > 0, "retention.bytes moved nothing"
+        # Retention moves the log start to where an object's range starts, and no range
+        # lies wholly below it; a compaction planned just before may still merge the
+        # range below into its object, which then starts under the log start.
         kept = [r for r in ranges if r[0] == streams[(rb, 0)]]
-        assert kept and min(r[1] for r in kept) == e, (kept, e)
+        assert kept and min(r[1] for r in kept) <= e and all(r[2] >= e for r in kept), \
+            (kept, e)
     log = s3env.read_topic(b.bootstrap, rb, 1)
     assert log[0]["bytes"] >= MiB, "retention.bytes=1 MiB kept only %d bytes" % log[0]["bytes"]
     log = s3env.read_topic(b.bootstrap, keep, 1)
