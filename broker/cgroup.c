@@ -877,9 +877,7 @@ static int16_t heartbeat(sk_cg *cg, const sk_cg_hb_args *a, const sk_cg_topic *t
     if (a->member_epoch < 0) {
         if (!g)
             return SK_KAFKA_GROUP_ID_NOT_FOUND;
-        err = leave(g, a, out);
-        out->member_id = err ? NULL : a->member_id.p ? a->member_id.p : "";
-        return err;
+        return leave(g, a, out); /* member_id NULL: the request's */
     }
     /* Kafka never loses a group; here membership may be gone after a
      * restart or a coordinator move, and the member must rejoin. */

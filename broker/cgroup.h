@@ -90,7 +90,7 @@ typedef struct sk_cg_hb_args {
 typedef struct sk_cg_hb_result {
     int16_t error;
     const char *message; /* NULL: none */
-    const char *member_id;
+    const char *member_id; /* NULL after a leave: the one the request gave */
     int32_t member_epoch;
     int32_t heartbeat_ms;
     bool has_assignment;

@@ -78,6 +78,19 @@ void sk_groups_each_offset(const sk_groups *gs,
                                       int32_t part, int64_t offset),
                            void *arg);
 
+/* For the consumer-protocol handlers (h_cgroup.c). */
+typedef struct sk_gc sk_gc;
+typedef struct sk_cg sk_cg;
+sk_gc *sk_groups_gc(sk_groups *gs);
+sk_cg *sk_groups_cg(sk_groups *gs);
+/* Does this node coordinate the group (always, on a single node)? */
+bool sk_groups_coordinates(sk_req *r, kc_str group);
+bool sk_groups_has_offsets(sk_groups *gs, kc_str group);
+/* A consumer-protocol group took the id over: forget an empty classic group. */
+void sk_groups_classic_gone(sk_groups *gs, kc_str group);
+
+void h_consumer_group_heartbeat(sk_req *r);
+void h_consumer_group_describe(sk_req *r);
 void h_join_group(sk_req *r);
 void h_sync_group(sk_req *r);
 void h_heartbeat(sk_req *r);
