@@ -465,7 +465,7 @@ static bool assign_range(actx *c, tpset *out)
             while (g->members[mi] != sorted[k])
                 mi++;
             for (int32_t q = 0; q < take; q++, p++) {
-                sk_cg_tp tp = {c->ts[t].id, p};
+                sk_cg_tp tp = {c->ts[t].id, p, 0};
                 if (!set_push(&out[mi], &tp)) {
                     free(sorted);
                     return false;
@@ -517,7 +517,7 @@ static bool assign_uniform(actx *c, tpset *out)
             }
             owner = no;
             owner[nowner] = -1;
-            sk_cg_tp tp = {c->ts[t].id, p};
+            sk_cg_tp tp = {c->ts[t].id, p, 0};
             for (int k = 0; k < g->nmembers; k++) {
                 cmember *m = g->members[k];
                 if (member_wants(m, c->ts[t].name) && c->count[k] < quota &&
@@ -561,7 +561,7 @@ static bool assign_uniform(actx *c, tpset *out)
     for (int t = 0; t < c->nt; t++)
         for (int32_t p = 0; p < c->ts[t].nparts; p++, i++)
             if (owner[i] >= 0) {
-                sk_cg_tp tp = {c->ts[t].id, p};
+                sk_cg_tp tp = {c->ts[t].id, p, 0};
                 ok = set_push(&out[owner[i]], &tp) && ok;
             }
     free(owner);
@@ -649,10 +649,13 @@ static bool next_assignment(sk_cg_group *g, cmember *m)
         const sk_cg_tp *tp = &m->target.v[i];
         if (set_has(&m->assigned, tp))
             continue;
-        if (held_by_other(g, m, tp))
+        if (held_by_other(g, m, tp)) {
             unreleased = true;
-        else
-            ok = set_push(&add, tp);
+        } else {
+            sk_cg_tp given = *tp;
+            given.epoch = g->assignment_epoch;
+            ok = set_push(&add, &given);
+        }
     }
     if (!ok) {
         set_free(&keep);
@@ -950,8 +953,24 @@ int sk_cg_tick(sk_cg *cg, int64_t now)
 
 /* ---- offsets ---- */
 
+/* The entry for tp in a sorted set, or NULL. */
+static const sk_cg_tp *set_find(const tpset *s, const sk_cg_tp *tp)
+{
+    for (int32_t lo = 0, hi = s->n; lo < hi;) {
+        int32_t mid = (lo + hi) / 2;
+        int c = tp_cmp(&s->v[mid], tp);
+        if (c == 0)
+            return &s->v[mid];
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
 int16_t sk_cg_check_commit(const sk_cg_group *g, kc_str member_id, int32_t epoch,
-                           int16_t api_version)
+                           int16_t api_version, const sk_cg_tp *tp)
 {
     if (epoch < 0 && (!g || g->nmembers == 0))
         return 0;
@@ -960,7 +979,14 @@ int16_t sk_cg_check_commit(const sk_cg_group *g, kc_str member_id, int32_t epoch
         return SK_KAFKA_UNKNOWN_MEMBER_ID;
     if (api_version < 9)
         return SK_KAFKA_UNSUPPORTED_VERSION;
-    return epoch == m->epoch ? 0 : SK_KAFKA_STALE_MEMBER_EPOCH;
+    if (epoch == m->epoch)
+        return 0;
+    if (epoch > m->epoch || !tp)
+        return SK_KAFKA_STALE_MEMBER_EPOCH;
+    const sk_cg_tp *held = set_find(&m->assigned, tp);
+    if (!held)
+        held = set_find(&m->revoking, tp);
+    return held && held->epoch <= epoch ? 0 : SK_KAFKA_STALE_MEMBER_EPOCH;
 }
 
 int16_t sk_cg_check_fetch(const sk_cg_group *g, kc_str member_id, int32_t epoch)

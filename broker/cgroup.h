@@ -69,6 +69,7 @@ typedef struct sk_cg_topic {
 typedef struct sk_cg_tp {
     kc_uuid id;
     int32_t part;
+    int32_t epoch; /* in a member's assignment: the member epoch it came with */
 } sk_cg_tp;
 
 typedef struct sk_cg_hb_args {
@@ -106,11 +107,13 @@ void sk_cg_heartbeat(sk_cg *cg, const sk_cg_hb_args *a, const sk_cg_topic *topic
  * members were removed. */
 int sk_cg_tick(sk_cg *cg, int64_t now);
 
-/* OffsetCommit by a member (v9+: member id and member epoch). Returns 0
- * when it may commit. An epoch < 0 commits only to a group without
- * members. */
+/* OffsetCommit of one partition by a member (v9+: member id and member
+ * epoch). Returns 0 when it may commit. An epoch < 0 commits only to a
+ * group without members. An epoch older than the member's is accepted for
+ * a partition the member has held since that epoch (its heartbeat moved it
+ * on while the commit was on its way), as Kafka 4.3 does. */
 int16_t sk_cg_check_commit(const sk_cg_group *g, kc_str member_id, int32_t epoch,
-                           int16_t api_version);
+                           int16_t api_version, const sk_cg_tp *tp);
 /* OffsetFetch v9+ by a member; a null member id and epoch -1 always pass. */
 int16_t sk_cg_check_fetch(const sk_cg_group *g, kc_str member_id, int32_t epoch);
 

@@ -1025,6 +1025,18 @@ static void commit_finish(sk_req *r)
     sk_req_respond(r);
 }
 
+/* A consumer-protocol member's commit of one partition (Kafka checks the
+ * member and its epoch before the topic). */
+static int16_t commit_by_member(sk_req *r, sk_cg_group *g, const sk_topic *topic, int32_t part)
+{
+    kp_OffsetCommitRequest *req = r->body;
+    sk_cg_tp tp = {{{0}}, part, 0};
+    if (topic)
+        tp.id = topic->id;
+    return sk_cg_check_commit(g, req->member_id, req->generation_id_or_member_epoch, r->version,
+                              topic ? &tp : NULL);
+}
+
 void h_offset_commit(sk_req *r)
 {
     kp_OffsetCommitRequest *req = r->body;
@@ -1040,13 +1052,13 @@ void h_offset_commit(sk_req *r)
     resp->topics.n = nt;
     resp->topics.v = ts;
     int16_t gerr = 0;
+    sk_cg_group *cgrp = NULL;
     if (req->group_id.len <= 0)
         gerr = SK_KAFKA_INVALID_GROUP_ID;
     else if (!coordinates(r, req->group_id))
         gerr = SK_KAFKA_NOT_COORDINATOR;
-    else if (sk_cg_find(gs->cg, req->group_id.p, (size_t)req->group_id.len))
-        gerr = sk_cg_check_commit(sk_cg_find(gs->cg, req->group_id.p, (size_t)req->group_id.len),
-                                  req->member_id, req->generation_id_or_member_epoch, r->version);
+    else if ((cgrp = sk_cg_find(gs->cg, req->group_id.p, (size_t)req->group_id.len)))
+        gerr = 0; /* checked for each partition below */
     else {
         gerr = sk_gc_check_commit(gs->gc, req->group_id, req->member_id,
                                   r->version >= 7 ? req->group_instance_id : (kc_str){NULL, -1},
@@ -1089,6 +1101,8 @@ void h_offset_commit(sk_req *r)
                 o->error_code = SK_KAFKA_UNKNOWN_TOPIC_ID;
             else if (gerr)
                 o->error_code = gerr;
+            else if (cgrp && (o->error_code = commit_by_member(r, cgrp, topic, p->partition_index)))
+                ;
             else if (p->committed_metadata.len > MAX_METADATA)
                 o->error_code = SK_KAFKA_OFFSET_METADATA_TOO_LARGE;
             else if (!sk_part_get(topic, p->partition_index))

@@ -66,7 +66,7 @@ static sk_cg_tp *owned_partitions(sk_req *r, const kp_ConsumerGroupHeartbeatRequ
     for (int32_t i = 0; i < req->topic_partitions.n; i++)
         for (int32_t j = 0; j < req->topic_partitions.v[i].partitions.n; j++)
             tps[k++] = (sk_cg_tp){req->topic_partitions.v[i].topic_id,
-                                  req->topic_partitions.v[i].partitions.v[j]};
+                                  req->topic_partitions.v[i].partitions.v[j], 0};
     *n = k;
     return tps;
 }

@@ -382,17 +382,31 @@ static void test_offset_checks(void **st)
     set_topics(2, 0);
     sk_cg *cg = new_cg(NULL, 0);
     mst a = {.id = "m1"};
-    assert_int_equal(sk_cg_check_commit(NULL, S(""), -1, 9), 0);
+    sk_cg_tp p0 = {topics[0].id, 0, 0}, p1 = {topics[0].id, 1, 0};
+    assert_int_equal(sk_cg_check_commit(NULL, S(""), -1, 9, &p0), 0);
     assert_int_equal(beat(cg, &a, JOIN_A, 0), 0);
     sk_cg_group *g = sk_cg_find(cg, GROUP, 1);
-    assert_int_equal(sk_cg_check_commit(g, S("m1"), 1, 9), 0);
-    assert_int_equal(sk_cg_check_commit(g, S("m1"), 0, 9), SK_KAFKA_STALE_MEMBER_EPOCH);
-    assert_int_equal(sk_cg_check_commit(g, S("m1"), 1, 8), SK_KAFKA_UNSUPPORTED_VERSION);
-    assert_int_equal(sk_cg_check_commit(g, S("zz"), 1, 9), SK_KAFKA_UNKNOWN_MEMBER_ID);
-    assert_int_equal(sk_cg_check_commit(g, S(""), -1, 9), SK_KAFKA_UNKNOWN_MEMBER_ID);
+    assert_int_equal(sk_cg_check_commit(g, S("m1"), 1, 9, &p0), 0);
+    assert_int_equal(sk_cg_check_commit(g, S("m1"), 0, 9, &p0), SK_KAFKA_STALE_MEMBER_EPOCH);
+    assert_int_equal(sk_cg_check_commit(g, S("m1"), 2, 9, &p0), SK_KAFKA_STALE_MEMBER_EPOCH);
+    assert_int_equal(sk_cg_check_commit(g, S("m1"), 1, 8, &p0), SK_KAFKA_UNSUPPORTED_VERSION);
+    assert_int_equal(sk_cg_check_commit(g, S("zz"), 1, 9, &p0), SK_KAFKA_UNKNOWN_MEMBER_ID);
+    assert_int_equal(sk_cg_check_commit(g, S(""), -1, 9, &p0), SK_KAFKA_UNKNOWN_MEMBER_ID);
+    /* A second member: m1 keeps p0 (held since epoch 1) and gives p1 up;
+     * after its acknowledgement (epoch 2), a commit still at epoch 1 is
+     * accepted for p0 only. */
+    mst b = {.id = "m2"};
+    assert_int_equal(beat(cg, &b, JOIN_A, 0), 0);
+    assert_int_equal(beat(cg, &a, PLAIN, 0), 0);
+    assert_int_equal(beat(cg, &a, ACK, 0), 0);
+    assert_int_equal(a.epoch, 2);
+    const sk_cg_tp *kept = &a.owned[0];
+    const sk_cg_tp *gone = kept->part == 0 ? &p1 : &p0;
+    assert_int_equal(sk_cg_check_commit(g, S("m1"), 1, 9, kept), 0);
+    assert_int_equal(sk_cg_check_commit(g, S("m1"), 1, 9, gone), SK_KAFKA_STALE_MEMBER_EPOCH);
     assert_int_equal(sk_cg_check_fetch(g, S(NULL), -1), 0);
-    assert_int_equal(sk_cg_check_fetch(g, S("m1"), 1), 0);
-    assert_int_equal(sk_cg_check_fetch(g, S("m1"), 2), SK_KAFKA_STALE_MEMBER_EPOCH);
+    assert_int_equal(sk_cg_check_fetch(g, S("m1"), 2), 0);
+    assert_int_equal(sk_cg_check_fetch(g, S("m1"), 3), SK_KAFKA_STALE_MEMBER_EPOCH);
     assert_int_equal(sk_cg_check_fetch(g, S("zz"), 1), SK_KAFKA_UNKNOWN_MEMBER_ID);
     sk_cg_destroy(cg);
 }
