@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sk_buf.h"
 #include "sk_err.h"
 #include "sk_map.h"
 
@@ -115,6 +116,7 @@ struct sk_cg_group {
     int nmembers, cap;
     uint64_t topics_hash; /* of the subscribed topics' ids and sizes */
     char assignor[32];
+    bool dirty; /* state to persist changed */
 };
 
 struct sk_cg {
@@ -288,6 +290,7 @@ static cmember *member_by_instance(const sk_cg_group *g, kc_str inst)
 
 static void member_drop(sk_cg_group *g, cmember *m, bool bump)
 {
+    g->dirty = true;
     for (int i = 0; i < g->nmembers; i++)
         if (g->members[i] == m) {
             g->members[i] = g->members[--g->nmembers];
@@ -317,6 +320,7 @@ static cmember *member_add(sk_cg_group *g, kc_str id)
         return NULL;
     }
     g->members[g->nmembers++] = m;
+    g->dirty = true;
     return m;
 }
 
@@ -611,6 +615,7 @@ static bool compute_target(sk_cg *cg, sk_cg_group *g, const sk_cg_topic *ts, int
     free(count);
     if (ok)
         g->assignment_epoch = g->epoch;
+    g->dirty = true;
     return ok;
 }
 
@@ -702,6 +707,7 @@ static bool reconcile(sk_cg_group *g, cmember *m, const sk_cg_hb_args *a, int64_
     }
     bool ok = next_assignment(g, m);
     m->revoke_deadline = m->state == M_UNREVOKED ? now + m->rebalance_ms : 0;
+    g->dirty = true;
     return ok;
 }
 
@@ -771,6 +777,7 @@ static int16_t leave(sk_cg_group *g, const sk_cg_hb_args *a, sk_cg_hb_result *ou
     out->member_epoch = a->member_epoch;
     if (a->member_epoch == SK_CG_LEAVE_STATIC_EPOCH) {
         m->epoch = SK_CG_LEAVE_STATIC_EPOCH; /* keeps its partitions until it returns */
+        g->dirty = true;
         return 0;
     }
     member_drop(g, m, true);
@@ -788,7 +795,7 @@ static cmember *replace_static(sk_cg_group *g, cmember *old, const sk_cg_hb_args
     old->id = id;
     old->epoch = old->prev_epoch = 0;
     old->state = M_UNRELEASED; /* recomputed below */
-    (void)g;
+    g->dirty = true;
     return old;
 }
 
@@ -836,26 +843,32 @@ static int16_t join_member(sk_cg *cg, sk_cg_group *g, const sk_cg_hb_args *a, cm
     return 0;
 }
 
-static void set_str(char **dst, kc_str s)
+/* Sets *dst to s (unless s is null); true when it changed. */
+static bool set_str(char **dst, kc_str s)
 {
-    if (s.len < 0)
-        return;
+    if (s.len < 0 || str_is(*dst, s))
+        return false;
     char *n = dupstr(s);
     if (!n)
-        return;
+        return false;
     free(*dst);
     *dst = n;
+    return true;
 }
 
-static void update_member_info(cmember *m, const sk_cg_hb_args *a, int32_t session_ms, int64_t now)
+static bool update_member_info(cmember *m, const sk_cg_hb_args *a, int32_t session_ms, int64_t now)
 {
-    set_str(&m->rack, a->rack_id);
-    set_str(&m->client_id, a->client_id);
-    set_str(&m->client_host, a->client_host);
-    if (a->rebalance_timeout_ms >= 0)
+    bool changed = set_str(&m->rack, a->rack_id);
+    changed = set_str(&m->client_id, a->client_id) || changed;
+    changed = set_str(&m->client_host, a->client_host) || changed;
+    if (a->rebalance_timeout_ms >= 0 && m->rebalance_ms != a->rebalance_timeout_ms) {
         m->rebalance_ms = a->rebalance_timeout_ms;
+        changed = true;
+    }
+    changed = changed || m->session_ms != session_ms;
     m->session_ms = session_ms;
     m->session_deadline = now + session_ms;
+    return changed;
 }
 
 static void answer(sk_cg *cg, const cmember *m, bool full, const tpset *before,
@@ -882,10 +895,8 @@ static int16_t heartbeat(sk_cg *cg, const sk_cg_hb_args *a, const sk_cg_topic *t
             return SK_KAFKA_GROUP_ID_NOT_FOUND;
         return leave(g, a, out); /* member_id NULL: the request's */
     }
-    /* Kafka never loses a group; here membership may be gone after a
-     * restart or a coordinator move, and the member must rejoin. */
     if (!g && a->member_epoch != 0)
-        return SK_KAFKA_UNKNOWN_MEMBER_ID;
+        return SK_KAFKA_GROUP_ID_NOT_FOUND;
     if (!g && !(g = group_get(cg, a->group_id)))
         return SK_KAFKA_UNKNOWN_SERVER_ERROR;
     cmember *m = NULL;
@@ -899,10 +910,13 @@ static int16_t heartbeat(sk_cg *cg, const sk_cg_hb_args *a, const sk_cg_topic *t
             member_drop(g, m, false);
         return err;
     }
-    update_member_info(m, a, a->session_ms > 0 ? a->session_ms : cg->cfg.session_ms, now);
+    if (update_member_info(m, a, a->session_ms > 0 ? a->session_ms : cg->cfg.session_ms, now))
+        g->dirty = true;
     uint64_t h = topics_hash(g, topics, ntopics);
-    if (created || changed || h != g->topics_hash)
+    if (created || changed || h != g->topics_hash) {
         g->epoch++;
+        g->dirty = true;
+    }
     g->topics_hash = h;
     if (g->epoch > g->assignment_epoch && !compute_target(cg, g, topics, ntopics))
         return SK_KAFKA_UNKNOWN_SERVER_ERROR;
@@ -1049,4 +1063,183 @@ void sk_cg_group_member(const sk_cg_group *g, int i, sk_cg_member_view *v)
                              m->client_host, m->epoch,       m->nsubs,       m->subs,
                              m->regex,    m->assigned.n,     m->target.n,    m->assigned.v,
                              m->target.v};
+}
+
+/* ---- durability ---- */
+
+bool sk_cg_take_dirty(sk_cg_group *g)
+{
+    bool d = g->dirty;
+    g->dirty = false;
+    return d;
+}
+
+static void put_opt(sk_buf *b, const char *s)
+{
+    sk_buf_u8(b, s != NULL);
+    if (s)
+        sk_buf_str(b, s, strlen(s));
+}
+
+static void put_set(sk_buf *b, const tpset *s)
+{
+    sk_buf_u32(b, (uint32_t)s->n);
+    for (int32_t i = 0; i < s->n; i++) {
+        sk_buf_put(b, s->v[i].id.b, 16);
+        sk_buf_u32(b, (uint32_t)s->v[i].part);
+        sk_buf_u32(b, (uint32_t)s->v[i].epoch);
+    }
+}
+
+static void put_member(sk_buf *b, const cmember *m)
+{
+    sk_buf_str(b, m->id, strlen(m->id));
+    put_opt(b, m->instance);
+    put_opt(b, m->rack);
+    put_opt(b, m->client_id);
+    put_opt(b, m->client_host);
+    put_opt(b, m->assignor);
+    sk_buf_u32(b, (uint32_t)m->nsubs);
+    for (int i = 0; i < m->nsubs; i++)
+        sk_buf_str(b, m->subs[i], strlen(m->subs[i]));
+    put_opt(b, m->regex);
+    sk_buf_u32(b, (uint32_t)m->epoch);
+    sk_buf_u32(b, (uint32_t)m->prev_epoch);
+    sk_buf_u8(b, (uint8_t)m->state);
+    sk_buf_u32(b, (uint32_t)m->rebalance_ms);
+    sk_buf_u32(b, (uint32_t)m->session_ms);
+    put_set(b, &m->assigned);
+    put_set(b, &m->revoking);
+    put_set(b, &m->target);
+}
+
+/* Blob: u32 group epoch | u32 assignment epoch | str assignor | u64 topics
+ * hash | u32 n | n x member (str id, 5 x opt str: instance, rack, client id,
+ * client host, assignor | u32 nsubs, str each | opt str regex | u32 epoch,
+ * u32 previous epoch, u8 state, u32 rebalance ms, u32 session ms | sets
+ * assigned, revoking, target: u32 n, n x (16-byte topic id, u32 partition,
+ * u32 epoch)). opt str: u8 present, then str. */
+void sk_cg_export(const sk_cg_group *g, sk_buf *b)
+{
+    sk_buf_u32(b, (uint32_t)g->epoch);
+    sk_buf_u32(b, (uint32_t)g->assignment_epoch);
+    sk_buf_str(b, g->assignor, strlen(g->assignor));
+    sk_buf_u64(b, g->topics_hash);
+    sk_buf_u32(b, (uint32_t)g->nmembers);
+    for (int i = 0; i < g->nmembers; i++)
+        put_member(b, g->members[i]);
+}
+
+static char *get_str(sk_rd *rd)
+{
+    size_t n;
+    const uint8_t *p = sk_rd_str(rd, &n);
+    return p ? strndup((const char *)p, n) : NULL;
+}
+
+static char *get_opt(sk_rd *rd, bool *ok)
+{
+    if (!sk_rd_u8(rd))
+        return NULL;
+    char *s = get_str(rd);
+    *ok = *ok && s;
+    return s;
+}
+
+static bool get_set(sk_rd *rd, tpset *s)
+{
+    uint32_t n = sk_rd_u32(rd);
+    if (sk_rd_failed(rd) || n > sk_rd_left(rd) / 24)
+        return false;
+    for (uint32_t i = 0; i < n; i++) {
+        sk_cg_tp tp;
+        const uint8_t *id = sk_rd_bytes(rd, 16);
+        if (!id)
+            return false;
+        memcpy(tp.id.b, id, 16);
+        tp.part = (int32_t)sk_rd_u32(rd);
+        tp.epoch = (int32_t)sk_rd_u32(rd);
+        if (!set_push(s, &tp))
+            return false;
+    }
+    set_sort(s);
+    return !sk_rd_failed(rd);
+}
+
+static bool get_member(sk_rd *rd, cmember *m, int64_t now)
+{
+    bool ok = true;
+    m->instance = get_opt(rd, &ok);
+    m->rack = get_opt(rd, &ok);
+    m->client_id = get_opt(rd, &ok);
+    m->client_host = get_opt(rd, &ok);
+    m->assignor = get_opt(rd, &ok);
+    uint32_t n = sk_rd_u32(rd);
+    if (!ok || sk_rd_failed(rd) || n > sk_rd_left(rd) / 4)
+        return false;
+    m->subs = calloc((size_t)n + 1, sizeof *m->subs);
+    if (!m->subs)
+        return false;
+    for (uint32_t i = 0; i < n; i++) {
+        if (!(m->subs[i] = get_str(rd)))
+            return false;
+        m->nsubs++;
+    }
+    m->regex = get_opt(rd, &ok);
+    if (!ok || (m->regex && compile_regex(m->regex, &m->re) != 0))
+        return false;
+    m->has_re = m->regex != NULL;
+    m->epoch = (int32_t)sk_rd_u32(rd);
+    m->prev_epoch = (int32_t)sk_rd_u32(rd);
+    m->state = (mstate)(sk_rd_u8(rd) % 3);
+    m->rebalance_ms = (int32_t)sk_rd_u32(rd);
+    m->session_ms = (int32_t)sk_rd_u32(rd);
+    if (!get_set(rd, &m->assigned) || !get_set(rd, &m->revoking) || !get_set(rd, &m->target))
+        return false;
+    m->session_deadline = now + m->session_ms;
+    m->revoke_deadline = m->state == M_UNREVOKED ? now + m->rebalance_ms : 0;
+    return true;
+}
+
+static bool import_members(sk_rd *rd, sk_cg_group *g, int64_t now)
+{
+    uint32_t n = sk_rd_u32(rd);
+    if (sk_rd_failed(rd) || n > sk_rd_left(rd) / 8)
+        return false;
+    for (uint32_t i = 0; i < n; i++) {
+        size_t il;
+        const uint8_t *id = sk_rd_str(rd, &il);
+        if (!id)
+            return false;
+        cmember *m = member_add(g, (kc_str){(const char *)id, (int32_t)il});
+        if (!m || !get_member(rd, m, now))
+            return false;
+    }
+    return true;
+}
+
+int sk_cg_import(sk_cg *cg, const char *id, size_t idlen, const uint8_t *p, size_t len,
+                 int64_t now)
+{
+    sk_cg_group *old = sk_cg_find(cg, id, idlen);
+    if (old)
+        sk_cg_remove(cg, old);
+    sk_cg_group *g = group_get(cg, (kc_str){id, (int32_t)idlen});
+    if (!g)
+        return SK_ERR_NOMEM;
+    sk_rd rd;
+    sk_rd_init(&rd, p, len);
+    g->epoch = (int32_t)sk_rd_u32(&rd);
+    g->assignment_epoch = (int32_t)sk_rd_u32(&rd);
+    size_t al;
+    const uint8_t *as = sk_rd_str(&rd, &al);
+    if (as)
+        snprintf(g->assignor, sizeof g->assignor, "%.*s", (int)al, (const char *)as);
+    g->topics_hash = sk_rd_u64(&rd);
+    if (!as || !import_members(&rd, g, now) || sk_rd_failed(&rd) || sk_rd_left(&rd) != 0) {
+        sk_cg_remove(cg, g);
+        return SK_ERR_CORRUPT;
+    }
+    g->dirty = false;
+    return 0;
 }

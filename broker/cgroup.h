@@ -145,6 +145,19 @@ typedef struct sk_cg_member_view {
 } sk_cg_member_view;
 void sk_cg_group_member(const sk_cg_group *g, int i, sk_cg_member_view *v);
 
+/* ---- durability ----
+ * A group's state (epochs, members, subscriptions, assignments, targets;
+ * not its timers) as one blob, written to the log whenever it changes and
+ * loaded back on start-up or when the group's coordination moves here.
+ * Loaded members get a fresh session timeout, as in Kafka. */
+struct sk_buf;
+/* True once since the group's state last changed (then cleared). */
+bool sk_cg_take_dirty(sk_cg_group *g);
+void sk_cg_export(const sk_cg_group *g, struct sk_buf *b);
+/* Replaces the group `id` with the blob's state; 0, or SK_ERR_CORRUPT. */
+int sk_cg_import(sk_cg *cg, const char *id, size_t idlen, const uint8_t *p, size_t len,
+                 int64_t now) __attribute__((warn_unused_result));
+
 /* Forgets a group without members (DeleteGroups, or a classic JoinGroup
  * taking an empty group over) or whose coordination moved away. */
 void sk_cg_remove(sk_cg *cg, sk_cg_group *g);

@@ -36,9 +36,20 @@ int sk_grec_init(sk_grec *g, const uint8_t *body, size_t len)
     g->group = (const char *)sk_rd_str(&g->rd, &g->glen);
     if (g->op == SK_GREC_COMMIT || g->op == SK_GREC_DELETE_OFFSETS)
         g->left = sk_rd_u32(&g->rd);
-    else if (g->op != SK_GREC_DELETE_GROUP)
+    else if (g->op != SK_GREC_DELETE_GROUP && g->op != SK_GREC_CGROUP)
         return SK_ERR_CORRUPT;
     return sk_rd_failed(&g->rd) ? SK_ERR_CORRUPT : 0;
+}
+
+size_t sk_grec_cgroup_len(const sk_grec *g)
+{
+    return g->op == SK_GREC_CGROUP ? sk_rd_left(&g->rd) : 0;
+}
+
+const uint8_t *sk_grec_cgroup(const sk_grec *g)
+{
+    sk_rd r = g->rd;
+    return sk_rd_bytes(&r, sk_rd_left(&r));
 }
 
 int sk_grec_next(sk_grec *g, sk_grec_ent *e)
@@ -62,7 +73,7 @@ void sk_grec_begin(sk_buf *b, uint8_t op, const char *group, size_t glen, uint32
 {
     sk_buf_u8(b, op);
     sk_buf_str(b, group, glen);
-    if (op != SK_GREC_DELETE_GROUP)
+    if (op == SK_GREC_COMMIT || op == SK_GREC_DELETE_OFFSETS)
         sk_buf_u32(b, n);
 }
 
@@ -209,6 +220,15 @@ static int apply_body(sk_groups *gs, const uint8_t *body, size_t len)
     sk_grec g;
     if (sk_grec_init(&g, body, len) != 0)
         return SK_ERR_CORRUPT;
+    if (g.op == SK_GREC_CGROUP) {
+        size_t bl = sk_grec_cgroup_len(&g);
+        if (bl)
+            return sk_cg_import(gs->cg, g.group, g.glen, sk_grec_cgroup(&g), bl, sk_mono_ms());
+        sk_cg_group *old = sk_cg_find(gs->cg, g.group, g.glen);
+        if (old)
+            sk_cg_remove(gs->cg, old);
+        return 0;
+    }
     if (g.op == SK_GREC_DELETE_GROUP) {
         gstate *s = state_get(gs, g.group, g.glen, false);
         if (s)
@@ -255,9 +275,36 @@ void sk_groups_each_offset(const sk_groups *gs,
     }
 }
 
-uint32_t sk_groups_snapshot(const sk_groups *gs, sk_buf *b)
+/* A consumer-protocol group's state record body (op 4); NULL g: none. */
+static void cgroup_body(sk_buf *body, const char *id, const sk_cg_group *g)
+{
+    sk_grec_begin(body, SK_GREC_CGROUP, id, strlen(id), 0);
+    if (g)
+        sk_cg_export(g, body);
+}
+
+static uint32_t snapshot_consumer_groups(const sk_groups *gs, sk_buf *b)
 {
     uint32_t count = 0;
+    size_t it = 0;
+    sk_cg_group *g;
+    while ((g = sk_cg_next(gs->cg, &it))) {
+        sk_buf body;
+        sk_buf_init(&body, 0);
+        cgroup_body(&body, sk_cg_group_id(g), g);
+        sk_buf_u8(b, SK_SNAP_GROUPS);
+        sk_buf_str(b, (const char *)body.data, body.len);
+        if (sk_buf_failed(&body))
+            b->failed = true;
+        sk_buf_free(&body);
+        count++;
+    }
+    return count;
+}
+
+uint32_t sk_groups_snapshot(const sk_groups *gs, sk_buf *b)
+{
+    uint32_t count = snapshot_consumer_groups(gs, b);
     size_t it = 0;
     void *v;
     while (sk_map_next(gs->states, &it, NULL, NULL, &v)) {
@@ -369,6 +416,45 @@ void sk_groups_release(sk_groups *gs, bool (*in)(void *arg, const char *g, size_
     free(drop);
 }
 
+/* ---- consumer-protocol group state in the log ---- */
+
+static void cgroup_written(void *arg, int err)
+{
+    sk_req *r = arg;
+    if (!r) {
+        if (err)
+            SK_WARN("groups", "could not record a consumer group's state: %s", sk_err_name(err));
+        return;
+    }
+    if (err && !r->async_err)
+        r->async_err = err;
+    if (--r->pending == 0)
+        r->on_done(r);
+}
+
+/* Appends the state of consumer group `id` (g NULL: it has none any more).
+ * The state in memory is already the new one: nothing is applied. With r,
+ * r->pending counts the append until it is durable. */
+int sk_groups_write_cgroup(sk_groups *gs, const char *id, const sk_cg_group *g, sk_req *r)
+{
+    sk_buf body, b;
+    sk_buf_init(&body, 0);
+    cgroup_body(&body, id, g);
+    sk_buf_init(&b, 0);
+    sk_meta_group(&b, body.data, body.len);
+    int rc = sk_buf_failed(&b) || sk_buf_failed(&body) ? SK_ERR_NOMEM : 0;
+    struct iovec iov = {b.data, b.len};
+    if (rc == 0 && r)
+        r->pending++;
+    if (rc == 0)
+        rc = sk_node_append(gs->n, SK_WAL_META, &iov, 1, cgroup_written, r, NULL);
+    if (rc != 0 && r && !sk_buf_failed(&b) && !sk_buf_failed(&body))
+        r->pending--;
+    sk_buf_free(&b);
+    sk_buf_free(&body);
+    return rc;
+}
+
 /* ---- timers ---- */
 
 static void tick_cb(evutil_socket_t fd, short what, void *arg)
@@ -377,7 +463,14 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
     (void)what;
     sk_groups *gs = arg;
     sk_gc_tick(gs->gc, sk_mono_ms());
-    sk_cg_tick(gs->cg, sk_mono_ms());
+    if (sk_cg_tick(gs->cg, sk_mono_ms()) == 0)
+        return;
+    /* Members whose session ended are gone: record the groups they left. */
+    size_t it = 0;
+    sk_cg_group *g;
+    while ((g = sk_cg_next(gs->cg, &it)))
+        if (sk_cg_take_dirty(g) && sk_groups_write_cgroup(gs, sk_cg_group_id(g), g, NULL) != 0)
+            SK_WARN("groups", "could not record consumer group %s", sk_cg_group_id(g));
 }
 
 static void expire_done(void *arg, int err)
@@ -401,8 +494,11 @@ static void forget_empty_consumer_groups(sk_groups *gs)
         gone = ng;
         gone[n++] = g;
     }
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
+        if (sk_groups_write_cgroup(gs, sk_cg_group_id(gone[i]), NULL, NULL) != 0)
+            continue; /* kept: its state stays in the log, so does it here */
         sk_cg_remove(gs->cg, gone[i]);
+    }
     free(gone);
 }
 
@@ -674,7 +770,7 @@ void h_join_group(sk_req *r)
         sk_req_respond(r);
         return;
     }
-    if (ng)
+    if (ng && sk_groups_write_cgroup(gs, sk_cg_group_id(ng), NULL, NULL) == 0)
         sk_cg_remove(gs->cg, ng);
     int32_t np = req->protocols.n > 0 ? req->protocols.n : 0;
     sk_gc_protocol *protos = sk_arena_calloc(r->arena, (size_t)np + 1, sizeof *protos);
@@ -1576,10 +1672,6 @@ void h_delete_groups(sk_req *r)
         sk_cg_group *cgrp = sk_cg_find(gs->cg, id.p, (size_t)id.len);
         if ((g && sk_gc_group_nmembers(g) > 0) || (cgrp && sk_cg_group_nmembers(cgrp) > 0)) {
             rs[i].error_code = SK_KAFKA_NON_EMPTY_GROUP;
-            continue;
-        }
-        if (!g && !s && cgrp) {
-            sk_cg_remove(gs->cg, cgrp); /* nothing durable to delete */
             continue;
         }
         sk_buf body;

@@ -150,6 +150,17 @@ static bool classic_in_use(sk_groups *gs, kc_str id)
     return cl && sk_gc_group_nmembers(cl) > 0;
 }
 
+static void heartbeat_durable(sk_req *r)
+{
+    if (r->async_err) {
+        kp_ConsumerGroupHeartbeatResponse *resp = r->resp;
+        resp->error_code = SK_KAFKA_COORDINATOR_NOT_AVAILABLE;
+        resp->error_message = (kc_str){NULL, -1};
+        resp->assignment = NULL;
+    }
+    sk_req_respond(r);
+}
+
 void h_consumer_group_heartbeat(sk_req *r)
 {
     kp_ConsumerGroupHeartbeatRequest *req = r->body;
@@ -197,8 +208,14 @@ void h_consumer_group_heartbeat(sk_req *r)
     sk_cg_hb_result res;
     sk_cg_heartbeat(sk_groups_cg(gs), &a, topics, nt, sk_mono_ms(), &res);
     resp->error_code = res.error;
-    if (res.message)
+    if (res.message) {
         resp->error_message = sk_req_str(r, res.message);
+    } else if (res.error == SK_KAFKA_GROUP_ID_NOT_FOUND) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "Consumer group %.*s not found.",
+                 req->group_id.len > 255 ? 255 : req->group_id.len, req->group_id.p);
+        resp->error_message = sk_req_str(r, msg);
+    }
     if (res.member_id)
         resp->member_id = sk_req_str(r, res.member_id);
     else if (res.error == 0)
@@ -211,7 +228,15 @@ void h_consumer_group_heartbeat(sk_req *r)
     }
     if (res.error == 0)
         sk_groups_classic_gone(gs, req->group_id);
-    sk_req_respond(r);
+    /* A change of the group's state is answered once it is in the log. */
+    sk_cg_group *g = sk_cg_find(sk_groups_cg(gs), req->group_id.p,
+                                req->group_id.len > 0 ? (size_t)req->group_id.len : 0);
+    r->pending = 1;
+    r->on_done = heartbeat_durable;
+    if (g && sk_cg_take_dirty(g) && sk_groups_write_cgroup(gs, sk_cg_group_id(g), g, r) != 0)
+        r->async_err = SK_ERR_IO;
+    if (--r->pending == 0)
+        heartbeat_durable(r);
 }
 
 /* ---- ConsumerGroupDescribe ---- */

@@ -49,11 +49,18 @@ def prepare(bs, topic, parts=4):
 
 def hb(c, group, member, epoch, topics=None, owned=None, instance=None, rebalance=-1,
        assignor=None, regex=None, version=1):
-    return c.request(68, version, {
-        "GroupId": group, "MemberId": member, "MemberEpoch": epoch, "InstanceId": instance,
-        "RackId": None, "RebalanceTimeoutMs": rebalance, "SubscribedTopicNames": topics,
-        "SubscribedTopicRegex": regex, "ServerAssignor": assignor,
-        "TopicPartitions": owned})
+    """One ConsumerGroupHeartbeat, retried while the coordinator is loading (Kafka, just
+    started, answers NOT_COORDINATOR until the group's offsets partition is loaded)."""
+    deadline = time.time() + 20
+    while True:
+        r = c.request(68, version, {
+            "GroupId": group, "MemberId": member, "MemberEpoch": epoch, "InstanceId": instance,
+            "RackId": None, "RebalanceTimeoutMs": rebalance, "SubscribedTopicNames": topics,
+            "SubscribedTopicRegex": regex, "ServerAssignor": assignor,
+            "TopicPartitions": owned})
+        if r["ErrorCode"] not in (14, 15, 16) or time.time() > deadline:
+            return r
+        time.sleep(0.2)
 
 
 class Member:
@@ -146,6 +153,13 @@ def test_request_checks(cbroker, topic_name):
     assert r["ErrorCode"] == FENCED_MEMBER_EPOCH, r
     d = describe(c, "absent-" + gid())
     assert d["ErrorCode"] == kg.GROUP_ID_NOT_FOUND, d
+    # A heartbeat past joining, or a leave, to a group the coordinator does not know.
+    absent = "absent-" + gid()
+    r = hb(c, absent, mid(), 5)
+    assert (r["ErrorCode"], r["ErrorMessage"]) == (
+        kg.GROUP_ID_NOT_FOUND, "Consumer group %s not found." % absent), r
+    r = hb(c, "absent-" + gid(), mid(), -1)
+    assert r["ErrorCode"] == kg.GROUP_ID_NOT_FOUND, r
 
 
 def test_join_revoke_then_assign_describe_leave(cbroker, topic_name):
@@ -285,3 +299,44 @@ def test_range_assignor_and_regex(cbroker, topic_name):
     assert r["ErrorCode"] == 0, r
     d = describe(c, g2)
     assert d["Members"][0]["SubscribedTopicRegex"] == topic_name[:6] + ".*", d
+
+
+@pytest.mark.restarts
+def test_membership_survives_a_restart(broker_factory, topic_name):
+    """The group's state is in the log: after skiffd is SIGKILLed and restarted, members
+    go on with their epochs and partitions (as after a Kafka coordinator failover), and
+    a member that does not come back is removed after its session timeout."""
+    b = broker_factory({"group.consumer.session.timeout.ms": "3000"})
+    c, tid = prepare(b.bootstrap, topic_name)
+    g = gid()
+    a = Member(c, g, [topic_name], instance="ia")
+    gone = Member(c, g, [topic_name])
+    settle([a, gone], 4)
+    # a is told to give partitions up to a third member before the kill.
+    third = Member(c, g, [topic_name])
+    third.beat()
+    before = describe(c, g)
+    c.close()
+    b.kill()
+    b.start()
+    c = kg.connect(b.bootstrap)
+    after = describe(c, g)
+    for k in ("GroupEpoch", "AssignmentEpoch", "AssignorName"):
+        assert after[k] == before[k], (k, before, after)
+    assert {(m["MemberId"], m["MemberEpoch"], m["InstanceId"]) for m in after["Members"]} == \
+        {(m["MemberId"], m["MemberEpoch"], m["InstanceId"]) for m in before["Members"]}, after
+    for m in (a, third):
+        m.c = c
+    # a and the third member go on; `gone` never heartbeats again.
+    deadline = time.time() + 15
+    while time.time() < deadline:
+        a.beat()
+        third.beat()
+        d = describe(c, g)
+        if len(d["Members"]) == 2 and d["GroupState"] == "Stable" and \
+                a.count() + third.count() == 4 and not (a.changed or third.changed):
+            break
+        time.sleep(0.2)
+    d = describe(c, g)
+    assert {m["MemberId"] for m in d["Members"]} == {a.id, third.id}, d
+    assert a.count() + third.count() == 4 and not (a.parts() & third.parts())

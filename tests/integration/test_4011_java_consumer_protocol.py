@@ -52,7 +52,8 @@ def parse(lines):
 
 
 def test_members_join_and_leave_while_producing(cbroker, topic_name):
-    bs, parts, n = cbroker.bootstrap, 6, 6000
+    # Kafka's heartbeat interval is at least 5 s: give its members time to get partitions.
+    bs, parts, n = cbroker.bootstrap, 6, 15000 if harness.external() else 6000
     c = kg.connect(bs)
     kproto.create_topic(c, topic_name, parts)
     group = "g4011-churn-" + uuid.uuid4().hex[:6]

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "cgroup.h"
+#include "sk_buf.h"
 #include "sk_err.h"
 
 #define GROUP "g"
@@ -291,6 +292,11 @@ static void test_fencing(void **st)
     hb leave = {.nsubs = -1, .use_override = true, .epoch_override = -1};
     assert_int_equal(beat(cg, &x, leave, 0), SK_KAFKA_UNKNOWN_MEMBER_ID);
     sk_cg_destroy(cg);
+    /* A group the coordinator does not know. */
+    cg = new_cg(NULL, 0);
+    assert_int_equal(beat(cg, &x, PLAIN, 0), SK_KAFKA_GROUP_ID_NOT_FOUND);
+    assert_int_equal(beat(cg, &x, leave, 0), SK_KAFKA_GROUP_ID_NOT_FOUND);
+    sk_cg_destroy(cg);
 }
 
 static void test_request_checks(void **st)
@@ -411,6 +417,60 @@ static void test_offset_checks(void **st)
     sk_cg_destroy(cg);
 }
 
+/* The state written to the log comes back the same: members go on with
+ * their epochs and assignments; a truncated blob is refused. */
+static void test_export_import(void **st)
+{
+    (void)st;
+    set_topics(4, 0);
+    sk_cg *cg = new_cg(NULL, 0);
+    mst a = {.id = "m1", .instance = "i1"}, b = {.id = "m2"};
+    hb re = {.nsubs = -1, .regex = "a"};
+    assert_int_equal(beat(cg, &a, JOIN_A, 0), 0);
+    assert_int_equal(beat(cg, &b, re, 0), 0);
+    assert_int_equal(beat(cg, &a, PLAIN, 0), 0); /* a is revoking now */
+    sk_cg_group *g = sk_cg_find(cg, GROUP, 1);
+    assert_true(sk_cg_take_dirty(g));
+    assert_false(sk_cg_take_dirty(g));
+    sk_buf blob;
+    sk_buf_init(&blob, 0);
+    sk_cg_export(g, &blob);
+    assert_false(sk_buf_failed(&blob));
+
+    sk_cg *cg2 = new_cg(NULL, 0);
+    assert_int_equal(sk_cg_import(cg2, GROUP, 1, blob.data, blob.len - 1, 1000), SK_ERR_CORRUPT);
+    assert_null(sk_cg_find(cg2, GROUP, 1));
+    assert_int_equal(sk_cg_import(cg2, GROUP, 1, blob.data, blob.len, 1000), 0);
+    sk_cg_group *g2 = sk_cg_find(cg2, GROUP, 1);
+    assert_non_null(g2);
+    assert_int_equal(sk_cg_group_epoch(g2), sk_cg_group_epoch(g));
+    assert_int_equal(sk_cg_assignment_epoch(g2), sk_cg_assignment_epoch(g));
+    assert_int_equal(sk_cg_group_nmembers(g2), 2);
+    assert_int_equal(sk_cg_group_state(g2), sk_cg_group_state(g));
+    for (int i = 0; i < 2; i++) {
+        sk_cg_member_view v1, v2;
+        sk_cg_group_member(g, i, &v1);
+        sk_cg_group_member(g2, i, &v2);
+        assert_string_equal(v1.member_id, v2.member_id);
+        assert_int_equal(v1.member_epoch, v2.member_epoch);
+        assert_int_equal(v1.nassigned, v2.nassigned);
+        assert_int_equal(v1.ntarget, v2.ntarget);
+        assert_memory_equal(v1.assigned, v2.assigned, (size_t)v1.nassigned * sizeof *v1.assigned);
+        assert_true((v1.regex == NULL) == (v2.regex == NULL));
+        assert_true((v1.instance_id == NULL) == (v2.instance_id == NULL));
+    }
+    /* Both go on where they were: a acknowledges, b gets its partitions. */
+    assert_int_equal(beat(cg2, &a, ACK, 2000), 0);
+    assert_int_equal(beat(cg2, &b, PLAIN, 2000), 0);
+    assert_int_equal(a.nowned + b.nowned, 4);
+    no_overlap(&a, &b);
+    /* Sessions restart at the import. */
+    assert_int_equal(sk_cg_tick(cg2, 1000 + SESSION - 1), 0);
+    sk_buf_free(&blob);
+    sk_cg_destroy(cg2);
+    sk_cg_destroy(cg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -425,6 +485,7 @@ int main(void)
         cmocka_unit_test(test_range_assignor),
         cmocka_unit_test(test_uniform_assignor_balance_and_regex),
         cmocka_unit_test(test_offset_checks),
+        cmocka_unit_test(test_export_import),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

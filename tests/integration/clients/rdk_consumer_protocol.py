@@ -30,6 +30,10 @@ def main():
         c = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
                       "group.protocol": "consumer", "client.id": "skiff-rdk-" + name,
                       "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                      # small fetches: a member holds little beyond what it is reading,
+                      # so that partitions it gives up have records left for the other
+                      "queued.min.messages": 10, "fetch.max.bytes": 8192, "message.max.bytes": 8192,
+                      "max.partition.fetch.bytes": 2048, "fetch.wait.max.ms": 100,
                       "error_cb": lambda e: errors.append("%s: %s" % (name, e))})
 
         def assigned(_c, parts):
