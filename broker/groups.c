@@ -1460,7 +1460,7 @@ void h_offset_fetch(sk_req *r)
             gr[g].error_code = SK_KAFKA_INVALID_GROUP_ID;
         else if (!coordinates(r, rg->group_id))
             gr[g].error_code = SK_KAFKA_NOT_COORDINATOR;
-        else if (r->version >= 9 && (cgrp || rg->member_id.len >= 0))
+        else if (r->version >= 9 && cgrp) /* classic groups ignore the member, as Kafka */
             gr[g].error_code = sk_cg_check_fetch(cgrp, rg->member_id, rg->member_epoch);
         if (gr[g].error_code) {
             gr[g].topics.n = 0;

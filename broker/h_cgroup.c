@@ -229,8 +229,9 @@ void h_consumer_group_heartbeat(sk_req *r)
     if (res.error == 0)
         sk_groups_classic_gone(gs, req->group_id);
     /* A change of the group's state is answered once it is in the log. */
-    sk_cg_group *g = sk_cg_find(sk_groups_cg(gs), req->group_id.p,
-                                req->group_id.len > 0 ? (size_t)req->group_id.len : 0);
+    sk_cg_group *g = req->group_id.len > 0 ? sk_cg_find(sk_groups_cg(gs), req->group_id.p,
+                                                        (size_t)req->group_id.len)
+                                            : NULL;
     r->pending = 1;
     r->on_done = heartbeat_durable;
     if (g && sk_cg_take_dirty(g) && sk_groups_write_cgroup(gs, sk_cg_group_id(g), g, r) != 0)

@@ -247,6 +247,12 @@ def test_offsets_by_member_epoch(cbroker, topic_name):
     assert fetch(None, -1) == (0, {(topic_name, 0): 7})
     assert fetch(a.id, a.epoch + 1)[0] == STALE_MEMBER_EPOCH
     assert fetch("nobody", 1)[0] == kg.UNKNOWN_MEMBER_ID
+    # A classic group (here one known by an admin's commit) ignores the member.
+    simple = "simple-" + gid()
+    assert kg.commit(c, simple, {(topic_name, 0): 3}, version=9) == {(topic_name, 0): 0}
+    r = c.request(9, 9, {"Groups": [{"GroupId": simple, "MemberId": "someone", "MemberEpoch": 4,
+                                     "Topics": None}], "RequireStable": False})["Groups"][0]
+    assert r["ErrorCode"] == 0 and r["Topics"][0]["Partitions"][0]["CommittedOffset"] == 3, r
     # The group is not empty: it cannot be deleted.
     assert kg.delete_groups(c, [g]) == {g: kg.NON_EMPTY_GROUP}
     if not harness.external():
