@@ -344,9 +344,37 @@ bool sk_cg_group_subscribes(const sk_cg_group *g, const char *topic, size_t len)
     return false;
 }
 
+/* Patterns that make matching slow or compiling huge are refused: back
+ * references (exponential matching) and repetition bounds past 255 (glibc
+ * unrolls them); a topic name has at most 249 characters anyway. */
+static bool regex_too_costly(const char *re)
+{
+    if (strlen(re) > SK_CG_REGEX_MAX)
+        return true;
+    bool in_bound = false;
+    for (const char *p = re; *p; p++) {
+        if (p[0] == '\\' && p[1] >= '1' && p[1] <= '9')
+            return true;
+        if (p[0] == '\\' && p[1]) {
+            p++;
+            continue;
+        }
+        if (*p == '{' || (*p == ',' && in_bound)) {
+            in_bound = true;
+            if (strtol(p + 1, NULL, 10) > 255)
+                return true;
+        } else if (*p == '}') {
+            in_bound = false;
+        }
+    }
+    return false;
+}
+
 /* Compiles `^(re)$`: Kafka matches the whole name. */
 static int16_t compile_regex(const char *re, regex_t *out)
 {
+    if (regex_too_costly(re))
+        return SK_KAFKA_INVALID_REGULAR_EXPRESSION;
     size_t l = strlen(re);
     char *full = malloc(l + 5);
     if (!full)

@@ -21,7 +21,10 @@
  *
  * Subscriptions by regex use POSIX extended regular expressions matched
  * against the whole topic name (Kafka uses RE2J syntax: classes like \d
- * and non-greedy or look-around forms are not available).
+ * and non-greedy or look-around forms are not available). Patterns longer
+ * than SK_CG_REGEX_MAX, with back references or with repetition bounds
+ * past 255 are refused (INVALID_REGULAR_EXPRESSION): they could stall the
+ * event loop.
  *
  * Thread: single-threaded (the event loop). Strings passed in are copied.
  * Errors are Kafka codes (sk_err.h).
@@ -36,6 +39,8 @@
 
 typedef struct sk_cg sk_cg;
 typedef struct sk_cg_group sk_cg_group;
+
+#define SK_CG_REGEX_MAX 1024
 
 enum {
     SK_CG_LEAVE_EPOCH = -1,        /* a member leaving for good */

@@ -318,6 +318,17 @@ static void test_request_checks(void **st)
     assert_int_equal(beat(cg, &b, unknown_assignor, 0), SK_KAFKA_UNSUPPORTED_ASSIGNOR);
     hb bad_re = {.nsubs = -1, .regex = "a("};
     assert_int_equal(beat(cg, &b, bad_re, 0), SK_KAFKA_INVALID_REGULAR_EXPRESSION);
+    /* Patterns that would stall the loop. */
+    static const char *const costly[] = {"(a)\\1", "(a{1000}){1000}", "a{2,300}", "x{0,99999}"};
+    for (size_t i = 0; i < sizeof costly / sizeof costly[0]; i++) {
+        hb c_re = {.nsubs = -1, .regex = costly[i]};
+        assert_int_equal(beat(cg, &b, c_re, 0), SK_KAFKA_INVALID_REGULAR_EXPRESSION);
+    }
+    hb fine_re = {.subs = {"a"}, .nsubs = 1, .regex = "t,300|b{1,3}"};
+    mst d = {.id = "m9"};
+    assert_int_equal(beat(cg, &d, fine_re, 0), 0);
+    hb leave9 = {.nsubs = -1, .use_override = true, .epoch_override = -1};
+    assert_int_equal(beat(cg, &d, leave9, 0), 0);
     /* group.consumer.max.size = 1 */
     assert_int_equal(beat(cg, &b, JOIN_A, 0), 0);
     mst c = {.id = "m2"};
