@@ -110,7 +110,7 @@ void sk_cg_heartbeat(sk_cg *cg, const sk_cg_hb_args *a, const sk_cg_topic *topic
 
 /* Expires sessions and revocations that took too long; returns how many
  * members were removed. */
-int sk_cg_tick(sk_cg *cg, int64_t now);
+int sk_cg_tick(sk_cg *cg, int64_t now) __attribute__((warn_unused_result));
 
 /* OffsetCommit of one partition by a member (v9+: member id and member
  * epoch). Returns 0 when it may commit. An epoch < 0 commits only to a
@@ -118,9 +118,11 @@ int sk_cg_tick(sk_cg *cg, int64_t now);
  * a partition the member has held since that epoch (its heartbeat moved it
  * on while the commit was on its way), as Kafka 4.3 does. */
 int16_t sk_cg_check_commit(const sk_cg_group *g, kc_str member_id, int32_t epoch,
-                           int16_t api_version, const sk_cg_tp *tp);
+                           int16_t api_version, const sk_cg_tp *tp)
+    __attribute__((warn_unused_result));
 /* OffsetFetch v9+ by a member; a null member id and epoch -1 always pass. */
-int16_t sk_cg_check_fetch(const sk_cg_group *g, kc_str member_id, int32_t epoch);
+int16_t sk_cg_check_fetch(const sk_cg_group *g, kc_str member_id, int32_t epoch)
+    __attribute__((warn_unused_result));
 
 sk_cg *sk_cg_new(const sk_cg_config *cfg);
 void sk_cg_destroy(sk_cg *cg);
