@@ -108,6 +108,21 @@ static const char *check_etcd_endpoints(const char *v)
     return NULL;
 }
 
+static const char *check_assignors(const char *v)
+{
+    size_t n = 0;
+    while (*v) {
+        size_t l = strcspn(v, ", ");
+        if ((l == 7 && strncmp(v, "uniform", 7) == 0) || (l == 5 && strncmp(v, "range", 5) == 0))
+            n++;
+        else if (l > 0)
+            return "assignors are uniform and range";
+        v += l;
+        v += strspn(v, ", ");
+    }
+    return n ? NULL : "name at least one assignor (uniform, range)";
+}
+
 static const char *check_etcd_prefix(const char *v)
 {
     size_t n = strlen(v);
@@ -430,6 +445,28 @@ const sk_prop sk_props[] = {
     {"offsets.retention.check.interval.ms", SK_PROP_LONG,
      OFF(offsets_retention_check_interval_ms), "600000", 100, I64MAX, "Groups",
      "How often expired committed offsets are looked for.", NULL, false},
+    {"group.consumer.session.timeout.ms", SK_PROP_INT, OFF(group_consumer_session_timeout_ms),
+     "45000", 1, I32MAX, "Groups",
+     "Consumer groups (KIP-848 protocol, group.protocol=consumer): how long a member may go "
+     "without a heartbeat before it is removed (a group's consumer.session.timeout.ms "
+     "overrides it).",
+     NULL, false},
+    {"group.consumer.heartbeat.interval.ms", SK_PROP_INT,
+     OFF(group_consumer_heartbeat_interval_ms), "5000", 1, I32MAX, "Groups",
+     "Consumer groups: the heartbeat interval given to members (a group's "
+     "consumer.heartbeat.interval.ms overrides it).",
+     NULL, false},
+    {"group.consumer.max.size", SK_PROP_INT, OFF(group_consumer_max_size), "2147483647", 1,
+     I32MAX, "Groups",
+     "Consumer groups: most members of one group; a member past it gets "
+     "GROUP_MAX_SIZE_REACHED.",
+     NULL, false},
+    {"group.consumer.assignors", SK_PROP_STRING, OFF(group_consumer_assignors), "uniform,range",
+     0, 0, "Groups",
+     "Consumer groups: the server-side assignors members may ask for, the first being the "
+     "default. Known: uniform (as even as subscriptions allow, keeping partitions where they "
+     "are) and range (contiguous ranges of each topic, in member id order).",
+     check_assignors, false},
 };
 const size_t sk_nprops = sizeof sk_props / sizeof sk_props[0];
 

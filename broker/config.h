@@ -99,6 +99,10 @@ typedef struct sk_config {
     int32_t group_initial_rebalance_delay_ms;
     int32_t offsets_retention_minutes;
     int64_t offsets_retention_check_interval_ms;
+    int32_t group_consumer_session_timeout_ms;
+    int32_t group_consumer_heartbeat_interval_ms;
+    int32_t group_consumer_max_size;
+    char *group_consumer_assignors;
 
     /* cluster */
     char *etcd_endpoints;

@@ -3,8 +3,9 @@
  * on resource type GROUP), with Kafka 4.3's names, defaults and bounds.
  *
  * Kafka keeps them for the KIP-848 consumer protocol, share groups and
- * streams groups, none of which Skiff serves: they are checked, stored and
- * described as Kafka does, and have no effect on classic groups.
+ * streams groups: they are checked, stored and described as Kafka does.
+ * The consumer protocol (cgroup.c) applies consumer.session.timeout.ms and
+ * consumer.heartbeat.interval.ms; the others have no effect.
  *
  * A group's overrides are one complete set, changed as a whole (cmeta.h):
  * on a single node a SK_META_GROUP_CONFIG WAL record, kept in the SQLite

@@ -7,6 +7,7 @@
 #include <strings.h>
 
 #include "authz.h"
+#include "cgroup.h"
 #include "cluster.h"
 #include "config.h"
 #include "dispatch.h"
@@ -35,9 +36,20 @@ int sk_grec_init(sk_grec *g, const uint8_t *body, size_t len)
     g->group = (const char *)sk_rd_str(&g->rd, &g->glen);
     if (g->op == SK_GREC_COMMIT || g->op == SK_GREC_DELETE_OFFSETS)
         g->left = sk_rd_u32(&g->rd);
-    else if (g->op != SK_GREC_DELETE_GROUP)
+    else if (g->op != SK_GREC_DELETE_GROUP && g->op != SK_GREC_CGROUP)
         return SK_ERR_CORRUPT;
     return sk_rd_failed(&g->rd) ? SK_ERR_CORRUPT : 0;
+}
+
+size_t sk_grec_cgroup_len(const sk_grec *g)
+{
+    return g->op == SK_GREC_CGROUP ? sk_rd_left(&g->rd) : 0;
+}
+
+const uint8_t *sk_grec_cgroup(const sk_grec *g)
+{
+    sk_rd r = g->rd;
+    return sk_rd_bytes(&r, sk_rd_left(&r));
 }
 
 int sk_grec_next(sk_grec *g, sk_grec_ent *e)
@@ -61,7 +73,7 @@ void sk_grec_begin(sk_buf *b, uint8_t op, const char *group, size_t glen, uint32
 {
     sk_buf_u8(b, op);
     sk_buf_str(b, group, glen);
-    if (op != SK_GREC_DELETE_GROUP)
+    if (op == SK_GREC_COMMIT || op == SK_GREC_DELETE_OFFSETS)
         sk_buf_u32(b, n);
 }
 
@@ -98,6 +110,7 @@ typedef struct gstate {
 struct sk_groups {
     sk_node *n;
     sk_gc *gc;
+    sk_cg *cg; /* consumer-protocol (KIP-848) groups */
     sk_map *states; /* group id -> gstate */
     struct event *tick_ev;
     struct event *expire_ev;
@@ -207,6 +220,15 @@ static int apply_body(sk_groups *gs, const uint8_t *body, size_t len)
     sk_grec g;
     if (sk_grec_init(&g, body, len) != 0)
         return SK_ERR_CORRUPT;
+    if (g.op == SK_GREC_CGROUP) {
+        size_t bl = sk_grec_cgroup_len(&g);
+        if (bl)
+            return sk_cg_import(gs->cg, g.group, g.glen, sk_grec_cgroup(&g), bl, sk_mono_ms());
+        sk_cg_group *old = sk_cg_find(gs->cg, g.group, g.glen);
+        if (old)
+            sk_cg_remove(gs->cg, old);
+        return 0;
+    }
     if (g.op == SK_GREC_DELETE_GROUP) {
         gstate *s = state_get(gs, g.group, g.glen, false);
         if (s)
@@ -214,6 +236,9 @@ static int apply_body(sk_groups *gs, const uint8_t *body, size_t len)
         sk_gc_group *cg = sk_gc_find(gs->gc, g.group, g.glen);
         if (cg && sk_gc_group_nmembers(cg) == 0)
             sk_gc_remove(gs->gc, cg);
+        sk_cg_group *ng = sk_cg_find(gs->cg, g.group, g.glen);
+        if (ng && sk_cg_group_nmembers(ng) == 0)
+            sk_cg_remove(gs->cg, ng);
         return 0;
     }
     gstate *s = state_get(gs, g.group, g.glen, g.op == SK_GREC_COMMIT);
@@ -250,9 +275,36 @@ void sk_groups_each_offset(const sk_groups *gs,
     }
 }
 
-uint32_t sk_groups_snapshot(const sk_groups *gs, sk_buf *b)
+/* A consumer-protocol group's state record body (op 4); NULL g: none. */
+static void cgroup_body(sk_buf *body, const char *id, const sk_cg_group *g)
+{
+    sk_grec_begin(body, SK_GREC_CGROUP, id, strlen(id), 0);
+    if (g)
+        sk_cg_export(g, body);
+}
+
+static uint32_t snapshot_consumer_groups(const sk_groups *gs, sk_buf *b)
 {
     uint32_t count = 0;
+    size_t it = 0;
+    sk_cg_group *g;
+    while ((g = sk_cg_next(gs->cg, &it))) {
+        sk_buf body;
+        sk_buf_init(&body, 0);
+        cgroup_body(&body, sk_cg_group_id(g), g);
+        sk_buf_u8(b, SK_SNAP_GROUPS);
+        sk_buf_str(b, (const char *)body.data, body.len);
+        if (sk_buf_failed(&body))
+            b->failed = true;
+        sk_buf_free(&body);
+        count++;
+    }
+    return count;
+}
+
+uint32_t sk_groups_snapshot(const sk_groups *gs, sk_buf *b)
+{
+    uint32_t count = snapshot_consumer_groups(gs, b);
     size_t it = 0;
     void *v;
     while (sk_map_next(gs->states, &it, NULL, NULL, &v)) {
@@ -302,6 +354,28 @@ void sk_groups_topic_deleted(sk_groups *gs, const char *topic)
     }
 }
 
+/* Consumer-protocol groups moved away: forgotten (members rejoin at the
+ * new coordinator, which answers them UNKNOWN_MEMBER_ID first). */
+static void release_consumer_groups(sk_groups *gs, bool (*in)(void *arg, const char *g, size_t len),
+                                    void *arg)
+{
+    size_t it = 0, n = 0;
+    sk_cg_group *g, **gone = NULL;
+    while ((g = sk_cg_next(gs->cg, &it))) {
+        const char *id = sk_cg_group_id(g);
+        if (!in(arg, id, strlen(id)))
+            continue;
+        sk_cg_group **ng = realloc(gone, (n + 1) * sizeof *ng);
+        if (!ng)
+            break;
+        gone = ng;
+        gone[n++] = g;
+    }
+    for (size_t i = 0; i < n; i++)
+        sk_cg_remove(gs->cg, gone[i]);
+    free(gone);
+}
+
 void sk_groups_release(sk_groups *gs, bool (*in)(void *arg, const char *g, size_t len), void *arg)
 {
     /* Collect first: removing changes the maps being walked. */
@@ -320,6 +394,7 @@ void sk_groups_release(sk_groups *gs, bool (*in)(void *arg, const char *g, size_
     for (size_t i = 0; i < n; i++)
         sk_gc_evict(gs->gc, gone[i], SK_KAFKA_NOT_COORDINATOR);
     free(gone);
+    release_consumer_groups(gs, in, arg);
     gstate **drop = NULL;
     size_t nd = 0;
     void *v;
@@ -341,6 +416,45 @@ void sk_groups_release(sk_groups *gs, bool (*in)(void *arg, const char *g, size_
     free(drop);
 }
 
+/* ---- consumer-protocol group state in the log ---- */
+
+static void cgroup_written(void *arg, int err)
+{
+    sk_req *r = arg;
+    if (!r) {
+        if (err)
+            SK_WARN("groups", "could not record a consumer group's state: %s", sk_err_name(err));
+        return;
+    }
+    if (err && !r->async_err)
+        r->async_err = err;
+    if (--r->pending == 0)
+        r->on_done(r);
+}
+
+/* Appends the state of consumer group `id` (g NULL: it has none any more).
+ * The state in memory is already the new one: nothing is applied. With r,
+ * r->pending counts the append until it is durable. */
+int sk_groups_write_cgroup(sk_groups *gs, const char *id, const sk_cg_group *g, sk_req *r)
+{
+    sk_buf body, b;
+    sk_buf_init(&body, 0);
+    cgroup_body(&body, id, g);
+    sk_buf_init(&b, 0);
+    sk_meta_group(&b, body.data, body.len);
+    int rc = sk_buf_failed(&b) || sk_buf_failed(&body) ? SK_ERR_NOMEM : 0;
+    struct iovec iov = {b.data, b.len};
+    if (rc == 0 && r)
+        r->pending++;
+    if (rc == 0)
+        rc = sk_node_append(gs->n, SK_WAL_META, &iov, 1, cgroup_written, r, NULL);
+    if (rc != 0 && r && !sk_buf_failed(&b) && !sk_buf_failed(&body))
+        r->pending--;
+    sk_buf_free(&b);
+    sk_buf_free(&body);
+    return rc;
+}
+
 /* ---- timers ---- */
 
 static void tick_cb(evutil_socket_t fd, short what, void *arg)
@@ -349,6 +463,14 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
     (void)what;
     sk_groups *gs = arg;
     sk_gc_tick(gs->gc, sk_mono_ms());
+    if (sk_cg_tick(gs->cg, sk_mono_ms()) == 0)
+        return;
+    /* Members whose session ended are gone: record the groups they left. */
+    size_t it = 0;
+    sk_cg_group *g;
+    while ((g = sk_cg_next(gs->cg, &it)))
+        if (sk_cg_take_dirty(g) && sk_groups_write_cgroup(gs, sk_cg_group_id(g), g, NULL) != 0)
+            SK_WARN("groups", "could not record consumer group %s", sk_cg_group_id(g));
 }
 
 static void expire_done(void *arg, int err)
@@ -356,6 +478,28 @@ static void expire_done(void *arg, int err)
     (void)arg;
     if (err)
         SK_WARN("groups", "could not record expired offsets: %s", sk_err_name(err));
+}
+
+static void forget_empty_consumer_groups(sk_groups *gs)
+{
+    size_t it = 0, n = 0;
+    sk_cg_group *g, **gone = NULL;
+    while ((g = sk_cg_next(gs->cg, &it))) {
+        const char *id = sk_cg_group_id(g);
+        if (sk_cg_group_nmembers(g) > 0 || sk_map_get(gs->states, id, strlen(id)))
+            continue;
+        sk_cg_group **ng = realloc(gone, (n + 1) * sizeof *ng);
+        if (!ng)
+            break;
+        gone = ng;
+        gone[n++] = g;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (sk_groups_write_cgroup(gs, sk_cg_group_id(gone[i]), NULL, NULL) != 0)
+            continue; /* kept: its state stays in the log, so does it here */
+        sk_cg_remove(gs->cg, gone[i]);
+    }
+    free(gone);
 }
 
 /* Offsets of a group that has been empty for offsets.retention.minutes
@@ -390,13 +534,15 @@ static void expire_cb(evutil_socket_t fd, short what, void *arg)
     for (size_t i = 0; i < ngone; i++)
         sk_gc_remove(gs->gc, gone[i]);
     free(gone);
+    forget_empty_consumer_groups(gs);
     /* Collect the victims first: appending applies changes to the map. */
     char **drop = NULL;
     size_t ndrop = 0;
     while (sk_map_next(gs->states, &it, NULL, NULL, &v)) {
         gstate *s = v;
         sk_gc_group *cg = sk_gc_find(gs->gc, s->id, strlen(s->id));
-        if (cg && sk_gc_group_state(cg) != SK_GC_EMPTY) {
+        sk_cg_group *ng = sk_cg_find(gs->cg, s->id, strlen(s->id));
+        if ((cg && sk_gc_group_state(cg) != SK_GC_EMPTY) || (ng && sk_cg_group_nmembers(ng) > 0)) {
             s->empty_since = now_mono;
             continue;
         }
@@ -464,10 +610,14 @@ sk_groups *sk_groups_new(sk_node *n)
     sk_gc_config gcfg = {n->cfg->group_min_session_timeout_ms, n->cfg->group_max_session_timeout_ms,
                          n->cfg->group_initial_rebalance_delay_ms};
     gs->gc = sk_gc_new(&gcfg);
+    sk_cg_config ccfg = {n->cfg->group_consumer_session_timeout_ms,
+                         n->cfg->group_consumer_heartbeat_interval_ms,
+                         n->cfg->group_consumer_max_size, n->cfg->group_consumer_assignors};
+    gs->cg = sk_cg_new(&ccfg);
     gs->states = sk_map_new();
     gs->tick_ev = event_new(n->base, -1, EV_PERSIST, tick_cb, gs);
     gs->expire_ev = event_new(n->base, -1, EV_PERSIST, expire_cb, gs);
-    if (!gs->gc || !gs->states || !gs->tick_ev || !gs->expire_ev) {
+    if (!gs->gc || !gs->cg || !gs->states || !gs->tick_ev || !gs->expire_ev) {
         sk_groups_destroy(gs);
         return NULL;
     }
@@ -500,6 +650,7 @@ void sk_groups_destroy(sk_groups *gs)
     if (gs->expire_ev)
         event_free(gs->expire_ev);
     sk_gc_destroy(gs->gc, SK_KAFKA_COORDINATOR_NOT_AVAILABLE);
+    sk_cg_destroy(gs->cg);
     if (gs->states) {
         size_t it = 0;
         void *v;
@@ -508,6 +659,28 @@ void sk_groups_destroy(sk_groups *gs)
         sk_map_destroy(gs->states);
     }
     free(gs);
+}
+
+sk_gc *sk_groups_gc(sk_groups *gs)
+{
+    return gs->gc;
+}
+
+sk_cg *sk_groups_cg(sk_groups *gs)
+{
+    return gs->cg;
+}
+
+bool sk_groups_has_offsets(sk_groups *gs, kc_str group)
+{
+    return group.len > 0 && state_get(gs, group.p, (size_t)group.len, false) != NULL;
+}
+
+void sk_groups_classic_gone(sk_groups *gs, kc_str group)
+{
+    sk_gc_group *g = sk_gc_find(gs->gc, group.p, (size_t)group.len);
+    if (g && sk_gc_group_nmembers(g) == 0)
+        sk_gc_remove(gs->gc, g);
 }
 
 /* ---- membership handlers ---- */
@@ -568,6 +741,11 @@ static bool coordinates(sk_req *r, kc_str group)
     return sk_part_serving(sk_cluster_group_part(n->cluster, group.p, (size_t)group.len));
 }
 
+bool sk_groups_coordinates(sk_req *r, kc_str group)
+{
+    return coordinates(r, group);
+}
+
 void h_join_group(sk_req *r)
 {
     kp_JoinGroupRequest *req = r->body;
@@ -578,6 +756,22 @@ void h_join_group(sk_req *r)
         sk_req_respond(r);
         return;
     }
+    /* A consumer-protocol group: no mixing of protocols while it has
+     * members; an empty one becomes a classic group. */
+    sk_cg_group *ng = req->group_id.len > 0 ? sk_cg_find(gs->cg, req->group_id.p, (size_t)req->group_id.len) : NULL;
+    if (ng && sk_cg_group_nmembers(ng) > 0) {
+        kp_JoinGroupResponse *resp = r->resp;
+        resp->error_code = SK_KAFKA_INCONSISTENT_GROUP_PROTOCOL;
+        resp->generation_id = -1;
+        resp->member_id = req->member_id;
+        resp->leader = sk_req_str(r, "");
+        if (r->version < 7)
+            resp->protocol_name = sk_req_str(r, "");
+        sk_req_respond(r);
+        return;
+    }
+    if (ng && sk_groups_write_cgroup(gs, sk_cg_group_id(ng), NULL, NULL) == 0)
+        sk_cg_remove(gs->cg, ng);
     int32_t np = req->protocols.n > 0 ? req->protocols.n : 0;
     sk_gc_protocol *protos = sk_arena_calloc(r->arena, (size_t)np + 1, sizeof *protos);
     if (!protos) {
@@ -723,6 +917,9 @@ void h_list_groups(sk_req *r)
         size_t it = 0;
         while (sk_gc_next(gs->gc, &it))
             cap++;
+        it = 0;
+        while (sk_cg_next(gs->cg, &it))
+            cap++;
     }
     kp_ListGroupsResponse_ListedGroup *ls =
         sk_req_array(r, &kp_ListGroupsResponse_ListedGroup_desc, (int32_t)cap);
@@ -747,10 +944,23 @@ void h_list_groups(sk_req *r)
         k++;
     }
     it = 0;
+    sk_cg_group *ng;
+    bool ctype_ok = r->version < 5 || filter_match(req->types_filter.v, req->types_filter.n, "consumer");
+    while ((ng = sk_cg_next(gs->cg, &it)) && (size_t)k < cap) {
+        const char *st = sk_cg_state_name(sk_cg_group_state(ng));
+        if (!ctype_ok || (r->version >= 4 && !filter_match(req->states_filter.v, req->states_filter.n, st)))
+            continue;
+        ls[k].group_id = sk_req_str(r, sk_cg_group_id(ng));
+        ls[k].protocol_type = sk_req_str(r, "consumer");
+        ls[k].group_state = sk_req_str(r, st);
+        ls[k].group_type = sk_req_str(r, "consumer");
+        k++;
+    }
+    it = 0;
     void *v;
     while (sk_map_next(gs->states, &it, NULL, NULL, &v) && (size_t)k < cap) {
         gstate *s = v;
-        if (sk_gc_find(gs->gc, s->id, strlen(s->id)))
+        if (sk_gc_find(gs->gc, s->id, strlen(s->id)) || sk_cg_find(gs->cg, s->id, strlen(s->id)))
             continue;
         if (!type_ok || (r->version >= 4 && !filter_match(req->states_filter.v, req->states_filter.n, "Empty")))
             continue;
@@ -800,6 +1010,18 @@ void h_describe_groups(sk_req *r)
         }
         sk_gc_group *g = id.len > 0 ? sk_gc_find(gs->gc, id.p, (size_t)id.len) : NULL;
         gstate *s = id.len > 0 ? state_get(gs, id.p, (size_t)id.len, false) : NULL;
+        if (id.len > 0 && sk_cg_find(gs->cg, id.p, (size_t)id.len)) {
+            /* Kafka's classic describe does not show other protocols' groups. */
+            if (r->version >= 6) {
+                d->error_code = SK_KAFKA_GROUP_ID_NOT_FOUND;
+                char msg[300];
+                snprintf(msg, sizeof msg, "Group %.*s is not a classic group.",
+                         id.len > 255 ? 255 : id.len, id.p);
+                d->error_message = sk_req_str(r, msg);
+            }
+            d->group_state = sk_req_str(r, "Dead");
+            continue;
+        }
         if (!g && !s) {
             if (r->version >= 6) {
                 d->error_code = SK_KAFKA_GROUP_ID_NOT_FOUND;
@@ -899,6 +1121,18 @@ static void commit_finish(sk_req *r)
     sk_req_respond(r);
 }
 
+/* A consumer-protocol member's commit of one partition (Kafka checks the
+ * member and its epoch before the topic). */
+static int16_t commit_by_member(sk_req *r, sk_cg_group *g, const sk_topic *topic, int32_t part)
+{
+    kp_OffsetCommitRequest *req = r->body;
+    sk_cg_tp tp = {{{0}}, part, 0};
+    if (topic)
+        tp.id = topic->id;
+    return sk_cg_check_commit(g, req->member_id, req->generation_id_or_member_epoch, r->version,
+                              topic ? &tp : NULL);
+}
+
 void h_offset_commit(sk_req *r)
 {
     kp_OffsetCommitRequest *req = r->body;
@@ -914,10 +1148,13 @@ void h_offset_commit(sk_req *r)
     resp->topics.n = nt;
     resp->topics.v = ts;
     int16_t gerr = 0;
+    sk_cg_group *cgrp = NULL;
     if (req->group_id.len <= 0)
         gerr = SK_KAFKA_INVALID_GROUP_ID;
     else if (!coordinates(r, req->group_id))
         gerr = SK_KAFKA_NOT_COORDINATOR;
+    else if ((cgrp = sk_cg_find(gs->cg, req->group_id.p, (size_t)req->group_id.len)))
+        gerr = 0; /* checked for each partition below */
     else {
         gerr = sk_gc_check_commit(gs->gc, req->group_id, req->member_id,
                                   r->version >= 7 ? req->group_instance_id : (kc_str){NULL, -1},
@@ -960,6 +1197,8 @@ void h_offset_commit(sk_req *r)
                 o->error_code = SK_KAFKA_UNKNOWN_TOPIC_ID;
             else if (gerr)
                 o->error_code = gerr;
+            else if (cgrp && (o->error_code = commit_by_member(r, cgrp, topic, p->partition_index)))
+                ;
             else if (p->committed_metadata.len > MAX_METADATA)
                 o->error_code = SK_KAFKA_OFFSET_METADATA_TOO_LARGE;
             else if (!sk_part_get(topic, p->partition_index))
@@ -1215,10 +1454,18 @@ void h_offset_fetch(sk_req *r)
         gstate *s = rg->group_id.len > 0
                         ? state_get(gs, rg->group_id.p, (size_t)rg->group_id.len, false)
                         : NULL;
+        sk_cg_group *cgrp =
+            rg->group_id.len > 0 ? sk_cg_find(gs->cg, rg->group_id.p, (size_t)rg->group_id.len) : NULL;
         if (rg->group_id.len <= 0)
             gr[g].error_code = SK_KAFKA_INVALID_GROUP_ID;
         else if (!coordinates(r, rg->group_id))
             gr[g].error_code = SK_KAFKA_NOT_COORDINATOR;
+        else if (r->version >= 9 && cgrp) /* classic groups ignore the member, as Kafka */
+            gr[g].error_code = sk_cg_check_fetch(cgrp, rg->member_id, rg->member_epoch);
+        if (gr[g].error_code) {
+            gr[g].topics.n = 0;
+            continue;
+        }
         OFETCH_WANT(r, rg->topics, names, parts);
         if (r->version >= 10)
             ofetch_resolve(r, rg, names);
@@ -1310,12 +1557,14 @@ void h_offset_delete(sk_req *r)
         sk_req_respond(r);
         return;
     }
-    if (!g && !s) {
+    sk_cg_group *ng = sk_cg_find(gs->cg, req->group_id.p, (size_t)req->group_id.len);
+    if (!g && !s && !ng) {
         resp->error_code = SK_KAFKA_GROUP_ID_NOT_FOUND;
         sk_req_respond(r);
         return;
     }
     bool active = g && sk_gc_group_nmembers(g) > 0;
+    bool cactive = ng && sk_cg_group_nmembers(ng) > 0;
     int32_t nt = req->topics.n > 0 ? req->topics.n : 0;
     kp_OffsetDeleteResponse_OffsetDeleteResponseTopic *ts =
         sk_req_array(r, &kp_OffsetDeleteResponse_OffsetDeleteResponseTopic_desc, nt);
@@ -1335,7 +1584,9 @@ void h_offset_delete(sk_req *r)
             sk_req_close(r, "out of memory");
             return;
         }
-        bool subscribed = active && group_subscribed(g, t->name, r->arena);
+        bool subscribed = (active && group_subscribed(g, t->name, r->arena)) ||
+                          (cactive && t->name.len > 0 &&
+                           sk_cg_group_subscribes(ng, t->name.p, (size_t)t->name.len));
         sk_topic *topic = t->name.len > 0 ? sk_topic_get(r->node, t->name.p, (size_t)t->name.len) : NULL;
         for (int32_t j = 0; j < np; j++) {
             kp_OffsetDeleteResponse_OffsetDeleteResponsePartition *o = &ts[i].partitions.v[j];
@@ -1414,11 +1665,12 @@ void h_delete_groups(sk_req *r)
         }
         sk_gc_group *g = sk_gc_find(gs->gc, id.p, (size_t)id.len);
         gstate *s = state_get(gs, id.p, (size_t)id.len, false);
-        if (!g && !s) {
+        if (!g && !s && !sk_cg_find(gs->cg, id.p, (size_t)id.len)) {
             rs[i].error_code = SK_KAFKA_GROUP_ID_NOT_FOUND;
             continue;
         }
-        if (g && sk_gc_group_nmembers(g) > 0) {
+        sk_cg_group *cgrp = sk_cg_find(gs->cg, id.p, (size_t)id.len);
+        if ((g && sk_gc_group_nmembers(g) > 0) || (cgrp && sk_cg_group_nmembers(cgrp) > 0)) {
             rs[i].error_code = SK_KAFKA_NON_EMPTY_GROUP;
             continue;
         }

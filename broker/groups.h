@@ -13,7 +13,10 @@
  *   op 1 commit:         u32 n, then n × (str topic, u32 partition,
  *                        u64 offset, u32 leader epoch, str metadata, u64 ts)
  *   op 2 delete offsets: u32 n, then n × (str topic, u32 partition)
- *   op 3 delete group
+ *   op 3 delete group (its offsets and its consumer-protocol state)
+ *   op 4 consumer-protocol group state: the rest of the body is the blob
+ *        of sk_cg_export (cgroup.h), the group's whole state; empty: the
+ *        group has none any more (it became a classic group)
  *
  * Thread: the event loop (the record codec: any).
  */
@@ -23,7 +26,12 @@
 #include "sk_buf.h"
 #include "types.h"
 
-enum { SK_GREC_COMMIT = 1, SK_GREC_DELETE_OFFSETS = 2, SK_GREC_DELETE_GROUP = 3 };
+enum {
+    SK_GREC_COMMIT = 1,
+    SK_GREC_DELETE_OFFSETS = 2,
+    SK_GREC_DELETE_GROUP = 3,
+    SK_GREC_CGROUP = 4,
+};
 
 /* ---- record codec ---- */
 
@@ -47,6 +55,9 @@ typedef struct sk_grec_ent {
 } sk_grec_ent;
 
 int sk_grec_init(sk_grec *g, const uint8_t *body, size_t len);
+/* Op 4: the state blob (its length; the blob at *p). */
+size_t sk_grec_cgroup_len(const sk_grec *g);
+const uint8_t *sk_grec_cgroup(const sk_grec *g);
 /* 1 with *e filled, 0 at the end, -1 when corrupt. */
 int sk_grec_next(sk_grec *g, sk_grec_ent *e);
 
@@ -78,6 +89,24 @@ void sk_groups_each_offset(const sk_groups *gs,
                                       int32_t part, int64_t offset),
                            void *arg);
 
+/* For the consumer-protocol handlers (h_cgroup.c). */
+typedef struct sk_gc sk_gc;
+typedef struct sk_cg sk_cg;
+sk_gc *sk_groups_gc(sk_groups *gs);
+sk_cg *sk_groups_cg(sk_groups *gs);
+/* Does this node coordinate the group (always, on a single node)? */
+bool sk_groups_coordinates(sk_req *r, kc_str group);
+bool sk_groups_has_offsets(sk_groups *gs, kc_str group);
+/* Appends consumer group `id`'s state (g NULL: it has none any more); with
+ * r, r->pending counts it until durable and r->on_done runs then. */
+typedef struct sk_cg_group sk_cg_group;
+int sk_groups_write_cgroup(sk_groups *gs, const char *id, const sk_cg_group *g, sk_req *r)
+    __attribute__((warn_unused_result));
+/* A consumer-protocol group took the id over: forget an empty classic group. */
+void sk_groups_classic_gone(sk_groups *gs, kc_str group);
+
+void h_consumer_group_heartbeat(sk_req *r);
+void h_consumer_group_describe(sk_req *r);
 void h_join_group(sk_req *r);
 void h_sync_group(sk_req *r);
 void h_heartbeat(sk_req *r);

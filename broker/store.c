@@ -41,6 +41,8 @@ static const char *const schema =
     "CREATE TABLE IF NOT EXISTS handoffs(topic BLOB, part INTEGER, lsn INTEGER,"
     "  PRIMARY KEY(topic, part)) WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS group_configs(grp BLOB PRIMARY KEY, body BLOB NOT NULL)"
+    "  WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS consumer_groups(grp BLOB PRIMARY KEY, body BLOB NOT NULL)"
     "  WITHOUT ROWID;";
 
 /* Views of schema 2 (before the cluster) gain the columns of schema 3. */
@@ -86,6 +88,8 @@ static const char *const stmt_sql[ST_COUNT] = {
                     " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     [ST_DEL_GOFF] = "DELETE FROM group_offsets WHERE grp = ?1 AND topic = ?2 AND part = ?3",
     [ST_DEL_GROUP] = "DELETE FROM group_offsets WHERE grp = ?1",
+    [ST_PUT_CGROUP] = "INSERT OR REPLACE INTO consumer_groups(grp, body) VALUES(?1, ?2)",
+    [ST_DEL_CGROUP] = "DELETE FROM consumer_groups WHERE grp = ?1",
     [ST_PUT_GCONF] = "INSERT OR REPLACE INTO group_configs(grp, body) VALUES(?1,?2)",
     [ST_DEL_GCONF] = "DELETE FROM group_configs WHERE grp = ?1",
     [ST_DEL_TOPIC_GOFFS] =
@@ -304,6 +308,7 @@ int sk_store_reset(sk_store *s)
 {
     int rc = store_exec(s->db, "BEGIN IMMEDIATE; DELETE FROM topics; DELETE FROM partitions;"
                          "DELETE FROM batches; DELETE FROM producers; DELETE FROM group_offsets;"
+                         "DELETE FROM consumer_groups;"
                          "DELETE FROM objects; DELETE FROM object_ranges; DELETE FROM handoffs;"
                          "DELETE FROM group_configs; DELETE FROM kv WHERE k <> 'schema';"
                          "COMMIT");
@@ -506,8 +511,18 @@ int apply_group(sk_store *s, const uint8_t *body, size_t len)
     sk_grec g;
     if (sk_grec_init(&g, body, len) != 0)
         return SK_ERR_CORRUPT;
-    if (g.op == SK_GREC_DELETE_GROUP) {
-        sqlite3_stmt *st = sk_store_stmt(s, ST_DEL_GROUP);
+    if (g.op == SK_GREC_DELETE_GROUP || g.op == SK_GREC_CGROUP) {
+        /* A consumer-protocol group's state is one row: its last record
+         * (an empty state forgets it). */
+        size_t blen = sk_grec_cgroup_len(&g);
+        sqlite3_stmt *st = sk_store_stmt(s, blen ? ST_PUT_CGROUP : ST_DEL_CGROUP);
+        sqlite3_bind_blob(st, 1, g.glen ? g.group : "", (int)g.glen, SQLITE_STATIC);
+        if (blen)
+            sqlite3_bind_blob(st, 2, body, (int)len, SQLITE_STATIC);
+        int rc = store_step_done(s, st);
+        if (rc || g.op == SK_GREC_CGROUP)
+            return rc;
+        st = sk_store_stmt(s, ST_DEL_GROUP);
         sqlite3_bind_text(st, 1, g.group, (int)g.glen, SQLITE_STATIC);
         return store_step_done(s, st);
     }
@@ -823,6 +838,20 @@ int sk_store_apply_sync(sk_store *s, sk_store_rec *recs, size_t n, wal_lsn end)
 
 /* ---- loading ---- */
 
+/* The consumer-protocol groups' states, as their last records. */
+static int load_consumer_groups(sqlite3 *db, const sk_snapshot_visitor *v)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db, "SELECT body FROM consumer_groups", -1, &st, NULL))
+        return store_db_err(db, "load consumer groups");
+    int rc = 0;
+    while (rc == 0 && sqlite3_step(st) == SQLITE_ROW)
+        rc = v->extra(v->arg, SK_SNAP_GROUPS, sqlite3_column_blob(st, 0),
+                      (size_t)sqlite3_column_bytes(st, 0));
+    sqlite3_finalize(st);
+    return rc;
+}
+
 static int load_group_configs(sk_store *s, const sk_snapshot_visitor *v)
 {
     sqlite3_stmt *st;
@@ -999,6 +1028,7 @@ int sk_store_load(sk_store *s, const sk_snapshot_visitor *v)
     if (rc || !v->extra)
         return rc;
     rc = load_groups(s, v);
+    rc = rc ? rc : load_consumer_groups(s->db, v);
     return rc ? rc : load_group_configs(s, v);
 }
 

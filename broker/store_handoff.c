@@ -406,6 +406,27 @@ static int enc_objects(sqlite3 *db, uint64_t stream, sk_buf *b)
     return rc;
 }
 
+/* The consumer-protocol groups' states `want` picks: their last records,
+ * which load as any group body does. */
+static int enc_consumer_groups(sqlite3 *db, sk_store_group_filter want, void *arg, sk_buf *b,
+                               uint32_t *ngroups)
+{
+    sqlite3_stmt *st;
+    const char *sql = "SELECT grp, body FROM consumer_groups";
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
+        return store_db_err(db, sql);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        const char *g = sqlite3_column_blob(st, 0);
+        size_t gl = (size_t)sqlite3_column_bytes(st, 0);
+        if (!want || !g || !want(arg, g, gl))
+            continue;
+        sk_buf_str(b, sqlite3_column_blob(st, 1), (size_t)sqlite3_column_bytes(st, 1));
+        (*ngroups)++;
+    }
+    sqlite3_finalize(st);
+    return 0;
+}
+
 /* Committed offsets of the groups `want` picks, one commit body each (rows
  * come ordered by group). */
 static int enc_groups(sqlite3 *db, sk_store_group_filter want, void *arg, sk_buf *b)
@@ -470,6 +491,8 @@ static int enc_groups(sqlite3 *db, sk_store_group_filter want, void *arg, sk_buf
     free(cur);
     sk_buf_free(&body);
     sqlite3_finalize(st);
+    if (rc == 0)
+        rc = enc_consumer_groups(db, want, arg, b, &ngroups);
     patch_u32(b, at, ngroups);
     return rc;
 }

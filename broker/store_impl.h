@@ -41,6 +41,8 @@ enum {
     ST_PUT_GOFF,
     ST_DEL_GOFF,
     ST_DEL_GROUP,
+    ST_PUT_CGROUP,
+    ST_DEL_CGROUP,
     ST_DEL_TOPIC_GOFFS,
     ST_PUT_GCONF,
     ST_DEL_GCONF,

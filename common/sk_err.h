@@ -143,6 +143,7 @@ typedef enum sk_err {
     SK_KAFKA_TELEMETRY_TOO_LARGE               = 118,
     SK_KAFKA_INVALID_REGISTRATION              = 119,
     SK_KAFKA_TRANSACTION_ABORTABLE             = 120,
+    SK_KAFKA_INVALID_REGULAR_EXPRESSION        = 128,
 } sk_err;
 
 /* Short stable name ("CORRUPT_MESSAGE", "SK_ERR_IO", ...) for logs and tests. */

@@ -665,6 +665,46 @@ _api(55, 0,
                                               F("Port", "uint16", "2+")])])])
 
 
+# The KIP-848 consumer group protocol: ConsumerGroupHeartbeat, ConsumerGroupDescribe.
+_CG_TPS = [F("TopicId", "uuid", "0+"), F("Partitions", "[]int32", "0+")]
+_api(68, 0,
+     [F("GroupId", "string", "0+"), F("MemberId", "string", "0+"),
+      F("MemberEpoch", "int32", "0+"), F("InstanceId", "string", "0+", nullable="0+"),
+      F("RackId", "string", "0+", nullable="0+"),
+      F("RebalanceTimeoutMs", "int32", "0+", default=-1),
+      F("SubscribedTopicNames", "[]string", "0+", nullable="0+"),
+      F("SubscribedTopicRegex", "string", "1+", nullable="1+"),
+      F("ServerAssignor", "string", "0+", nullable="0+"),
+      S("TopicPartitions", "0+", _CG_TPS, nullable="0+")],
+     [F("ThrottleTimeMs", "int32", "0+"), F("ErrorCode", "int16", "0+"),
+      F("ErrorMessage", "string", "0+", nullable="0+"),
+      F("MemberId", "string", "0+", nullable="0+"), F("MemberEpoch", "int32", "0+"),
+      F("HeartbeatIntervalMs", "int32", "0+"),
+      F("Assignment", "struct", "0+", nullable="0+",
+        fields=[S("TopicPartitions", "0+", _CG_TPS)])])
+_CG_DESC_ASSIGNMENT = [S("TopicPartitions", "0+", [F("TopicId", "uuid", "0+"),
+                                                   F("TopicName", "string", "0+"),
+                                                   F("Partitions", "[]int32", "0+")])]
+_api(69, 0,
+     [F("GroupIds", "[]string", "0+"), F("IncludeAuthorizedOperations", "bool", "0+")],
+     [F("ThrottleTimeMs", "int32", "0+"),
+      S("Groups", "0+", [
+          F("ErrorCode", "int16", "0+"), F("ErrorMessage", "string", "0+", nullable="0+"),
+          F("GroupId", "string", "0+"), F("GroupState", "string", "0+"),
+          F("GroupEpoch", "int32", "0+"), F("AssignmentEpoch", "int32", "0+"),
+          F("AssignorName", "string", "0+"),
+          S("Members", "0+", [
+              F("MemberId", "string", "0+"), F("InstanceId", "string", "0+", nullable="0+"),
+              F("RackId", "string", "0+", nullable="0+"), F("MemberEpoch", "int32", "0+"),
+              F("ClientId", "string", "0+"), F("ClientHost", "string", "0+"),
+              F("SubscribedTopicNames", "[]string", "0+"),
+              F("SubscribedTopicRegex", "string", "0+", nullable="0+"),
+              F("Assignment", "struct", "0+", fields=_CG_DESC_ASSIGNMENT),
+              F("TargetAssignment", "struct", "0+", fields=_CG_DESC_ASSIGNMENT),
+              F("MemberType", "int8", "1+", default=-1)]),
+          F("AuthorizedOperations", "int32", "0+", default=-2147483648)])])
+
+
 def request_header(key, version, corr, client_id="kproto", flexible=None):
     """Request header v1, or v2 (v1 plus an empty tag section) for flexible versions."""
     if flexible is None:

@@ -40,11 +40,12 @@ ALLOWED = {
     42: (0, 2), 43: (0, 2), 44: (0, 1), 45: (0, 1), 46: (0, 0), 47: (0, 0), 48: (0, 1),
     49: (0, 1), 50: (0, 0), 51: (0, 0), 55: (0, 2), 60: (0, 2), 61: (0, 0), 65: (0, 0), 66: (0, 1),
     74: (0, 0), 75: (0, 0),
+    68: (0, 1), 69: (0, 1),  # ConsumerGroupHeartbeat, ConsumerGroupDescribe (KIP-848)
     34: (1, 2),  # AlterReplicaLogDirs (v0 was removed in Kafka 4.0)
 }
 
-# Never advertised: telemetry, KIP-848, share groups, streams groups, KRaft/inter-broker.
-FORBIDDEN = {71, 72, 68, 69, 76, 77, 78, 79, 90, 91, 92, 88, 89, 27,
+# Never advertised: telemetry, share groups, streams groups, KRaft/inter-broker.
+FORBIDDEN = {71, 72, 76, 77, 78, 79, 90, 91, 92, 88, 89, 27,
              52, 53, 54, 56, 57, 58, 59, 62, 63, 64, 67, 70, 73, 80, 81, 82, 83,
              84, 85, 86, 87, 4, 5, 6, 7}
 

@@ -27,7 +27,8 @@ import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
 
 /**
- * Group consumers of the Java client (classic protocol) that commit what they
+ * Group consumers of the Java client (classic protocol, or the consumer
+ * protocol with --prop group.protocol=consumer) that commit what they
  * processed: after each poll, and in onPartitionsRevoked, so that a rebalance
  * never hands a processed but uncommitted record to another member.
  *
@@ -38,7 +39,7 @@ import org.apache.kafka.common.serialization.StringSerializer;
  *            every record was consumed (or --read-timeout).
  *   consume  one member reads until -n records arrived, then closes.
  * Output: "REC member partition offset i" per record, "ASSIGN member [tp..]"
- * per assignment, a JSON summary {"op":"group-consume",...}. --prop k=v sets
+ * per assignment (under the consumer protocol: the partitions added), a JSON summary {"op":"group-consume",...}. --prop k=v sets
  * any consumer property.
  */
 public final class GroupConsume {
@@ -143,6 +144,11 @@ public final class GroupConsume {
         p.setProperty(ConsumerConfig.REQUEST_TIMEOUT_MS_CONFIG, "15000");
         p.setProperty(ConsumerConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "30000");
         p.putAll(cli.props);
+        if ("consumer".equalsIgnoreCase(p.getProperty(ConsumerConfig.GROUP_PROTOCOL_CONFIG, "classic"))) {
+            // Under the consumer protocol (KIP-848) the coordinator sets these.
+            p.remove(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG);
+            p.remove(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG);
+        }
         StringBuilder log = new StringBuilder();
         Cli.Json sum = new Cli.Json().put("op", "group-consume").put("mode", mode);
         long t0 = System.currentTimeMillis();
