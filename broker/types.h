@@ -251,6 +251,8 @@ struct sk_node {
     bool paused;   /* reading stopped: WAL back-pressure */
     struct event *retention_ev;
     struct event *sig_ev[3];
+    struct ssl_ctx_st *tls_ctx; /* SSL and SASL_SSL listeners' (tls.h); NULL: none */
+    bool tls_reloading;         /* a SIGHUP reload is reading the files */
     int64_t started_ms;
 
     /* counters for metrics */
