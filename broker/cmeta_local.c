@@ -194,6 +194,34 @@ static int local_set_group_config(sk_node *n, const char *group, size_t glen, in
     return rc;
 }
 
+static int local_get_user_config(sk_node *n, const char *user, size_t ulen,
+                                 sk_cmeta_gconf_fn fn, void *arg)
+{
+    fn(arg, 0, sk_uconf_get(n, user, ulen), 0);
+    return 0;
+}
+
+static int local_set_user_config(sk_node *n, const char *user, size_t ulen, int64_t version,
+                                 int count, const char *const *names, const size_t *nlens,
+                                 const char *const *values, const size_t *vlens, sk_cmeta_fn fn,
+                                 void *arg)
+{
+    (void)version;
+    sk_buf body;
+    sk_buf_init(&body, 1 << 20);
+    sk_gconf_body_put(&body, user, ulen, count, names, nlens, values, vlens);
+    sk_buf b;
+    sk_buf_init(&b, 1 << 20);
+    sk_meta_user_config(&b, body.data, body.len);
+    if (sk_buf_failed(&body))
+        b.failed = true;
+    sk_buf_free(&body);
+    int rc = append_meta(n, &b, fn, arg);
+    if (rc == 0 && sk_uconf_apply(n, user, ulen, count, names, nlens, values, vlens) != 0)
+        SK_WARN("cmeta", "user credentials are recorded but not applied in memory");
+    return rc;
+}
+
 const sk_cmeta_ops sk_cmeta_local = {
     "local",
     local_create_topic,
@@ -204,6 +232,8 @@ const sk_cmeta_ops sk_cmeta_local = {
     local_set_broker_config,
     local_get_group_config,
     local_set_group_config,
+    local_get_user_config,
+    local_set_user_config,
 };
 
 /* ---- the interface ---- */
@@ -254,4 +284,19 @@ int sk_cmeta_set_broker_config(sk_node *n, int count, const char *const *names,
                                const size_t *vlens, sk_cmeta_fn fn, void *arg)
 {
     return n->cmeta->set_broker_config(n, count, names, nlens, values, vlens, fn, arg);
+}
+
+int sk_cmeta_get_user_config(sk_node *n, const char *user, size_t ulen, sk_cmeta_gconf_fn fn,
+                             void *arg)
+{
+    return n->cmeta->get_user_config(n, user, ulen, fn, arg);
+}
+
+int sk_cmeta_set_user_config(sk_node *n, const char *user, size_t ulen, int64_t version,
+                             int count, const char *const *names, const size_t *nlens,
+                             const char *const *values, const size_t *vlens, sk_cmeta_fn fn,
+                             void *arg)
+{
+    return n->cmeta->set_user_config(n, user, ulen, version, count, names, nlens, values, vlens,
+                                     fn, arg);
 }

@@ -306,6 +306,10 @@ static int load_extra(void *arg, uint8_t kind, const uint8_t *body, size_t len)
         SK_ERROR("node", "corrupt group configs in the SQLite view");
         return SK_ERR_CORRUPT;
     }
+    if (kind == SK_SNAP_USER_CONFIGS && !n->cluster && sk_uconf_load(n, body, len) != 0) {
+        SK_ERROR("node", "corrupt user credentials in the SQLite view");
+        return SK_ERR_CORRUPT;
+    }
     return 0;
 }
 

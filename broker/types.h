@@ -223,6 +223,7 @@ struct sk_node {
 
     sk_map *topics_by_name; /* name -> sk_topic */
     sk_map *gconfs;         /* group id -> its config overrides (gconf.h); NULL: none */
+    sk_map *uconfs;         /* single node: user -> its SCRAM credentials (gconf.h) */
     sk_map *topics_by_id;   /* 16-byte id -> sk_topic */
 
     /* WAL cache: global FIFO in LSN order */
