@@ -20,6 +20,7 @@
 
 #include "config.h"
 #include "dispatch.h"
+#include "sasl.h"
 #include "sk_arena.h"
 #include "sk_err.h"
 #include "sk_log.h"
@@ -49,6 +50,7 @@ static void reap_cb(evutil_socket_t fd, short what, void *arg)
     while (n->reap_list) {
         sk_conn *c = n->reap_list;
         n->reap_list = c->next;
+        sk_sasl_free(c->sasl);
         event_free(c->kick_ev);
         free(c);
     }
@@ -153,6 +155,7 @@ static void conn_flush(sk_conn *c)
                 if (evbuffer_add_reference(out, r->out, r->out_len, free_ref_cb, r->out) == 0) {
                     r->out = NULL;
                     sk_xzone_conn_bytes(c, SK_ZA_OUT, r->hdr.api_key, r->out_len);
+                    c->close_after |= r->close_after_reply;
                 } else
                     c->close_after = true;
             } else if (r->state == SK_REQ_CLOSE) {

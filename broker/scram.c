@@ -268,7 +268,10 @@ int sk_scram_client_final(sk_scram_server *s, const uint8_t *msg, size_t len, ch
     /* The proof comes last; what precedes ",p=" is signed. */
     if (!cb || !nonce || !proof || proof + pl != m + len || proof < m + 3)
         return fail(why, whylen, "malformed client-final message", SK_ERR_PARSE);
-    if (nl != strlen(s->nonce) || memcmp(nonce, s->nonce, nl) != 0)
+    /* Kafka accepts a nonce that ends with the combined one (librdkafka
+     * 2.0 repeats the client's part in front): so does Skiff. */
+    size_t cl = strlen(s->nonce);
+    if (nl < cl || memcmp(nonce + nl - cl, s->nonce, cl) != 0)
         return fail(why, whylen, "the nonce does not match", SK_ERR_INVAL);
     uint8_t p[SK_SCRAM_MAX_HASH + 3];
     if (sk_b64_decode(proof, pl, p, sizeof p) != (long)hl)

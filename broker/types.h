@@ -181,6 +181,7 @@ struct sk_req {
      * first error they met, and what to run when the last one is done. */
     int async_err;
     void (*on_done)(sk_req *r);
+    bool close_after_reply; /* close the connection once this answer is out */
 };
 
 /* ---- the node ---- */
