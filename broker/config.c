@@ -311,7 +311,8 @@ const sk_prop sk_props[] = {
      0, "Security", "TLS versions accepted: TLSv1.2, TLSv1.3.", check_tls_protocols, false},
     {"ssl.client.auth", SK_PROP_STRING, OFF(ssl_client_auth), "none", 0, 0, "Security",
      "Client certificates on SSL listeners: none (not asked for), requested (checked when "
-     "given) or required. A checked certificate's subject is the client's principal.",
+     "given) or required. A checked certificate's subject is the client's principal. "
+     "SASL_SSL listeners never ask for one (their clients authenticate with SASL).",
      check_client_auth, false},
     {"ssl.principal.mapping.rules", SK_PROP_STRING, OFF(ssl_principal_mapping_rules), "DEFAULT",
      0, 0, "Security",

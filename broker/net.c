@@ -361,6 +361,10 @@ static struct bufferevent *conn_bev(sk_node *n, sk_conn *c, evutil_socket_t fd)
     SSL *ssl = sk_tls_new_ssl(n->tls_ctx);
     if (!ssl)
         return NULL;
+    /* As in Kafka, ssl.client.auth concerns SSL listeners: SASL_SSL clients
+     * authenticate with SASL. */
+    if (proto == SK_SEC_SASL_SSL)
+        SSL_set_verify(ssl, SSL_VERIFY_NONE, NULL);
     struct bufferevent *bev = bufferevent_openssl_socket_new(
         n->base, fd, ssl, BUFFEREVENT_SSL_ACCEPTING, BEV_OPT_CLOSE_ON_FREE);
     if (!bev) {

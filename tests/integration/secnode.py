@@ -1,0 +1,115 @@
+"""A node with every kind of listener, for the security tests (test_90xx).
+
+node(factory, pki) starts skiffd with PLAINTEXT, SSL (client certificates
+required), SASL_PLAINTEXT and SASL_SSL listeners on free ports, PLAIN users
+admin and bob on the SASL listeners, and the mechanisms PLAIN, SCRAM-SHA-256
+and SCRAM-SHA-512. add_scram_user() creates SCRAM credentials with
+AlterUserScramCredentials, as kafka-configs.sh does (salt and salted password
+made here). ScramClient is the client side of RFC 5802 for raw exchanges.
+"""
+
+import base64
+import hashlib
+import hmac
+import os
+import ssl
+
+import certs
+import harness
+import kproto as k
+
+PLAIN_USERS = {"admin": "admin-secret", "bob": "bob-secret"}
+MECHS = {"SCRAM-SHA-256": (1, "sha256"), "SCRAM-SHA-512": (2, "sha512")}
+
+
+def jaas(users):
+    return ("org.apache.kafka.common.security.plain.PlainLoginModule required "
+            + " ".join('user_%s="%s"' % kv for kv in users.items()) + ";")
+
+
+def node(factory, pki, extra=None):
+    b = factory(start=False)
+    b.ports = {name: harness.free_port() for name in ("SSL", "SASL_PLAINTEXT", "SASL_SSL")}
+    b.ports["PLAINTEXT"] = b.port
+    ls = ",".join("%s://127.0.0.1:%d" % kv for kv in b.ports.items())
+    props = {
+        "listeners": ls,
+        "advertised.listeners": ls,
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas(PLAIN_USERS),
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": jaas(PLAIN_USERS),
+        "connection.failed.authentication.delay.ms": "300",
+    }
+    props.update(certs.tls_overrides(pki, "required"))
+    props.update(extra or {})
+    b.overrides.update(props)
+    b.start()
+    for p in b.ports.values():
+        harness.wait_port("127.0.0.1", p)
+    b.addr = lambda name: "127.0.0.1:%d" % b.ports[name]
+    return b
+
+
+def server_ctx(pki):
+    """A client TLS context trusting the test CA (no client certificate)."""
+    return ssl.create_default_context(cafile=pki["ca"])
+
+
+def add_scram_user(bootstrap, user, password, mechs=("SCRAM-SHA-256", "SCRAM-SHA-512"),
+                   iterations=4096):
+    ups = []
+    for m in mechs:
+        code, h = MECHS[m]
+        salt = os.urandom(16)
+        ups.append({"Name": user, "Mechanism": code, "Iterations": iterations, "Salt": salt,
+                    "SaltedPassword": hashlib.pbkdf2_hmac(h, password.encode(), salt,
+                                                          iterations)})
+    with k.Conn(bootstrap) as c:
+        resp = c.request(51, 0, {"Deletions": [], "Upsertions": ups})
+    assert [r["ErrorCode"] for r in resp["Results"]] == [k.NONE], resp
+    return resp
+
+
+class ScramClient:
+    def __init__(self, mech, user, password, nonce="fyko+d2lbbFgONRv9qkxdawL"):
+        self.h = MECHS[mech][1]
+        self.user, self.password, self.nonce = user, password, nonce
+
+    def first(self):
+        self.bare = "n=%s,r=%s" % (self.user, self.nonce)
+        return ("n,," + self.bare).encode()
+
+    def final(self, server_first):
+        sf = server_first.decode()
+        attrs = dict(a.split("=", 1) for a in sf.split(","))
+        salt = base64.b64decode(attrs["s"])
+        salted = hashlib.pbkdf2_hmac(self.h, self.password.encode(), salt, int(attrs["i"]))
+        ckey = hmac.new(salted, b"Client Key", self.h).digest()
+        stored = hashlib.new(self.h, ckey).digest()
+        without = "c=biws,r=" + attrs["r"]
+        auth = ",".join((self.bare, sf, without)).encode()
+        sig = hmac.new(stored, auth, self.h).digest()
+        proof = bytes(a ^ b for a, b in zip(ckey, sig))
+        skey = hmac.new(salted, b"Server Key", self.h).digest()
+        self.expected = b"v=" + base64.b64encode(hmac.new(skey, auth, self.h).digest())
+        return (without + ",p=" + base64.b64encode(proof).decode()).encode()
+
+
+def scram_login(c, mech, user, password, version=2):
+    """Handshake and SCRAM exchange on kproto connection c; returns the last response."""
+    hs = c.request(17, 1, {"Mechanism": mech})
+    assert hs["ErrorCode"] == k.NONE, hs
+    sc = ScramClient(mech, user, password)
+    r1 = c.request(36, version, {"AuthBytes": sc.first()})
+    if r1["ErrorCode"] != k.NONE:
+        return r1
+    r2 = c.request(36, version, {"AuthBytes": sc.final(r1["AuthBytes"])})
+    if r2["ErrorCode"] == k.NONE:
+        assert r2["AuthBytes"] == sc.expected, "the server's signature does not verify"
+    return r2
+
+
+def plain_login(c, user, password, version=2):
+    hs = c.request(17, 1, {"Mechanism": "PLAIN"})
+    assert hs["ErrorCode"] == k.NONE, hs
+    return c.request(36, version, {"AuthBytes": b"\0" + user.encode() + b"\0" + password.encode()})

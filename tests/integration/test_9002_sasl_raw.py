@@ -1,0 +1,202 @@
+"""SASL on the wire: SaslHandshake, SaslAuthenticate and the SCRAM credential APIs.
+
+Each refusal is answered as Kafka 4.3 answers it (error code, message, closed
+connection), and the node goes on serving other clients: a mechanism not
+enabled, a request before authentication, SaslAuthenticate before a
+handshake, a wrong password, an unknown user, malformed tokens. Also: the
+session lifetime of connections.max.reauth.ms and re-authentication on the
+same connection, and AlterUserScramCredentials' checks.
+"""
+
+import os
+import time
+
+import pytest
+
+import certs
+import harness
+import kproto as k
+import secnode
+
+pytestmark = pytest.mark.skipif(bool(harness.external()),
+                                reason="the test configures its broker's listeners")
+
+SCRAM_FAILED = ("Authentication failed during authentication due to invalid credentials with "
+                "SASL mechanism %s")
+
+
+@pytest.fixture(scope="module")
+def pki():
+    return certs.make(os.path.join(harness.WORK, "pki-9001"))
+
+
+@pytest.fixture
+def node(broker_factory, pki):
+    b = secnode.node(broker_factory, pki, {"connections.max.reauth.ms": "600000"})
+    secnode.add_scram_user(b.bootstrap, "alice", "alice-secret")
+    return b
+
+
+def assert_serving(b, pki):
+    with k.Conn(b.addr("SASL_SSL"), ssl_context=secnode.server_ctx(pki)) as c:
+        assert secnode.scram_login(c, "SCRAM-SHA-512", "alice", "alice-secret")["ErrorCode"] == 0
+        assert k.metadata(c, None)["Brokers"]
+    with k.Conn(b.bootstrap) as c:
+        assert k.api_versions(c)["ErrorCode"] == k.NONE
+
+
+def test_scram_and_plain_logins_then_requests(node, pki):
+    for mech in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+        with k.Conn(node.addr("SASL_PLAINTEXT")) as c:
+            assert k.api_versions(c)["ErrorCode"] == k.NONE
+            r = secnode.scram_login(c, mech, "alice", "alice-secret")
+            assert r["ErrorCode"] == k.NONE and r["SessionLifetimeMs"] == 600000
+            md = k.metadata(c, None)
+            assert [(x["Host"], x["Port"]) for x in md["Brokers"]] == [
+                ("127.0.0.1", node.ports["SASL_PLAINTEXT"])]
+    with k.Conn(node.addr("SASL_SSL"), ssl_context=secnode.server_ctx(pki)) as c:
+        r = secnode.plain_login(c, "bob", "bob-secret")
+        assert r["ErrorCode"] == k.NONE
+        assert k.metadata(c, None)["Brokers"][0]["Port"] == node.ports["SASL_SSL"]
+    assert "authenticated as User:alice" in node.log_text()
+    assert "authenticated as User:bob" in node.log_text()
+    # SaslAuthenticate v0 (no session lifetime) works too.
+    with k.Conn(node.addr("SASL_PLAINTEXT")) as c:
+        assert secnode.scram_login(c, "SCRAM-SHA-256", "alice", "alice-secret",
+                                   version=0)["ErrorCode"] == 0
+
+
+def test_handshake_lists_mechanisms_and_refuses_others(node, pki):
+    with k.Conn(node.addr("SASL_PLAINTEXT")) as c:
+        r = c.request(17, 1, {"Mechanism": "GSSAPI"})
+        assert r["ErrorCode"] == k.UNSUPPORTED_SASL_MECHANISM
+        assert r["Mechanisms"] == ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+        assert c.wait_closed(5.0)
+    assert_serving(node, pki)
+
+
+def test_requests_before_authentication_close_the_connection(node, pki):
+    # A Metadata request first.
+    with k.Conn(node.addr("SASL_PLAINTEXT")) as c:
+        c.send(3, 9, {"AllowAutoTopicCreation": False, "Topics": None})
+        assert c.wait_closed(5.0) and c.buf == b""
+    # After the handshake, before SaslAuthenticate.
+    with k.Conn(node.addr("SASL_PLAINTEXT")) as c:
+        assert c.request(17, 1, {"Mechanism": "SCRAM-SHA-256"})["ErrorCode"] == k.NONE
+        c.send(3, 9, {"AllowAutoTopicCreation": False, "Topics": None})
+        assert c.wait_closed(5.0) and c.buf == b""
+    # SaslAuthenticate without a handshake.
+    with k.Conn(node.addr("SASL_PLAINTEXT")) as c:
+        c.send(36, 2, {"AuthBytes": b"n,,n=alice,r=abc"})
+        assert c.wait_closed(5.0) and c.buf == b""
+    # Halfway through a SCRAM exchange.
+    with k.Conn(node.addr("SASL_PLAINTEXT")) as c:
+        c.request(17, 1, {"Mechanism": "SCRAM-SHA-256"})
+        sc = secnode.ScramClient("SCRAM-SHA-256", "alice", "alice-secret")
+        assert c.request(36, 2, {"AuthBytes": sc.first()})["ErrorCode"] == k.NONE
+        c.send(0, 9, {"Acks": -1, "TimeoutMs": 1000, "TopicData": []})
+        assert c.wait_closed(5.0) and c.buf == b""
+    assert_serving(node, pki)
+
+
+def failed_login(c, login, *args):
+    t0 = time.time()
+    r = login(c, *args)
+    took = time.time() - t0
+    assert r["ErrorCode"] == k.SASL_AUTHENTICATION_FAILED, r
+    assert took >= 0.25, "answered after %.3fs, before the failure delay" % took
+    assert c.wait_closed(5.0)
+    return r
+
+
+def test_wrong_password_and_unknown_user(node, pki):
+    for mech in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+        with k.Conn(node.addr("SASL_PLAINTEXT")) as c:
+            r = failed_login(c, secnode.scram_login, mech, "alice", "wrong")
+            assert r["ErrorMessage"] == SCRAM_FAILED % mech
+        with k.Conn(node.addr("SASL_PLAINTEXT")) as c:
+            r = failed_login(c, secnode.scram_login, mech, "nobody", "x")
+            assert r["ErrorMessage"] == SCRAM_FAILED % mech
+    with k.Conn(node.addr("SASL_PLAINTEXT")) as c:
+        r = failed_login(c, secnode.plain_login, "bob", "wrong")
+        assert r["ErrorMessage"] == "Authentication failed: Invalid username or password"
+    with k.Conn(node.addr("SASL_PLAINTEXT")) as c:
+        failed_login(c, secnode.plain_login, "alice", "alice-secret")  # not a PLAIN user
+    # Malformed tokens are failures too, never a crash.
+    for tok in (b"", b"\0only-two", b"garbage", b"\xff" * 300):
+        with k.Conn(node.addr("SASL_PLAINTEXT")) as c:
+            c.request(17, 1, {"Mechanism": "SCRAM-SHA-512"})
+            r = c.request(36, 2, {"AuthBytes": tok})
+            assert r["ErrorCode"] == k.SASL_AUTHENTICATION_FAILED
+        with k.Conn(node.addr("SASL_PLAINTEXT")) as c:
+            c.request(17, 1, {"Mechanism": "PLAIN"})
+            assert c.request(36, 2, {"AuthBytes": tok})["ErrorCode"] == k.SASL_AUTHENTICATION_FAILED
+    assert "alice-secret" not in node.log_text() and "bob-secret" not in node.log_text()
+    assert_serving(node, pki)
+
+
+def test_sasl_apis_on_a_listener_without_sasl(node):
+    with k.Conn(node.bootstrap) as c:
+        assert c.request(17, 1, {"Mechanism": "PLAIN"})["ErrorCode"] == k.ILLEGAL_SASL_STATE
+        assert c.request(36, 2, {"AuthBytes": b"x"})["ErrorCode"] == k.ILLEGAL_SASL_STATE
+        assert k.api_versions(c)["ErrorCode"] == k.NONE
+
+
+def test_reauthentication_and_session_expiry(broker_factory, pki):
+    b = secnode.node(broker_factory, pki, {"connections.max.reauth.ms": "1500"})
+    secnode.add_scram_user(b.bootstrap, "alice", "alice-secret")
+    secnode.add_scram_user(b.bootstrap, "carol", "carol-secret")
+    with k.Conn(b.addr("SASL_PLAINTEXT")) as c:
+        r = secnode.scram_login(c, "SCRAM-SHA-256", "alice", "alice-secret")
+        assert r["SessionLifetimeMs"] == 1500
+        # Re-authentication on the same connection, as the same user.
+        assert secnode.scram_login(c, "SCRAM-SHA-512", "alice", "alice-secret")["ErrorCode"] == 0
+        assert k.metadata(c, None)["Brokers"]
+        # Another principal may not take the connection over.
+        r = secnode.scram_login(c, "SCRAM-SHA-256", "carol", "carol-secret")
+        assert r["ErrorCode"] == k.SASL_AUTHENTICATION_FAILED
+        assert c.wait_closed(5.0)
+    with k.Conn(b.addr("SASL_PLAINTEXT")) as c:
+        secnode.scram_login(c, "SCRAM-SHA-256", "alice", "alice-secret")
+        time.sleep(1.7)
+        # The session is over: the next request closes the connection.
+        c.send(3, 9, {"AllowAutoTopicCreation": False, "Topics": None})
+        assert c.wait_closed(5.0) and c.buf == b""
+
+
+def test_alter_and_describe_scram_credentials(node):
+    with k.Conn(node.bootstrap) as c:
+        d = c.request(50, 0, {"Users": [{"Name": "alice"}, {"Name": "nobody"}]})
+        res = {r["User"]: r for r in d["Results"]}
+        assert sorted((i["Mechanism"], i["Iterations"]) for i in res["alice"]["CredentialInfos"]) \
+            == [(1, 4096), (2, 4096)]
+        assert res["nobody"]["ErrorCode"] == k.RESOURCE_NOT_FOUND
+        ups = lambda name, mech, it: {"Name": name, "Mechanism": mech, "Iterations": it,  # noqa
+                                      "Salt": b"s" * 16, "SaltedPassword": b"p" * 32}
+        r = c.request(51, 0, {"Deletions": [{"Name": "ghost", "Mechanism": 1}],
+                              "Upsertions": [ups("few", 1, 100), ups("bad-mech", 9, 4096),
+                                             ups("", 1, 4096)]})
+        codes = {x["User"]: x["ErrorCode"] for x in r["Results"]}
+        assert codes == {"ghost": k.RESOURCE_NOT_FOUND, "few": 93, "bad-mech":
+                         k.UNSUPPORTED_SASL_MECHANISM, "": 93}
+        # The same user and mechanism twice.
+        r = c.request(51, 0, {"Deletions": [{"Name": "alice", "Mechanism": 1}],
+                              "Upsertions": [ups("alice", 1, 4096)]})
+        assert [x["ErrorCode"] for x in r["Results"]] == [92]
+        # Deleting one mechanism leaves the other.
+        r = c.request(51, 0, {"Deletions": [{"Name": "alice", "Mechanism": 1}], "Upsertions": []})
+        assert [x["ErrorCode"] for x in r["Results"]] == [k.NONE]
+        d = c.request(50, 0, {"Users": None})
+        assert [(x["User"], [i["Mechanism"] for i in x["CredentialInfos"]])
+                for x in d["Results"]] == [("alice", [2])]
+    with k.Conn(node.addr("SASL_PLAINTEXT")) as c:
+        r = secnode.scram_login(c, "SCRAM-SHA-256", "alice", "alice-secret")
+        assert r["ErrorCode"] == k.SASL_AUTHENTICATION_FAILED
+
+
+def test_credentials_survive_a_restart(node):
+    node.restart()
+    for p in node.ports.values():
+        harness.wait_port("127.0.0.1", p)
+    with k.Conn(node.addr("SASL_PLAINTEXT")) as c:
+        assert secnode.scram_login(c, "SCRAM-SHA-512", "alice", "alice-secret")["ErrorCode"] == 0
