@@ -36,9 +36,7 @@ static sk_api_entry table[] = {
     {14, 0, 5, 0, 0, h_sync_group, NULL},
     {15, 0, 6, 0, 0, h_describe_groups, NULL},
     {16, 0, 5, 0, 0, h_list_groups, NULL},
-    /* v0 is advertised as Kafka does, but a v0 handshake (raw SASL tokens
-     * after it) closes the connection: clients use v1. */
-    {17, 0, 1, 0, 1, h_sasl_handshake, NULL},
+    {17, 0, 1, 0, 0, h_sasl_handshake, NULL},
     {18, 0, 4, 0, 0, h_api_versions, NULL},
     {19, 2, 7, 0, 2, h_create_topics, NULL},
     {20, 1, 6, 0, 1, h_delete_topics, NULL},
@@ -321,6 +319,10 @@ static void api_versions_unsupported(sk_req *r)
 void sk_dispatch(sk_req *r)
 {
     table_init();
+    if (sk_sasl_raw(r->conn)) {
+        sk_sasl_raw_token(r);
+        return;
+    }
     if (r->frame_len < 8) {
         sk_req_close(r, "request shorter than its header");
         return;

@@ -25,6 +25,7 @@ struct sk_sasl {
     int mech;              /* what the last handshake chose */
     sk_scram_mech smech;   /* MECH_SCRAM: which */
     bool exchanging;       /* a SCRAM exchange is under way */
+    bool raw;              /* after a v0 handshake: bare tokens, no Kafka framing */
     sk_scram_server scram; /* its state */
 };
 
@@ -67,6 +68,43 @@ bool sk_sasl_allows(sk_conn *c, int16_t key, const char **why)
     return true;
 }
 
+bool sk_sasl_raw(const sk_conn *c)
+{
+    return c->sasl && c->sasl->raw && !c->authenticated;
+}
+
+/* Sends r's SaslAuthenticate answer: a Kafka response, or after a v0
+ * handshake the bare token (a failure then just closes, as Kafka does). */
+static void answer(sk_req *r)
+{
+    kp_SaslAuthenticateResponse *resp = r->resp;
+    if (!r->raw_sasl) {
+        sk_req_respond(r);
+        return;
+    }
+    if (resp->error_code) {
+        sk_req_close(r, NULL);
+        return;
+    }
+    size_t n = resp->auth_bytes.len > 0 ? (size_t)resp->auth_bytes.len : 0;
+    uint8_t *out = malloc(4 + n);
+    if (!out) {
+        sk_req_close(r, "out of memory");
+        return;
+    }
+    out[0] = (uint8_t)(n >> 24);
+    out[1] = (uint8_t)(n >> 16);
+    out[2] = (uint8_t)(n >> 8);
+    out[3] = (uint8_t)n;
+    if (n)
+        memcpy(out + 4, resp->auth_bytes.p, n);
+    free(r->out);
+    r->out = out;
+    r->out_len = 4 + n;
+    r->state = SK_REQ_DONE;
+    sk_req_finish(r);
+}
+
 /* ---- failures: answered late, then the connection closes ---- */
 
 static void late_answer(evutil_socket_t fd, short what, void *arg)
@@ -75,7 +113,7 @@ static void late_answer(evutil_socket_t fd, short what, void *arg)
     (void)what;
     sk_req *r = arg;
     r->close_after_reply = true;
-    sk_req_respond(r);
+    answer(r);
 }
 
 static void auth_failed(sk_req *r, const char *msg)
@@ -158,6 +196,7 @@ void h_sasl_handshake(sk_req *r)
         return;
     }
     c->sasl->exchanging = false;
+    c->sasl->raw = r->version == 0;
     c->sasl->smech = sk_scram_mech_named(m, ml);
     c->sasl->mech = c->sasl->smech ? MECH_SCRAM : MECH_PLAIN;
     sk_req_respond(r);
@@ -186,7 +225,7 @@ static void authenticated(sk_req *r, const char *user, size_t ulen)
     c->sasl->mech = MECH_NONE;
     c->sasl->exchanging = false;
     SK_INFO("sasl", "%s: authenticated as %s", c->peer, c->principal);
-    sk_req_respond(r);
+    answer(r);
 }
 
 /* ---- PLAIN ---- */
@@ -286,7 +325,7 @@ static void scram_got_user(void *arg, int err, const sk_gconf *g, int64_t versio
     kp_SaslAuthenticateResponse *resp = r->resp;
     resp->auth_bytes.p = copy;
     resp->auth_bytes.len = (int32_t)ol;
-    sk_req_respond(r);
+    answer(r);
 }
 
 static void scram_first(sk_req *r, const uint8_t *tok, size_t len)
@@ -323,6 +362,26 @@ static void scram_final(sk_req *r, const uint8_t *tok, size_t len)
     resp->auth_bytes.p = copy;
     resp->auth_bytes.len = (int32_t)ol;
     authenticated(r, s->scram.user, strlen(s->scram.user));
+}
+
+/* A bare token after a v0 handshake: served as SaslAuthenticate v0. */
+void sk_sasl_raw_token(sk_req *r)
+{
+    r->raw_sasl = true;
+    r->entry = sk_api_lookup(36);
+    r->version = 0;
+    r->hdr.api_key = 36;
+    r->arena = sk_arena_new((size_t)r->frame_len * 2 + 65536);
+    kp_SaslAuthenticateRequest *req = r->arena ? sk_arena_alloc(r->arena, sizeof *req) : NULL;
+    r->resp = r->arena ? sk_req_new_resp(r) : NULL;
+    if (!req || !r->resp) {
+        sk_req_close(r, "out of memory");
+        return;
+    }
+    req->auth_bytes.p = r->frame;
+    req->auth_bytes.len = (int32_t)r->frame_len;
+    r->body = req;
+    h_sasl_authenticate(r);
 }
 
 void h_sasl_authenticate(sk_req *r)

@@ -241,9 +241,11 @@ static void process_input(sk_conn *c)
         evbuffer_copyout(in, hdr, 4);
         int32_t size = (int32_t)((uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 |
                                  (uint32_t)hdr[2] << 8 | hdr[3]);
-        if (size < MIN_FRAME || size > n->cfg->socket_request_max_bytes) {
+        /* Bare SASL tokens (sasl.h) may be shorter than a request header. */
+        int min = sk_sasl_raw(c) ? 1 : MIN_FRAME;
+        if (size < min || size > n->cfg->socket_request_max_bytes) {
             SK_WARN("net", "%s: request size %d outside [%d, %d] (socket.request.max.bytes); "
-                    "closing the connection", c->peer, size, MIN_FRAME,
+                    "closing the connection", c->peer, size, min,
                     n->cfg->socket_request_max_bytes);
             conn_close(c);
             return;
@@ -265,7 +267,8 @@ static void process_input(sk_conn *c)
         }
         evbuffer_drain(in, 4);
         evbuffer_remove(in, frame, (size_t)size);
-        frame_in(c, frame, (size_t)size);
+        if (size >= MIN_FRAME)
+            frame_in(c, frame, (size_t)size);
         r->conn = c;
         r->node = n;
         r->frame = frame;

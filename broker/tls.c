@@ -96,8 +96,14 @@ SSL_CTX *sk_tls_load(const sk_config *cfg, char *why, size_t whylen)
     SSL_CTX_set_default_passwd_cb_userdata(ctx, NULL);
     if (load_trust(ctx, cfg, why, whylen) != 0)
         return NULL;
-    SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE);
+    /* No resumption: every connection checks the client's certificate anew.
+     * A session id context is still needed once client certificates are
+     * verified, or a client offering a session fails its handshake. */
+    SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE |
+                                 SSL_OP_NO_TICKET);
     SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
+    static const unsigned char sid_ctx[] = "skiff";
+    SSL_CTX_set_session_id_context(ctx, sid_ctx, sizeof sid_ctx - 1);
     return ctx;
 }
 

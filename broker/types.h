@@ -182,6 +182,7 @@ struct sk_req {
     int async_err;
     void (*on_done)(sk_req *r);
     bool close_after_reply; /* close the connection once this answer is out */
+    bool raw_sasl;          /* a bare SASL token (sasl.h), answered bare */
 };
 
 /* ---- the node ---- */

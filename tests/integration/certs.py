@@ -5,7 +5,8 @@ one PEM file (server.pem, its key encrypted with KEY_PASSWORD) for 127.0.0.1
 and localhost, a client certificate signed by the CA (client.pem +
 client.key, subject CN=alice,O=skiff-test), an expired client certificate
 (expired.pem/.key) and one from another CA the node does not trust
-(untrusted.pem/.key). Returns a dict of the paths.
+(untrusted.pem/.key), and client-keystore.pem (client key and certificate,
+for the Java clients). Returns a dict of the paths.
 """
 
 import os
@@ -84,9 +85,18 @@ def make(d):
 
 
 def paths(d):
+    # The Java clients' keystore: key and certificate in one PEM file.
+    ks = os.path.join(d, "client-keystore.pem")
+    if not os.path.exists(ks):
+        with open(ks + ".tmp", "w") as out:
+            for part in ("client.key", "client.pem"):
+                with open(os.path.join(d, part)) as f:
+                    out.write(f.read())
+        os.rename(ks + ".tmp", ks)
     p = {n: os.path.join(d, n + ".pem") for n in ("ca", "client", "expired", "untrusted")}
     p.update({n + "_key": os.path.join(d, n + ".key") for n in ("client", "expired", "untrusted")})
     p["keystore"] = os.path.join(d, "server-keystore.pem")
+    p["client_keystore"] = ks
     p["dir"] = d
     return p
 

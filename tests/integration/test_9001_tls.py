@@ -125,7 +125,7 @@ def test_refusals_leave_the_node_serving(broker_factory, pki):
         assert c.wait_closed(5.0)
         assert not c.buf.startswith(b"\x00\x00")
     # kcat without a certificate fails too.
-    rc, out, err = kcat(*ssl_kcat_args(b, pki, cert=None), "-L", "-m", "5")
+    rc, out, err = kcat(*ssl_kcat_args(b, pki, cert=None), "-L", "-m", "2")
     assert rc != 0
     assert_serving(b, pki)
     assert b.proc.poll() is None

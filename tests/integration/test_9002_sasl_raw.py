@@ -200,3 +200,27 @@ def test_credentials_survive_a_restart(node):
         harness.wait_port("127.0.0.1", p)
     with k.Conn(node.addr("SASL_PLAINTEXT")) as c:
         assert secnode.scram_login(c, "SCRAM-SHA-512", "alice", "alice-secret")["ErrorCode"] == 0
+
+
+def test_handshake_v0_then_bare_tokens(node):
+    """Kafka's original SASL framing (kafka-python 2.0 uses it): after a v0 handshake the
+    tokens travel as bare size-prefixed frames, without Kafka headers."""
+    with k.Conn(node.addr("SASL_PLAINTEXT")) as c:
+        assert c.request(17, 0, {"Mechanism": "SCRAM-SHA-256"})["ErrorCode"] == k.NONE
+        sc = secnode.ScramClient("SCRAM-SHA-256", "alice", "alice-secret")
+        c.send_frame(sc.first())
+        c.send_frame(sc.final(c.recv_frame()))
+        assert c.recv_frame() == sc.expected
+        assert k.metadata(c, None)["Brokers"]
+    with k.Conn(node.addr("SASL_PLAINTEXT")) as c:
+        assert c.request(17, 0, {"Mechanism": "PLAIN"})["ErrorCode"] == k.NONE
+        c.send_frame(b"\0bob\0bob-secret")
+        c._fill(4, time.time() + 5)
+        assert c.buf[:4] == b"\0\0\0\0"  # an empty token: PLAIN has no server answer
+        c.buf = c.buf[4:]
+        assert k.api_versions(c)["ErrorCode"] == k.NONE
+    # A failure closes the connection without an answer.
+    with k.Conn(node.addr("SASL_PLAINTEXT")) as c:
+        assert c.request(17, 0, {"Mechanism": "PLAIN"})["ErrorCode"] == k.NONE
+        c.send_frame(b"\0bob\0wrong")
+        assert c.wait_closed(5.0) and c.buf == b""
