@@ -224,7 +224,7 @@ static void authenticated(sk_req *r, const char *user, size_t ulen)
     c->authenticated = true;
     c->sasl->mech = MECH_NONE;
     c->sasl->exchanging = false;
-    SK_INFO("sasl", "%s: authenticated as %s", c->peer, c->principal);
+    SK_DEBUG("sasl", "%s: authenticated as %s", c->peer, c->principal);
     answer(r);
 }
 

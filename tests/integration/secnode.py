@@ -39,6 +39,7 @@ def node(factory, pki, extra=None):
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas(PLAIN_USERS),
         "listener.name.sasl_ssl.plain.sasl.jaas.config": jaas(PLAIN_USERS),
         "connection.failed.authentication.delay.ms": "300",
+        "log.level": "debug",  # the tests read who authenticated from the log
     }
     props.update(certs.tls_overrides(pki, "required"))
     props.update(extra or {})
