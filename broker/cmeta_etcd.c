@@ -728,6 +728,64 @@ static int etcd_set_user_config(sk_node *n, const char *user, size_t ulen, int64
                    fn, arg);
 }
 
+typedef struct ulist {
+    sk_cmeta_users_fn fn;
+    void *arg;
+    size_t skip; /* the key prefix: what follows is the user name */
+} ulist;
+
+static void users_got(void *arg, int err, const etcd_range_result *r)
+{
+    ulist *l = arg;
+    size_t n = err ? 0 : r->n;
+    sk_cmeta_user *u = calloc(n ? n : 1, sizeof *u);
+    cm_bconf *b = calloc(n ? n : 1, sizeof *b);
+    sk_gconf *sets = calloc(n ? n : 1, sizeof *sets);
+    int k = 0;
+    for (size_t i = 0; u && b && sets && i < n; i++) {
+        const etcd_kv *kv = &r->kvs[i];
+        if (kv->klen <= l->skip || cm_decode_bconf(kv->value, kv->vlen, -1, &b[k]) != 0)
+            continue;
+        sets[k] = (sk_gconf){b[k].nconfigs, b[k].names, b[k].values};
+        u[k] = (sk_cmeta_user){(const char *)kv->key + l->skip, kv->klen - l->skip, &sets[k]};
+        k++;
+    }
+    l->fn(l->arg, err ? err : (u && b && sets) ? 0 : SK_ERR_NOMEM, u, k);
+    for (int i = 0; b && i < k; i++)
+        cm_bconf_clear(&b[i]);
+    free(u);
+    free(b);
+    free(sets);
+    free(l);
+}
+
+static int etcd_list_user_configs(sk_node *n, sk_cmeta_users_fn fn, void *arg)
+{
+    size_t kl;
+    char *key = set_key(n, "config/user/", "", 0, &kl);
+    ulist *l = key ? calloc(1, sizeof *l) : NULL;
+    if (!l) {
+        free(key);
+        return SK_ERR_NOMEM;
+    }
+    *l = (ulist){fn, arg, kl};
+    /* The range of every key under the prefix: its last byte, plus one. */
+    char *end = strdup(key);
+    if (!end) {
+        free(key);
+        free(l);
+        return SK_ERR_NOMEM;
+    }
+    end[kl - 1]++;
+    int rc = etcd_range(cs_etcd(sess(n)), (const uint8_t *)key, kl, (const uint8_t *)end, kl,
+                        SK_CMETA_MAX_USERS, 0, 0, users_got, l);
+    free(key);
+    free(end);
+    if (rc)
+        free(l);
+    return rc;
+}
+
 const sk_cmeta_ops sk_cmeta_etcd = {
     "etcd",
     etcd_create_topic,
@@ -740,6 +798,7 @@ const sk_cmeta_ops sk_cmeta_etcd = {
     etcd_set_group_config,
     etcd_get_user_config,
     etcd_set_user_config,
+    etcd_list_user_configs,
 };
 
 /* ---- the internal topic ---- */

@@ -12,6 +12,7 @@
 #include "config.h"
 #include "dynconf.h"
 #include "gconf.h"
+#include "sk_map.h"
 #include "groups.h"
 #include "meta.h"
 #include "node.h"
@@ -222,6 +223,26 @@ static int local_set_user_config(sk_node *n, const char *user, size_t ulen, int6
     return rc;
 }
 
+static int local_list_user_configs(sk_node *n, sk_cmeta_users_fn fn, void *arg)
+{
+    sk_map *m = n->uconfs;
+    size_t cnt = m ? sk_map_count(m) : 0, it = 0;
+    if (cnt > SK_CMETA_MAX_USERS)
+        cnt = SK_CMETA_MAX_USERS;
+    sk_cmeta_user *u = calloc(cnt ? cnt : 1, sizeof *u);
+    if (!u)
+        return SK_ERR_NOMEM;
+    int k = 0;
+    const void *key;
+    size_t klen;
+    void *v;
+    while (m && (size_t)k < cnt && sk_map_next(m, &it, &key, &klen, &v))
+        u[k++] = (sk_cmeta_user){key, klen, v};
+    fn(arg, 0, u, k);
+    free(u);
+    return 0;
+}
+
 const sk_cmeta_ops sk_cmeta_local = {
     "local",
     local_create_topic,
@@ -234,6 +255,7 @@ const sk_cmeta_ops sk_cmeta_local = {
     local_set_group_config,
     local_get_user_config,
     local_set_user_config,
+    local_list_user_configs,
 };
 
 /* ---- the interface ---- */
@@ -299,4 +321,9 @@ int sk_cmeta_set_user_config(sk_node *n, const char *user, size_t ulen, int64_t 
 {
     return n->cmeta->set_user_config(n, user, ulen, version, count, names, nlens, values, vlens,
                                      fn, arg);
+}
+
+int sk_cmeta_list_user_configs(sk_node *n, sk_cmeta_users_fn fn, void *arg)
+{
+    return n->cmeta->list_user_configs(n, fn, arg);
 }

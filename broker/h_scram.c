@@ -24,7 +24,6 @@
 #include "scram.h"
 #include "sk_arena.h"
 #include "sk_err.h"
-#include "sk_map.h"
 
 #define MECHS 2 /* SCRAM-SHA-256, SCRAM-SHA-512: codes 1 and 2 */
 
@@ -84,38 +83,43 @@ static void describe_got(void *arg, int err, const sk_gconf *g, int64_t version)
     release(d->r);
 }
 
-/* Every user of a single node (a cluster lists named users only). */
-static void describe_all(sk_req *r, kp_DescribeUserScramCredentialsResponse *resp)
+/* Every user with credentials. */
+static void describe_listed(void *arg, int err, const sk_cmeta_user *users, int n)
 {
-    sk_map *m = r->node->uconfs;
-    size_t n = m ? sk_map_count(m) : 0, it = 0, k = 0;
+    sk_req *r = arg;
+    kp_DescribeUserScramCredentialsResponse *resp = r->resp;
+    if (err) {
+        const char *msg = NULL;
+        resp->error_code = sk_change_error(err, &msg);
+        resp->error_message = sk_req_str(r, msg);
+        sk_req_respond(r);
+        return;
+    }
     d_result *res = sk_req_array(
         r, &kp_DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult_desc,
-        (int32_t)(n ? n : 1));
-    const void *key;
-    size_t klen;
-    void *v;
-    while (res && m && k < n && sk_map_next(m, &it, &key, &klen, &v)) {
-        res[k].user.p = sk_arena_strndup(r->arena, key, klen);
-        res[k].user.len = (int32_t)klen;
-        describe_set(r, &res[k++], v);
+        n ? n : 1);
+    int k = 0;
+    for (int i = 0; res && i < n; i++) {
+        res[k].user.p = sk_arena_strndup(r->arena, users[i].name, users[i].len);
+        res[k].user.len = (int32_t)users[i].len;
+        describe_set(r, &res[k], users[i].set);
+        /* A user whose credentials were all deleted is not listed. */
+        k += res[k].error_code == 0;
     }
-    resp->results.n = (int32_t)k;
+    resp->results.n = k;
     resp->results.v = res;
+    sk_req_respond(r);
 }
 
 void h_describe_user_scram_credentials(sk_req *r)
 {
     kp_DescribeUserScramCredentialsRequest *req = r->body;
     kp_DescribeUserScramCredentialsResponse *resp = r->resp;
-    if (req->users.n < 0 || (req->users.n == 0 && !r->node->cluster)) {
-        if (r->node->cluster) {
-            resp->error_code = SK_KAFKA_UNKNOWN_SERVER_ERROR;
-            resp->error_message = sk_req_str(r, "in a cluster, name the users to describe");
-        } else {
-            describe_all(r, resp);
+    if (req->users.n <= 0) {
+        if (sk_cmeta_list_user_configs(r->node, describe_listed, r) != 0) {
+            resp->error_code = SK_KAFKA_REQUEST_TIMED_OUT;
+            sk_req_respond(r);
         }
-        sk_req_respond(r);
         return;
     }
     int32_t n = req->users.n;

@@ -51,6 +51,9 @@ def test_sasl_ssl_clients_plaintext_between_nodes(cluster_factory, pki):
         assert brokers == [(1, n1.client_port), (2, n2.client_port)]
         d = c.request(50, 0, {"Users": [{"Name": "dave"}]})
         assert [i["Mechanism"] for i in d["Results"][0]["CredentialInfos"]] == [2]
+        d = c.request(50, 0, {"Users": None})
+        assert [(x["User"], [i["Iterations"] for i in x["CredentialInfos"]])
+                for x in d["Results"]] == [("dave", [4096])]
     with n2.conn() as c:
         brokers = sorted((b["NodeId"], b["Port"]) for b in k.metadata(c, None)["Brokers"])
         assert brokers == [(1, n1.port), (2, n2.port)]
