@@ -26,6 +26,8 @@ struct sk_sasl {
     sk_scram_mech smech;   /* MECH_SCRAM: which */
     bool exchanging;       /* a SCRAM exchange is under way */
     bool raw;              /* after a v0 handshake: bare tokens, no Kafka framing */
+    char session_mech[16]; /* the mechanism of the authenticated session */
+    int64_t reauth_ms;     /* when it last re-authenticated (monotonic; 0: never) */
     sk_scram_server scram; /* its state */
 };
 
@@ -195,6 +197,16 @@ void h_sasl_handshake(sk_req *r)
         sk_req_close(r, "out of memory");
         return;
     }
+    /* KIP-368, as Kafka: re-authentication only where sessions expire, and
+     * not twice within a second (else the handshake is refused, the
+     * connection stays). */
+    if (c->authenticated && (r->node->cfg->connections_max_reauth_ms <= 0 ||
+                             (c->sasl->reauth_ms && sk_mono_ms() - c->sasl->reauth_ms < 1000))) {
+        resp->error_code = SK_KAFKA_ILLEGAL_SASL_STATE;
+        resp->mechanisms.n = 0;
+        sk_req_respond(r);
+        return;
+    }
     c->sasl->exchanging = false;
     c->sasl->raw = r->version == 0;
     c->sasl->smech = sk_scram_mech_named(m, ml);
@@ -221,6 +233,10 @@ static void authenticated(sk_req *r, const char *user, size_t ulen)
         resp->session_lifetime_ms = life;
     }
     snprintf(c->principal, sizeof c->principal, "%s", principal);
+    snprintf(c->sasl->session_mech, sizeof c->sasl->session_mech, "%s",
+             c->sasl->mech == MECH_PLAIN ? "PLAIN" : sk_scram_mech_name(c->sasl->smech));
+    if (c->authenticated)
+        c->sasl->reauth_ms = sk_mono_ms();
     c->authenticated = true;
     c->sasl->mech = MECH_NONE;
     c->sasl->exchanging = false;
@@ -395,6 +411,13 @@ void h_sasl_authenticate(sk_req *r)
         resp->error_code = SK_KAFKA_ILLEGAL_SASL_STATE;
         resp->error_message = sk_req_str(r, "Unexpected SaslAuthenticate request");
         sk_req_respond(r);
+        return;
+    }
+    /* KIP-368, as Kafka: a session is renewed with the mechanism it began
+     * with; another one closes the connection. */
+    const char *mech = c->sasl->mech == MECH_PLAIN ? "PLAIN" : sk_scram_mech_name(c->sasl->smech);
+    if (c->authenticated && strcmp(mech, c->sasl->session_mech) != 0) {
+        sk_req_close(r, "re-authentication with another SASL mechanism");
         return;
     }
     const uint8_t *tok = req->auth_bytes.p ? req->auth_bytes.p : (const uint8_t *)"";

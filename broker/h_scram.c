@@ -182,7 +182,7 @@ static void set_error(sk_req *r, a_result *res, int16_t code, const char *msg)
 static void check_user(sk_req *r, const kp_AlterUserScramCredentialsRequest *req, a_result *res)
 {
     kc_str u = res->user;
-    int seen[MECHS + 1] = {0};
+    int seen = 0;
     for (int32_t i = 0; i < req->deletions.n + req->upsertions.n; i++) {
         bool del = i < req->deletions.n;
         const a_del *d = del ? &req->deletions.v[i] : NULL;
@@ -194,7 +194,9 @@ static void check_user(sk_req *r, const kp_AlterUserScramCredentialsRequest *req
             set_error(r, res, SK_KAFKA_UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism");
             continue;
         }
-        if (seen[m]++)
+        /* Kafka 4.3 takes one change per user and request, even for two
+         * mechanisms. */
+        if (seen++)
             set_error(r, res, SK_KAFKA_DUPLICATE_RESOURCE,
                       "A user credential cannot be altered twice in the same request");
         if (!del && up->iterations < SK_SCRAM_MIN_ITERATIONS)

@@ -12,7 +12,8 @@
  * SASL_AUTHENTICATION_FAILED after connection.failed.authentication.delay.ms,
  * then the connection closes. With connections.max.reauth.ms the session
  * ends after that long (KIP-368): the client re-authenticates on the same
- * connection (same principal) before, else its next request closes it.
+ * connection (same principal, same mechanism) before, else its next request
+ * closes it.
  * Neither passwords nor SASL tokens are logged.
  *
  * Thread: the event loop.

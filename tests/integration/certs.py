@@ -70,9 +70,10 @@ def make(d):
     _ca(d, "other-ca", "someone-else")
     _cert(d, "server", "/CN=127.0.0.1", "ca",
           ext="subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    # The node's keystore: the encrypted key, then the chain.
-    _ssl("pkey", "-in", "server.key", "-aes256", "-passout", "pass:" + KEY_PASSWORD,
-         "-out", "server.enc.key", cwd=d)
+    # The node's keystore: the encrypted key (PKCS#8 with a scheme Java reads too, for
+    # Apache Kafka under SKIFF_TEST_AGAINST=kafka), then the chain.
+    _ssl("pkcs8", "-topk8", "-in", "server.key", "-v1", "PBE-SHA1-3DES",
+         "-passout", "pass:" + KEY_PASSWORD, "-out", "server.enc.key", cwd=d)
     with open(os.path.join(d, "server-keystore.pem"), "w") as out:
         for part in ("server.enc.key", "server.pem", "ca.pem"):
             with open(os.path.join(d, part)) as f:
