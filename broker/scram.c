@@ -268,8 +268,10 @@ int sk_scram_client_final(sk_scram_server *s, const uint8_t *msg, size_t len, ch
     /* The proof comes last; what precedes ",p=" is signed. */
     if (!cb || !nonce || !proof || proof + pl != m + len || proof < m + 3)
         return fail(why, whylen, "malformed client-final message", SK_ERR_PARSE);
-    /* Kafka accepts a nonce that ends with the combined one (librdkafka
-     * 2.0 repeats the client's part in front): so does Skiff. */
+    /* librdkafka 2.0 (Debian 12's kcat) repeats the client's part of the
+     * nonce in front of the combined one; Kafka 4.3 refuses it, Skiff takes
+     * a nonce that ends with the combined one. Freshness is kept: the server
+     * nonce is in it, and the proof covers the message as sent. */
     size_t cl = strlen(s->nonce);
     if (nl < cl || memcmp(nonce + nl - cl, s->nonce, cl) != 0)
         return fail(why, whylen, "the nonce does not match", SK_ERR_INVAL);

@@ -33,19 +33,8 @@ def pki():
 
 
 @pytest.fixture
-def make_node(request, pki):
-    """Skiff, or against Kafka (SKIFF_TEST_AGAINST=kafka) Apache Kafka configured alike."""
-    refs = []
-
-    def make(extra):
-        if harness.external():
-            refs.append(secnode.KafkaRef("%s-kafka" % request.node.name[:50], pki, extra))
-            return refs[-1]
-        return secnode.node(request.getfixturevalue("broker_factory"), pki, extra)
-
-    yield make
-    for r in refs:
-        r.stop()
+def make_node(secure_node, pki):
+    return lambda extra: secure_node(pki, extra)
 
 
 @pytest.fixture

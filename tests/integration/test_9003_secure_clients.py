@@ -5,7 +5,8 @@ kafka-configs.sh creates a SCRAM user through the PLAINTEXT listener; that
 user then produces and consumes over SASL_SSL with SCRAM-SHA-512 (Java, kcat)
 and SCRAM-SHA-256 (kafka-python); a PLAIN user runs AdminClient over
 SASL_SSL; the Java consumer reads over SSL with a client certificate; a wrong
-password fails with Kafka's authentication error and the node serves on.
+password fails with Kafka's authentication error and the node serves on. With
+SKIFF_TEST_AGAINST=kafka, the same against Apache Kafka configured alike.
 """
 
 import os
@@ -21,8 +22,6 @@ import jtools  # noqa: E402
 import ktest  # noqa: E402
 import secnode  # noqa: E402
 
-pytestmark = pytest.mark.skipif(bool(harness.external()),
-                                reason="the test configures its broker's listeners")
 
 TOPIC = "secure-clients"
 
@@ -54,8 +53,8 @@ def kcat(*args, stdin=None):
     return p.returncode, p.stdout.decode(), p.stderr.decode()
 
 
-def test_tools_java_kcat_and_kafka_python(broker_factory, pki):
-    b = secnode.node(broker_factory, pki)
+def test_tools_java_kcat_and_kafka_python(secure_node, pki):
+    b = secure_node(pki)
     # kafka-configs.sh makes the SCRAM user, through the PLAINTEXT listener.
     user = ["configs", "--bootstrap-server", b.bootstrap, "--entity-type", "users",
             "--entity-name", "carol"]
@@ -94,7 +93,21 @@ def test_tools_java_kcat_and_kafka_python(broker_factory, pki):
     assert rc != 0
     assert "invalid credentials with SASL mechanism SCRAM-SHA-512" in "\n".join(out) + err
 
-    # kcat (librdkafka) over SASL_SSL with SCRAM-SHA-512.
+    if not harness.external():
+        # Debian's librdkafka 2.0 repeats the client nonce in its final SCRAM message:
+        # Kafka 4.3 refuses that, Skiff takes it (docs/compatibility.md).
+        kcat_scram(b, pki)
+    kafka_python_scram(b, pki)
+
+    log = b.log_text()
+    if not harness.external():
+        assert "authenticated as User:carol" in log and "authenticated as User:admin" in log
+        assert b.proc.poll() is None
+    assert "carol-secret" not in log and "admin-secret" not in log
+
+
+def kcat_scram(b, pki):
+    """kcat (librdkafka) over SASL_SSL with SCRAM-SHA-512."""
     rdk = ["-b", b.addr("SASL_SSL"), "-X", "security.protocol=SASL_SSL", "-X",
            "ssl.ca.location=" + pki["ca"], "-X", "sasl.mechanisms=SCRAM-SHA-512",
            "-X", "sasl.username=carol", "-X", "sasl.password=carol-secret"]
@@ -103,7 +116,9 @@ def test_tools_java_kcat_and_kafka_python(broker_factory, pki):
     rc, o, e = kcat(*rdk, "-C", "-t", TOPIC + "-kcat", "-o", "beginning", "-e", "-q")
     assert rc == 0 and o.split() == ["k1", "k2"], e
 
-    # kafka-python over SASL_SSL with SCRAM-SHA-256.
+
+def kafka_python_scram(b, pki):
+    """kafka-python 2.0 over SASL_SSL with SCRAM-SHA-256 (a v0 handshake, bare tokens)."""
     from kafka import KafkaConsumer, KafkaProducer
     kw = dict(bootstrap_servers=b.addr("SASL_SSL"), security_protocol="SASL_SSL",
               ssl_cafile=pki["ca"], sasl_mechanism="SCRAM-SHA-256",
@@ -115,8 +130,3 @@ def test_tools_java_kcat_and_kafka_python(broker_factory, pki):
                          **kw)
     assert [m.value for m in cons][:1] == [b"from-python"]
     cons.close()
-
-    log = b.log_text()
-    assert "authenticated as User:carol" in log and "authenticated as User:admin" in log
-    assert "carol-secret" not in log and "admin-secret" not in log
-    assert b.proc.poll() is None
