@@ -192,3 +192,14 @@ def test_secrets_are_not_shown(broker_factory, pki):
     assert cfg["Name"] == "ssl.key.password"
     assert cfg["Value"] is None and cfg["IsSensitive"]
     assert certs.KEY_PASSWORD not in b.log_text()
+
+
+@skiff_only
+def test_enabled_protocols(broker_factory, pki):
+    b = tls_node(broker_factory, pki, extra={"ssl.enabled.protocols": "TLSv1.3"})
+    old = client_ctx(pki)
+    old.maximum_version = ssl.TLSVersion.TLSv1_2
+    assert handshake_refused(b, old)
+    with k.Conn("127.0.0.1", b.ssl_port, ssl_context=client_ctx(pki)) as c:
+        assert c.sock.version() == "TLSv1.3"
+        assert k.api_versions(c)["ErrorCode"] == k.NONE
