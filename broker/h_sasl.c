@@ -28,7 +28,7 @@ struct sk_sasl {
     bool raw;              /* after a v0 handshake: bare tokens, no Kafka framing */
     char session_mech[16]; /* the mechanism of the authenticated session */
     int64_t reauth_ms;     /* when it last re-authenticated (monotonic; 0: never) */
-    sk_scram_server scram; /* its state */
+    sk_scram_server *scram; /* its state (about 4 KiB: freed once authenticated) */
 };
 
 /* Kafka's messages for failed authentication. */
@@ -37,10 +37,19 @@ struct sk_sasl {
     "Authentication failed during authentication due to invalid credentials with SASL "       \
     "mechanism %s"
 
+static void scram_state_free(struct sk_sasl *s)
+{
+    if (s->scram)
+        OPENSSL_cleanse(s->scram, sizeof *s->scram);
+    free(s->scram);
+    s->scram = NULL;
+}
+
 void sk_sasl_free(struct sk_sasl *s)
 {
-    if (s)
-        OPENSSL_cleanse(s, sizeof *s);
+    if (!s)
+        return;
+    scram_state_free(s);
     free(s);
 }
 
@@ -314,6 +323,10 @@ static void scram_got_user(void *arg, int err, const sk_gconf *g, int64_t versio
     struct sk_sasl *s = r->conn->sasl;
     const char *name = sk_scram_mech_name(s->smech);
     sk_scram_cred cred;
+    if (!s->scram) {
+        scram_failed(r);
+        return;
+    }
     bool found = false;
     for (int i = 0; !err && g && i < g->n && !found; i++)
         found = strcmp(g->names[i], name) == 0 &&
@@ -332,7 +345,7 @@ static void scram_got_user(void *arg, int err, const sk_gconf *g, int64_t versio
     char out[SK_SCRAM_MAX_MSG];
     size_t ol;
     uint8_t *copy;
-    if (sk_scram_server_first(&s->scram, &cred, nonce, out, sizeof out, &ol) != 0 ||
+    if (sk_scram_server_first(s->scram, &cred, nonce, out, sizeof out, &ol) != 0 ||
         !(copy = sk_arena_alloc(r->arena, ol))) {
         scram_failed(r);
         return;
@@ -348,14 +361,18 @@ static void scram_first(sk_req *r, const uint8_t *tok, size_t len)
 {
     struct sk_sasl *s = r->conn->sasl;
     char why[128];
-    sk_scram_init(&s->scram, s->smech);
-    if (sk_scram_client_first(&s->scram, tok, len, why, sizeof why) != 0) {
+    if (!s->scram && !(s->scram = malloc(sizeof *s->scram))) {
+        scram_failed(r);
+        return;
+    }
+    sk_scram_init(s->scram, s->smech);
+    if (sk_scram_client_first(s->scram, tok, len, why, sizeof why) != 0) {
         SK_DEBUG("sasl", "%s: SCRAM: %s", r->conn->peer, why);
         scram_failed(r);
         return;
     }
     s->exchanging = true;
-    int rc = sk_cmeta_get_user_config(r->node, s->scram.user, strlen(s->scram.user),
+    int rc = sk_cmeta_get_user_config(r->node, s->scram->user, strlen(s->scram->user),
                                       scram_got_user, r);
     if (rc != 0)
         scram_failed(r);
@@ -364,10 +381,11 @@ static void scram_first(sk_req *r, const uint8_t *tok, size_t len)
 static void scram_final(sk_req *r, const uint8_t *tok, size_t len)
 {
     struct sk_sasl *s = r->conn->sasl;
-    char why[128], out[SK_SCRAM_MAX_MSG];
+    char why[128] = "no exchange under way", out[SK_SCRAM_MAX_MSG];
     size_t ol;
     uint8_t *copy;
-    if (sk_scram_client_final(&s->scram, tok, len, out, sizeof out, &ol, why, sizeof why) != 0 ||
+    if (!s->scram ||
+        sk_scram_client_final(s->scram, tok, len, out, sizeof out, &ol, why, sizeof why) != 0 ||
         !(copy = sk_arena_alloc(r->arena, ol))) {
         SK_DEBUG("sasl", "%s: SCRAM: %s", r->conn->peer, why);
         scram_failed(r);
@@ -377,7 +395,8 @@ static void scram_final(sk_req *r, const uint8_t *tok, size_t len)
     kp_SaslAuthenticateResponse *resp = r->resp;
     resp->auth_bytes.p = copy;
     resp->auth_bytes.len = (int32_t)ol;
-    authenticated(r, s->scram.user, strlen(s->scram.user));
+    authenticated(r, s->scram->user, strlen(s->scram->user));
+    scram_state_free(s);
 }
 
 /* A bare token after a v0 handshake: served as SaslAuthenticate v0. */
