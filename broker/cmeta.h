@@ -12,7 +12,7 @@
  *
  * The metadata: topics (id, name, partition count, configuration overrides,
  * replication factor), producer ids, the broker properties changed at
- * runtime, and group configs. Partition state (offsets, batches, producers' sequences, object
+ * runtime, group configs and users' SCRAM credentials. Partition state (offsets, batches, producers' sequences, object
  * ranges, committed offsets) is not metadata: it is in the partition's log.
  *
  * Thread: the event loop. A non-zero return means fn will not run.
@@ -32,6 +32,13 @@ struct sk_gconf;
  * version a change of them must name. */
 typedef void (*sk_cmeta_gconf_fn)(void *arg, int err, const struct sk_gconf *g, int64_t version);
 typedef void (*sk_cmeta_pid_fn)(void *arg, int err, int64_t pid);
+/* Every user with credentials, valid during the call. */
+typedef struct sk_cmeta_user {
+    const char *name;
+    size_t len;
+    const struct sk_gconf *set;
+} sk_cmeta_user;
+typedef void (*sk_cmeta_users_fn)(void *arg, int err, const sk_cmeta_user *users, int n);
 
 typedef struct sk_topic_spec {
     const char *name;
@@ -66,7 +73,19 @@ typedef struct sk_cmeta_ops {
                             int count, const char *const *names, const size_t *nlens,
                             const char *const *values, const size_t *vlens, sk_cmeta_fn fn,
                             void *arg);
+    /* A user's SCRAM credentials (gconf.h's user configs), read and changed
+     * as a group's config set is. */
+    int (*get_user_config)(sk_node *n, const char *user, size_t ulen, sk_cmeta_gconf_fn fn,
+                           void *arg);
+    int (*set_user_config)(sk_node *n, const char *user, size_t ulen, int64_t version,
+                           int count, const char *const *names, const size_t *nlens,
+                           const char *const *values, const size_t *vlens, sk_cmeta_fn fn,
+                           void *arg);
+    /* Every user with credentials (at most SK_CMETA_MAX_USERS). */
+    int (*list_user_configs)(sk_node *n, sk_cmeta_users_fn fn, void *arg);
 } sk_cmeta_ops;
+
+#define SK_CMETA_MAX_USERS 10000
 
 extern const sk_cmeta_ops sk_cmeta_local;
 extern const sk_cmeta_ops sk_cmeta_etcd;
@@ -93,6 +112,16 @@ int sk_cmeta_set_group_config(sk_node *n, const char *group, size_t glen, int64_
                               const char *const *names, const size_t *nlens,
                               const char *const *values, const size_t *vlens, sk_cmeta_fn fn,
                               void *arg) __attribute__((warn_unused_result));
+
+int sk_cmeta_get_user_config(sk_node *n, const char *user, size_t ulen, sk_cmeta_gconf_fn fn,
+                             void *arg) __attribute__((warn_unused_result));
+int sk_cmeta_set_user_config(sk_node *n, const char *user, size_t ulen, int64_t version,
+                             int count, const char *const *names, const size_t *nlens,
+                             const char *const *values, const size_t *vlens, sk_cmeta_fn fn,
+                             void *arg) __attribute__((warn_unused_result));
+
+int sk_cmeta_list_user_configs(sk_node *n, sk_cmeta_users_fn fn, void *arg)
+    __attribute__((warn_unused_result));
 
 /* Cluster: creates the internal topic `name` (__consumer_offsets) unless a
  * creation is under way; its outcome is logged. */

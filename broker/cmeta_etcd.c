@@ -587,16 +587,17 @@ typedef struct gcall {
     void *arg;
 } gcall;
 
-/* The key, malloc'd: a group id may be long and hold any byte. */
-static char *gconf_key(sk_node *n, const char *group, size_t glen, size_t *klen)
+/* The key, malloc'd: a group id may be long and hold any byte. `dir` is
+ * config/group/ or, for users' SCRAM credentials, config/user/. */
+static char *set_key(sk_node *n, const char *dir, const char *group, size_t glen, size_t *klen)
 {
     const char *pre = prefix(n);
-    size_t pl = strlen(pre), kl = pl + strlen("config/group/") + glen;
+    size_t pl = strlen(pre), dl = strlen(dir), kl = pl + dl + glen;
     char *k = malloc(kl + 1);
     if (!k)
         return NULL;
     memcpy(k, pre, pl);
-    memcpy(k + pl, "config/group/", strlen("config/group/"));
+    memcpy(k + pl, dir, dl);
     memcpy(k + kl - glen, group, glen);
     k[kl] = 0;
     *klen = kl;
@@ -623,11 +624,11 @@ static void gconf_got(void *arg, int err, const etcd_range_result *r)
     free(g);
 }
 
-static int etcd_get_group_config(sk_node *n, const char *group, size_t glen,
-                                 sk_cmeta_gconf_fn fn, void *arg)
+static int get_set(sk_node *n, const char *dir, const char *group, size_t glen,
+                   sk_cmeta_gconf_fn fn, void *arg)
 {
     size_t kl;
-    char *key = gconf_key(n, group, glen, &kl);
+    char *key = set_key(n, dir, group, glen, &kl);
     gcall *g = key ? calloc(1, sizeof *g) : NULL;
     if (!g) {
         free(key);
@@ -671,13 +672,12 @@ static char *gconf_value(int count, const char *const *names, const size_t *nlen
     return val;
 }
 
-static int etcd_set_group_config(sk_node *n, const char *group, size_t glen, int64_t version,
-                                 int count, const char *const *names, const size_t *nlens,
-                                 const char *const *values, const size_t *vlens, sk_cmeta_fn fn,
-                                 void *arg)
+static int put_set(sk_node *n, const char *dir, const char *group, size_t glen, int64_t version,
+                   int count, const char *const *names, const size_t *nlens,
+                   const char *const *values, const size_t *vlens, sk_cmeta_fn fn, void *arg)
 {
     size_t kl;
-    char *key = gconf_key(n, group, glen, &kl);
+    char *key = set_key(n, dir, group, glen, &kl);
     char *val = count > 0 ? gconf_value(count, names, nlens, values, vlens) : NULL;
     gcall *g = key && (val || count <= 0) ? calloc(1, sizeof *g) : NULL;
     if (!g) {
@@ -698,6 +698,94 @@ static int etcd_set_group_config(sk_node *n, const char *group, size_t glen, int
     return rc;
 }
 
+static int etcd_get_group_config(sk_node *n, const char *group, size_t glen,
+                                 sk_cmeta_gconf_fn fn, void *arg)
+{
+    return get_set(n, "config/group/", group, glen, fn, arg);
+}
+
+static int etcd_set_group_config(sk_node *n, const char *group, size_t glen, int64_t version,
+                                 int count, const char *const *names, const size_t *nlens,
+                                 const char *const *values, const size_t *vlens, sk_cmeta_fn fn,
+                                 void *arg)
+{
+    return put_set(n, "config/group/", group, glen, version, count, names, nlens, values, vlens,
+                   fn, arg);
+}
+
+static int etcd_get_user_config(sk_node *n, const char *user, size_t ulen,
+                                sk_cmeta_gconf_fn fn, void *arg)
+{
+    return get_set(n, "config/user/", user, ulen, fn, arg);
+}
+
+static int etcd_set_user_config(sk_node *n, const char *user, size_t ulen, int64_t version,
+                                int count, const char *const *names, const size_t *nlens,
+                                const char *const *values, const size_t *vlens, sk_cmeta_fn fn,
+                                void *arg)
+{
+    return put_set(n, "config/user/", user, ulen, version, count, names, nlens, values, vlens,
+                   fn, arg);
+}
+
+typedef struct ulist {
+    sk_cmeta_users_fn fn;
+    void *arg;
+    size_t skip; /* the key prefix: what follows is the user name */
+} ulist;
+
+static void users_got(void *arg, int err, const etcd_range_result *r)
+{
+    ulist *l = arg;
+    size_t n = err ? 0 : r->n;
+    sk_cmeta_user *u = calloc(n ? n : 1, sizeof *u);
+    cm_bconf *b = calloc(n ? n : 1, sizeof *b);
+    sk_gconf *sets = calloc(n ? n : 1, sizeof *sets);
+    int k = 0;
+    for (size_t i = 0; u && b && sets && i < n; i++) {
+        const etcd_kv *kv = &r->kvs[i];
+        if (kv->klen <= l->skip || cm_decode_bconf(kv->value, kv->vlen, -1, &b[k]) != 0)
+            continue;
+        sets[k] = (sk_gconf){b[k].nconfigs, b[k].names, b[k].values};
+        u[k] = (sk_cmeta_user){(const char *)kv->key + l->skip, kv->klen - l->skip, &sets[k]};
+        k++;
+    }
+    l->fn(l->arg, err ? err : (u && b && sets) ? 0 : SK_ERR_NOMEM, u, k);
+    for (int i = 0; b && i < k; i++)
+        cm_bconf_clear(&b[i]);
+    free(u);
+    free(b);
+    free(sets);
+    free(l);
+}
+
+static int etcd_list_user_configs(sk_node *n, sk_cmeta_users_fn fn, void *arg)
+{
+    size_t kl;
+    char *key = set_key(n, "config/user/", "", 0, &kl);
+    ulist *l = key ? calloc(1, sizeof *l) : NULL;
+    if (!l) {
+        free(key);
+        return SK_ERR_NOMEM;
+    }
+    *l = (ulist){fn, arg, kl};
+    /* The range of every key under the prefix: its last byte, plus one. */
+    char *end = strdup(key);
+    if (!end) {
+        free(key);
+        free(l);
+        return SK_ERR_NOMEM;
+    }
+    end[kl - 1]++;
+    int rc = etcd_range(cs_etcd(sess(n)), (const uint8_t *)key, kl, (const uint8_t *)end, kl,
+                        SK_CMETA_MAX_USERS, 0, 0, users_got, l);
+    free(key);
+    free(end);
+    if (rc)
+        free(l);
+    return rc;
+}
+
 const sk_cmeta_ops sk_cmeta_etcd = {
     "etcd",
     etcd_create_topic,
@@ -708,6 +796,9 @@ const sk_cmeta_ops sk_cmeta_etcd = {
     etcd_set_broker_config,
     etcd_get_group_config,
     etcd_set_group_config,
+    etcd_get_user_config,
+    etcd_set_user_config,
+    etcd_list_user_configs,
 };
 
 /* ---- the internal topic ---- */

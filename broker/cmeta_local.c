@@ -12,6 +12,7 @@
 #include "config.h"
 #include "dynconf.h"
 #include "gconf.h"
+#include "sk_map.h"
 #include "groups.h"
 #include "meta.h"
 #include "node.h"
@@ -194,6 +195,54 @@ static int local_set_group_config(sk_node *n, const char *group, size_t glen, in
     return rc;
 }
 
+static int local_get_user_config(sk_node *n, const char *user, size_t ulen,
+                                 sk_cmeta_gconf_fn fn, void *arg)
+{
+    fn(arg, 0, sk_uconf_get(n, user, ulen), 0);
+    return 0;
+}
+
+static int local_set_user_config(sk_node *n, const char *user, size_t ulen, int64_t version,
+                                 int count, const char *const *names, const size_t *nlens,
+                                 const char *const *values, const size_t *vlens, sk_cmeta_fn fn,
+                                 void *arg)
+{
+    (void)version;
+    sk_buf body;
+    sk_buf_init(&body, 1 << 20);
+    sk_gconf_body_put(&body, user, ulen, count, names, nlens, values, vlens);
+    sk_buf b;
+    sk_buf_init(&b, 1 << 20);
+    sk_meta_user_config(&b, body.data, body.len);
+    if (sk_buf_failed(&body))
+        b.failed = true;
+    sk_buf_free(&body);
+    int rc = append_meta(n, &b, fn, arg);
+    if (rc == 0 && sk_uconf_apply(n, user, ulen, count, names, nlens, values, vlens) != 0)
+        SK_WARN("cmeta", "user credentials are recorded but not applied in memory");
+    return rc;
+}
+
+static int local_list_user_configs(sk_node *n, sk_cmeta_users_fn fn, void *arg)
+{
+    sk_map *m = n->uconfs;
+    size_t cnt = m ? sk_map_count(m) : 0, it = 0;
+    if (cnt > SK_CMETA_MAX_USERS)
+        cnt = SK_CMETA_MAX_USERS;
+    sk_cmeta_user *u = calloc(cnt ? cnt : 1, sizeof *u);
+    if (!u)
+        return SK_ERR_NOMEM;
+    int k = 0;
+    const void *key;
+    size_t klen;
+    void *v;
+    while (m && (size_t)k < cnt && sk_map_next(m, &it, &key, &klen, &v))
+        u[k++] = (sk_cmeta_user){key, klen, v};
+    fn(arg, 0, u, k);
+    free(u);
+    return 0;
+}
+
 const sk_cmeta_ops sk_cmeta_local = {
     "local",
     local_create_topic,
@@ -204,6 +253,9 @@ const sk_cmeta_ops sk_cmeta_local = {
     local_set_broker_config,
     local_get_group_config,
     local_set_group_config,
+    local_get_user_config,
+    local_set_user_config,
+    local_list_user_configs,
 };
 
 /* ---- the interface ---- */
@@ -254,4 +306,24 @@ int sk_cmeta_set_broker_config(sk_node *n, int count, const char *const *names,
                                const size_t *vlens, sk_cmeta_fn fn, void *arg)
 {
     return n->cmeta->set_broker_config(n, count, names, nlens, values, vlens, fn, arg);
+}
+
+int sk_cmeta_get_user_config(sk_node *n, const char *user, size_t ulen, sk_cmeta_gconf_fn fn,
+                             void *arg)
+{
+    return n->cmeta->get_user_config(n, user, ulen, fn, arg);
+}
+
+int sk_cmeta_set_user_config(sk_node *n, const char *user, size_t ulen, int64_t version,
+                             int count, const char *const *names, const size_t *nlens,
+                             const char *const *values, const size_t *vlens, sk_cmeta_fn fn,
+                             void *arg)
+{
+    return n->cmeta->set_user_config(n, user, ulen, version, count, names, nlens, values, vlens,
+                                     fn, arg);
+}
+
+int sk_cmeta_list_user_configs(sk_node *n, sk_cmeta_users_fn fn, void *arg)
+{
+    return n->cmeta->list_user_configs(n, fn, arg);
 }

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "kbatch.h"
@@ -149,6 +150,111 @@ static const char *check_rack(const char *v)
     return NULL;
 }
 
+static const char *const secproto_names[] = {"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"};
+
+const char *sk_secproto_name(sk_secproto p)
+{
+    return (unsigned)p < 4 ? secproto_names[p] : "?";
+}
+
+/* Checks "NAME:PROTOCOL,..."; with `listener`, finds its protocol (else
+ * SK_ERR_NOENT). */
+static int parse_protocol_map(const char *map, const char *listener, sk_secproto *out,
+                              char *why, size_t whylen)
+{
+    const char *p = map;
+    while (*p) {
+        size_t l = strcspn(p, ",");
+        const char *colon = memchr(p, ':', l);
+        size_t nl = colon ? (size_t)(colon - p) : 0;
+        int proto = -1;
+        for (int i = 0; colon && i < 4; i++)
+            if (strlen(secproto_names[i]) == l - nl - 1 &&
+                strncmp(colon + 1, secproto_names[i], l - nl - 1) == 0)
+                proto = i;
+        if (nl == 0 || proto < 0) {
+            snprintf(why, whylen, "'%.*s' is not NAME:PROTOCOL with PROTOCOL one of PLAINTEXT, "
+                     "SSL, SASL_PLAINTEXT, SASL_SSL", (int)(l > 100 ? 100 : l), p);
+            return SK_ERR_INVAL;
+        }
+        if (listener && strlen(listener) == nl && strncasecmp(listener, p, nl) == 0) {
+            *out = (sk_secproto)proto;
+            return 0;
+        }
+        p += l + (p[l] == ',');
+    }
+    return listener ? SK_ERR_NOENT : 0;
+}
+
+static const char *check_protocol_map(const char *v)
+{
+    static char why[256];
+    if (parse_protocol_map(v, NULL, NULL, why, sizeof why) != 0)
+        return why;
+    return NULL;
+}
+
+static bool in_list(const char *list, const char *word, size_t wl)
+{
+    size_t n = strlen(list);
+    for (const char *p = list; p < list + n;) {
+        size_t l = strcspn(p, ",");
+        if (l == wl && strncmp(p, word, wl) == 0)
+            return true;
+        p += l + (p[l] == ',');
+    }
+    return false;
+}
+
+/* Each comma-separated item of v is one of `allowed` (comma-separated). */
+static const char *check_items(const char *v, const char *allowed, const char *msg)
+{
+    const char *p = v;
+    while (*p) {
+        while (*p == ' ')
+            p++;
+        size_t l = strcspn(p, ", ");
+        if (l == 0 || !in_list(allowed, p, l))
+            return msg;
+        p += l;
+        while (*p == ' ')
+            p++;
+        if (*p == ',')
+            p++;
+    }
+    return NULL;
+}
+
+static const char *check_pem(const char *v)
+{
+    return strcmp(v, "PEM") == 0 ? NULL : "must be PEM (the only store type served)";
+}
+
+static const char *check_tls_protocols(const char *v)
+{
+    if (!*v)
+        return "must name at least one of TLSv1.2, TLSv1.3";
+    return check_items(v, "TLSv1.2,TLSv1.3", "must be a list of TLSv1.2, TLSv1.3");
+}
+
+static const char *check_client_auth(const char *v)
+{
+    if (strcmp(v, "none") == 0 || strcmp(v, "requested") == 0 || strcmp(v, "required") == 0)
+        return NULL;
+    return "must be none, requested or required";
+}
+
+static const char *check_mapping_rules(const char *v)
+{
+    return strcmp(v, "DEFAULT") == 0 ? NULL : "must be DEFAULT (the only rule served)";
+}
+
+static const char *check_mechanisms(const char *v)
+{
+    return check_items(v, "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+                       "must be a list of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512");
+}
+
 /* The table. Keep it sorted by group, then by importance. */
 const sk_prop sk_props[] = {
     /* Node */
@@ -192,6 +298,58 @@ const sk_prop sk_props[] = {
     {"log.level", SK_PROP_STRING, OFF(log_level), "info", 0, 0, "Node",
      "Verbosity of the node's log on standard error: error, warn, info or debug.",
      check_log_level, false},
+
+    /* Security */
+    {"listener.security.protocol.map", SK_PROP_STRING, OFF(listener_security_protocol_map),
+     "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL", 0, 0,
+     "Security",
+     "The security protocol of each listener name (NAME:PROTOCOL,...), among PLAINTEXT, SSL, "
+     "SASL_PLAINTEXT and SASL_SSL.",
+     check_protocol_map, false},
+    {"ssl.keystore.type", SK_PROP_STRING, OFF(ssl_keystore_type), "PEM", 0, 0, "Security",
+     "Format of ssl.keystore.location: PEM.", check_pem, false},
+    {"ssl.keystore.location", SK_PROP_STRING, OFF(ssl_keystore_location), "", 0, 0, "Security",
+     "PEM file with the private key and the certificate chain (the node's own certificate "
+     "first) of SSL and SASL_SSL listeners. Read again on SIGHUP.",
+     NULL, false},
+    {"ssl.key.password", SK_PROP_PASSWORD, OFF(ssl_key_password), "", 0, 0, "Security",
+     "Password of the private key in ssl.keystore.location when it is encrypted.", NULL,
+     false},
+    {"ssl.truststore.type", SK_PROP_STRING, OFF(ssl_truststore_type), "PEM", 0, 0, "Security",
+     "Format of ssl.truststore.location: PEM.", check_pem, false},
+    {"ssl.truststore.location", SK_PROP_STRING, OFF(ssl_truststore_location), "", 0, 0,
+     "Security",
+     "PEM file of the certificate authorities client certificates are checked against "
+     "(ssl.client.auth). Read again on SIGHUP.",
+     NULL, false},
+    {"ssl.enabled.protocols", SK_PROP_STRING, OFF(ssl_enabled_protocols), "TLSv1.2,TLSv1.3", 0,
+     0, "Security", "TLS versions accepted: TLSv1.2, TLSv1.3.", check_tls_protocols, false},
+    {"ssl.client.auth", SK_PROP_STRING, OFF(ssl_client_auth), "none", 0, 0, "Security",
+     "Client certificates on SSL listeners: none (not asked for), requested (checked when "
+     "given) or required. A checked certificate's subject is the client's principal. "
+     "SASL_SSL listeners never ask for one (their clients authenticate with SASL).",
+     check_client_auth, false},
+    {"ssl.principal.mapping.rules", SK_PROP_STRING, OFF(ssl_principal_mapping_rules), "DEFAULT",
+     0, 0, "Security",
+     "How a client certificate becomes a principal: DEFAULT, the subject's full "
+     "distinguished name (User:CN=alice,O=example).",
+     check_mapping_rules, false},
+    {"sasl.enabled.mechanisms", SK_PROP_STRING, OFF(sasl_enabled_mechanisms),
+     "SCRAM-SHA-256,SCRAM-SHA-512", 0, 0, "Security",
+     "SASL mechanisms of SASL_PLAINTEXT and SASL_SSL listeners: PLAIN, SCRAM-SHA-256, "
+     "SCRAM-SHA-512. SCRAM users are kept in the cluster metadata (kafka-configs.sh "
+     "--entity-type users); PLAIN users come from "
+     "listener.name.<listener>.plain.sasl.jaas.config (user_NAME=\"password\" entries, "
+     "a password property).",
+     check_mechanisms, false},
+    {"connections.max.reauth.ms", SK_PROP_LONG, OFF(connections_max_reauth_ms), "0", 0, I64MAX,
+     "Security",
+     "Lifetime of a SASL session (KIP-368): clients re-authenticate before it ends, and a "
+     "connection that has not is closed at its next request (0: no limit).",
+     NULL, false},
+    {"connection.failed.authentication.delay.ms", SK_PROP_INT,
+     OFF(connection_failed_authentication_delay_ms), "100", 0, 60000, "Security",
+     "How long the answer to a failed authentication is held back.", NULL, false},
 
     /* Storage */
     {"wal.url", SK_PROP_STRING, OFF(wal_url), "", 0, 0, "Storage",
@@ -517,7 +675,8 @@ static int set_prop(sk_config *c, const sk_prop *p, const char *value, char *why
             return SK_ERR_INVAL;
         }
         return 0;
-    case SK_PROP_STRING: {
+    case SK_PROP_STRING:
+    case SK_PROP_PASSWORD: {
         if (p->check) {
             const char *reason = p->check(value);
             if (reason) {
@@ -555,11 +714,16 @@ void sk_config_init(sk_config *c)
 void sk_config_free(sk_config *c)
 {
     for (size_t i = 0; i < sk_nprops; i++)
-        if (sk_props[i].type == SK_PROP_STRING) {
+        if (sk_props[i].type == SK_PROP_STRING || sk_props[i].type == SK_PROP_PASSWORD) {
             char **slot = (char **)((char *)c + sk_props[i].offset);
             free(*slot);
             *slot = NULL;
         }
+    for (int i = 0; i < c->nplain_jaas; i++) {
+        free(c->plain_jaas[i].value);
+        c->plain_jaas[i].value = NULL;
+    }
+    c->nplain_jaas = 0;
 }
 
 int sk_config_check(const char *name, const char *value, char *why, size_t whylen)
@@ -571,8 +735,51 @@ int sk_config_check(const char *name, const char *value, char *why, size_t whyle
     return rc;
 }
 
+#define JAAS_PRE "listener.name."
+#define JAAS_SUF ".plain.sasl.jaas.config"
+
+/* listener.name.<listener>.plain.sasl.jaas.config: PLAIN users of a
+ * listener, one property per listener name (checked in sk_config_finish). */
+static int set_plain_jaas(sk_config *c, const char *name, const char *value, char *why,
+                          size_t whylen)
+{
+    size_t nl = strlen(name), pl = strlen(JAAS_PRE), sl = strlen(JAAS_SUF);
+    size_t ll = nl - pl - sl;
+    int i = 0;
+    while (i < c->nplain_jaas && (strlen(c->plain_jaas[i].listener) != ll ||
+                                  strncasecmp(c->plain_jaas[i].listener, name + pl, ll) != 0))
+        i++;
+    if (i == SK_MAX_LISTENERS || ll == 0 || ll >= sizeof c->plain_jaas[0].listener) {
+        snprintf(why, whylen, "property %s: no such listener name", name);
+        return SK_ERR_INVAL;
+    }
+    char *dup = strdup(value);
+    if (!dup) {
+        snprintf(why, whylen, "out of memory");
+        return SK_ERR_NOMEM;
+    }
+    if (i == c->nplain_jaas) {
+        c->nplain_jaas++;
+        for (size_t k = 0; k < ll; k++)
+            c->plain_jaas[i].listener[k] = (char)tolower((unsigned char)name[pl + k]);
+        c->plain_jaas[i].listener[ll] = 0;
+    }
+    free(c->plain_jaas[i].value);
+    c->plain_jaas[i].value = dup;
+    return 0;
+}
+
+static bool is_plain_jaas(const char *name)
+{
+    size_t nl = strlen(name), pl = strlen(JAAS_PRE), sl = strlen(JAAS_SUF);
+    return nl > pl + sl && strncmp(name, JAAS_PRE, pl) == 0 &&
+           strcmp(name + nl - sl, JAAS_SUF) == 0;
+}
+
 int sk_config_set(sk_config *c, const char *name, const char *value, char *why, size_t whylen)
 {
+    if (is_plain_jaas(name))
+        return set_plain_jaas(c, name, value, why, whylen);
     const sk_prop *p = sk_config_find(name);
     if (!p) {
         snprintf(why, whylen, "unknown property '%s' (skiffd --help lists them)", name);
@@ -750,6 +957,14 @@ static int finish_cluster(const sk_config *c, char *why, size_t whylen)
                  c->inter_broker_listener_name);
         return SK_ERR_INVAL;
     }
+    const sk_listener *inter = sk_config_inter_listener(c);
+    if (inter && inter->protocol != SK_SEC_PLAINTEXT) {
+        snprintf(why, whylen,
+                 "property inter.broker.listener.name: node-to-node traffic is served on "
+                 "PLAINTEXT listeners only; %s is %s (name a PLAINTEXT listener)",
+                 inter->name, sk_secproto_name(inter->protocol));
+        return SK_ERR_INVAL;
+    }
     if (c->broker_heartbeat_interval_ms * 2 > c->broker_session_timeout_ms) {
         snprintf(why, whylen,
                  "property broker.heartbeat.interval.ms must be at most half of "
@@ -772,6 +987,71 @@ const sk_listener *sk_config_inter_listener(const sk_config *c)
         if (strcmp(c->advertised[i].name, c->inter_broker_listener_name) == 0)
             return &c->advertised[i];
     return NULL;
+}
+
+sk_listener *sk_config_listener(sk_config *c, const char *name, size_t len)
+{
+    for (int i = 0; i < c->nlisteners; i++)
+        if (strlen(c->listeners[i].name) == len && strncasecmp(c->listeners[i].name, name, len) == 0)
+            return &c->listeners[i];
+    return NULL;
+}
+
+static bool any_listener(const sk_config *c, bool (*pred)(sk_secproto))
+{
+    for (int i = 0; i < c->nlisteners; i++)
+        if (pred(c->listeners[i].protocol))
+            return true;
+    return false;
+}
+
+static bool is_tls(sk_secproto p)
+{
+    return SK_SEC_IS_TLS(p);
+}
+
+/* Each listener's security protocol, its PLAIN users, and what TLS needs. */
+static int finish_security(sk_config *c, char *why, size_t whylen)
+{
+    for (int i = 0; i < c->nlisteners; i++) {
+        sk_listener *l = &c->listeners[i];
+        char inner[256];
+        int rc = parse_protocol_map(c->listener_security_protocol_map, l->name, &l->protocol,
+                                    inner, sizeof inner);
+        if (rc != 0) {
+            snprintf(why, whylen,
+                     "property listener.security.protocol.map: listener %s has no security "
+                     "protocol in it",
+                     l->name);
+            return SK_ERR_INVAL;
+        }
+        for (int k = 0; k < c->nadvertised; k++)
+            if (strcmp(c->advertised[k].name, l->name) == 0)
+                c->advertised[k].protocol = l->protocol;
+    }
+    for (int i = 0; i < c->nplain_jaas; i++) {
+        sk_listener *l = sk_config_listener(c, c->plain_jaas[i].listener,
+                                            strlen(c->plain_jaas[i].listener));
+        if (!l) {
+            snprintf(why, whylen,
+                     "property listener.name.%s.plain.sasl.jaas.config: %s is not a listener "
+                     "name",
+                     c->plain_jaas[i].listener, c->plain_jaas[i].listener);
+            return SK_ERR_INVAL;
+        }
+        l->plain_jaas = c->plain_jaas[i].value;
+    }
+    if (any_listener(c, is_tls) && !*c->ssl_keystore_location) {
+        snprintf(why, whylen, "property ssl.keystore.location: an SSL or SASL_SSL listener "
+                 "needs the node's key and certificate");
+        return SK_ERR_INVAL;
+    }
+    if (strcmp(c->ssl_client_auth, "none") != 0 && !*c->ssl_truststore_location) {
+        snprintf(why, whylen, "property ssl.truststore.location: ssl.client.auth=%s needs the "
+                 "certificate authorities of clients", c->ssl_client_auth);
+        return SK_ERR_INVAL;
+    }
+    return 0;
 }
 
 int sk_config_finish(sk_config *c, char *why, size_t whylen)
@@ -803,6 +1083,9 @@ int sk_config_finish(sk_config *c, char *why, size_t whylen)
             }
         }
     }
+    int src = finish_security(c, why, whylen);
+    if (src)
+        return src;
     /* Every listener needs an advertised address. */
     for (int j = 0; j < c->nlisteners; j++) {
         bool found = false;
@@ -871,6 +1154,11 @@ const char *sk_config_get_text(const sk_config *c, const sk_prop *p, char *buf, 
         snprintf(buf, len, "%s", s ? s : "");
         break;
     }
+    case SK_PROP_PASSWORD: {
+        const char *s = *(char *const *)(base + p->offset);
+        snprintf(buf, len, "%s", s && *s ? "[hidden]" : "");
+        break;
+    }
     }
     return buf;
 }
@@ -888,6 +1176,8 @@ static const char *type_name(sk_prop_type t)
         return "boolean";
     case SK_PROP_STRING:
         return "string";
+    case SK_PROP_PASSWORD:
+        return "password";
     }
     return "?";
 }

@@ -18,11 +18,29 @@
 
 #define SK_MAX_LISTENERS 8
 
+/* Security protocols of listeners (listener.security.protocol.map). */
+typedef enum sk_secproto {
+    SK_SEC_PLAINTEXT,
+    SK_SEC_SSL,
+    SK_SEC_SASL_PLAINTEXT,
+    SK_SEC_SASL_SSL,
+} sk_secproto;
+
+#define SK_SEC_IS_TLS(p) ((p) == SK_SEC_SSL || (p) == SK_SEC_SASL_SSL)
+#define SK_SEC_IS_SASL(p) ((p) == SK_SEC_SASL_PLAINTEXT || (p) == SK_SEC_SASL_SSL)
+
 typedef struct sk_listener {
     char name[32]; /* PLAINTEXT, or a custom listener name */
     char host[256];
     int port;
+    sk_secproto protocol; /* set by sk_config_finish from the map */
+    /* listener.name.<name>.plain.sasl.jaas.config (in cfg->plain_jaas;
+     * NULL: none); only in cfg->listeners. */
+    const char *plain_jaas;
 } sk_listener;
+
+/* The name of a security protocol, as Kafka spells it. */
+const char *sk_secproto_name(sk_secproto p);
 
 typedef struct sk_config {
     /* node */
@@ -40,6 +58,26 @@ typedef struct sk_config {
     char *client_zone_cidrs;
     char *listener_zones;
     char *zone_transfer_price_per_gib; /* dollars, checked to parse */
+
+    /* security (docs/security.md) */
+    char *listener_security_protocol_map;
+    char *ssl_keystore_type;
+    char *ssl_keystore_location;
+    char *ssl_key_password; /* SK_PROP_PASSWORD: never shown */
+    char *ssl_truststore_type;
+    char *ssl_truststore_location;
+    char *ssl_enabled_protocols;
+    char *ssl_client_auth;
+    char *ssl_principal_mapping_rules;
+    char *sasl_enabled_mechanisms;
+    int64_t connections_max_reauth_ms;
+    int32_t connection_failed_authentication_delay_ms;
+    /* listener.name.<listener>.plain.sasl.jaas.config, by lower-case name */
+    struct {
+        char listener[32];
+        char *value; /* malloc'd; a secret */
+    } plain_jaas[SK_MAX_LISTENERS];
+    int nplain_jaas;
 
     /* storage */
     char *objects_url;
@@ -130,6 +168,7 @@ typedef enum sk_prop_type {
     SK_PROP_LONG,   /* int64_t */
     SK_PROP_BOOL,
     SK_PROP_STRING, /* char *, malloc'd */
+    SK_PROP_PASSWORD, /* char *, malloc'd; a secret: its value is never shown */
 } sk_prop_type;
 
 typedef struct sk_prop {
@@ -167,12 +206,16 @@ bool sk_config_cluster(const sk_config *c);
 const sk_listener *sk_config_inter_listener(const sk_config *c);
 
 const sk_prop *sk_config_find(const char *name);
-/* Current value of a property as text (into buf). */
+/* Current value of a property as text (into buf); "[hidden]" for a
+ * password that is set. */
 const char *sk_config_get_text(const sk_config *c, const sk_prop *p, char *buf, size_t len);
 bool sk_config_is_explicit(const sk_config *c, const sk_prop *p);
 
 void sk_config_print_help(const char *argv0);
 void sk_config_print_markdown(void);
+
+/* The listener with this name (case-insensitive), NULL if none. */
+sk_listener *sk_config_listener(sk_config *c, const char *name, size_t len);
 
 /* Parses "NAME://host:port,..." into out (max SK_MAX_LISTENERS). */
 int sk_parse_listeners(const char *s, sk_listener *out, int *n, char *why, size_t whylen);

@@ -9,6 +9,7 @@
 #include "krpc.h"
 #include "metrics.h"
 #include "net.h"
+#include "sasl.h"
 #include "sk_arena.h"
 #include "sk_err.h"
 #include "sk_log.h"
@@ -35,6 +36,7 @@ static sk_api_entry table[] = {
     {14, 0, 5, 0, 0, h_sync_group, NULL},
     {15, 0, 6, 0, 0, h_describe_groups, NULL},
     {16, 0, 5, 0, 0, h_list_groups, NULL},
+    {17, 0, 1, 0, 0, h_sasl_handshake, NULL},
     {18, 0, 4, 0, 0, h_api_versions, NULL},
     {19, 2, 7, 0, 2, h_create_topics, NULL},
     {20, 1, 6, 0, 1, h_delete_topics, NULL},
@@ -44,12 +46,15 @@ static sk_api_entry table[] = {
     {32, 1, 4, 0, 1, h_describe_configs, NULL},
     {33, 0, 2, 0, 0, h_alter_configs, NULL},
     {35, 1, 5, 0, 1, h_describe_log_dirs, NULL},
+    {36, 0, 2, 0, 0, h_sasl_authenticate, NULL},
     {37, 0, 3, 0, 0, h_create_partitions, NULL},
     {42, 0, 2, 0, 0, h_delete_groups, NULL},
     {44, 0, 1, 0, 0, h_incremental_alter_configs, NULL},
     {45, 0, 1, 0, 0, h_alter_partition_reassignments, NULL},
     {46, 0, 0, 0, 0, h_list_partition_reassignments, NULL},
     {47, 0, 0, 0, 0, h_offset_delete, NULL},
+    {50, 0, 0, 0, 0, h_describe_user_scram_credentials, NULL},
+    {51, 0, 0, 0, 0, h_alter_user_scram_credentials, NULL},
     {60, 0, 2, 0, 0, h_describe_cluster, NULL},
     {34, 1, 2, 0, 1, h_alter_replica_log_dirs, NULL},
     {43, 0, 2, 0, 0, h_elect_leaders, NULL},
@@ -316,6 +321,10 @@ static void api_versions_unsupported(sk_req *r)
 void sk_dispatch(sk_req *r)
 {
     table_init();
+    if (sk_sasl_raw(r->conn)) {
+        sk_sasl_raw_token(r);
+        return;
+    }
     if (r->frame_len < 8) {
         sk_req_close(r, "request shorter than its header");
         return;
@@ -336,6 +345,14 @@ void sk_dispatch(sk_req *r)
         return;
     }
     r->entry = e;
+    const char *why = NULL;
+    if (!sk_sasl_allows(r->conn, key, &why)) {
+        SK_WARN("dispatch", "%s: %s (API key %d); closing the connection", r->conn->peer, why,
+                key);
+        r->state = SK_REQ_CLOSE;
+        sk_req_finish(r);
+        return;
+    }
     if (internal_api(key))
         r->conn->unordered = true; /* another node's connection (net.h) */
     if (key >= 0 && key < SK_METRICS_APIS)

@@ -240,6 +240,11 @@ const sk_gconf *sk_gconf_get(const sk_node *n, const char *group, size_t glen)
     return n->gconfs ? sk_map_get(n->gconfs, group, glen) : NULL;
 }
 
+const sk_gconf *sk_uconf_get(const sk_node *n, const char *user, size_t ulen)
+{
+    return n->uconfs ? sk_map_get(n->uconfs, user, ulen) : NULL;
+}
+
 static sk_gconf *gconf_new(int count, const char *const *names, const size_t *nlens,
                            const char *const *values, const size_t *vlens)
 {
@@ -264,21 +269,22 @@ static sk_gconf *gconf_new(int count, const char *const *names, const size_t *nl
     return g;
 }
 
-int sk_gconf_apply(sk_node *n, const char *group, size_t glen, int count,
-                   const char *const *names, const size_t *nlens, const char *const *values,
-                   const size_t *vlens)
+/* Group and user sets are kept alike, each in its own map. */
+static int set_apply(sk_map **map, const char *key, size_t klen, int count,
+                     const char *const *names, const size_t *nlens, const char *const *values,
+                     const size_t *vlens)
 {
-    if (!n->gconfs && !(n->gconfs = sk_map_new()))
+    if (!*map && !(*map = sk_map_new()))
         return SK_ERR_NOMEM;
     if (count <= 0) {
-        gconf_free(sk_map_del(n->gconfs, group, glen));
+        gconf_free(sk_map_del(*map, key, klen));
         return 0;
     }
     sk_gconf *g = gconf_new(count, names, nlens, values, vlens);
     if (!g)
         return SK_ERR_NOMEM;
-    sk_gconf *old = sk_map_get(n->gconfs, group, glen);
-    if (sk_map_put(n->gconfs, group, glen, g) != 0) {
+    sk_gconf *old = sk_map_get(*map, key, klen);
+    if (sk_map_put(*map, key, klen, g) != 0) {
         gconf_free(g);
         return SK_ERR_NOMEM;
     }
@@ -286,16 +292,36 @@ int sk_gconf_apply(sk_node *n, const char *group, size_t glen, int count,
     return 0;
 }
 
-void sk_gconf_free_all(sk_node *n)
+int sk_gconf_apply(sk_node *n, const char *group, size_t glen, int count,
+                   const char *const *names, const size_t *nlens, const char *const *values,
+                   const size_t *vlens)
 {
-    if (!n->gconfs)
+    return set_apply(&n->gconfs, group, glen, count, names, nlens, values, vlens);
+}
+
+int sk_uconf_apply(sk_node *n, const char *user, size_t ulen, int count,
+                   const char *const *names, const size_t *nlens, const char *const *values,
+                   const size_t *vlens)
+{
+    return set_apply(&n->uconfs, user, ulen, count, names, nlens, values, vlens);
+}
+
+static void sets_free(sk_map **map)
+{
+    if (!*map)
         return;
     size_t it = 0;
     void *v;
-    while (sk_map_next(n->gconfs, &it, NULL, NULL, &v))
+    while (sk_map_next(*map, &it, NULL, NULL, &v))
         gconf_free(v);
-    sk_map_destroy(n->gconfs);
-    n->gconfs = NULL;
+    sk_map_destroy(*map);
+    *map = NULL;
+}
+
+void sk_gconf_free_all(sk_node *n)
+{
+    sets_free(&n->gconfs);
+    sets_free(&n->uconfs);
 }
 
 /* ---- bodies ---- */
@@ -314,7 +340,7 @@ void sk_gconf_body_put(sk_buf *b, const char *group, size_t glen, int count,
 
 enum { LOAD_MAX = 64 };
 
-int sk_gconf_load(sk_node *n, const uint8_t *body, size_t len)
+static int set_load(sk_map **map, const uint8_t *body, size_t len)
 {
     sk_rd r;
     sk_rd_init(&r, body, len);
@@ -334,19 +360,29 @@ int sk_gconf_load(sk_node *n, const uint8_t *body, size_t len)
         count++;
     if (rc < 0)
         return SK_ERR_CORRUPT;
-    return sk_gconf_apply(n, group, glen, count, names, nl, values, vl);
+    return set_apply(map, group, glen, count, names, nl, values, vl);
 }
 
-uint32_t sk_gconf_snapshot(const sk_node *n, sk_buf *b)
+int sk_gconf_load(sk_node *n, const uint8_t *body, size_t len)
 {
-    if (!n->gconfs)
+    return set_load(&n->gconfs, body, len);
+}
+
+int sk_uconf_load(sk_node *n, const uint8_t *body, size_t len)
+{
+    return set_load(&n->uconfs, body, len);
+}
+
+static uint32_t set_snapshot(sk_map *map, uint8_t kind, sk_buf *b)
+{
+    if (!map)
         return 0;
     uint32_t k = 0;
     size_t it = 0;
     const void *key;
     size_t klen;
     void *v;
-    while (sk_map_next(n->gconfs, &it, &key, &klen, &v)) {
+    while (sk_map_next(map, &it, &key, &klen, &v)) {
         const sk_gconf *g = v;
         size_t nl[LOAD_MAX], vl[LOAD_MAX];
         int cnt = g->n < LOAD_MAX ? g->n : LOAD_MAX;
@@ -358,7 +394,7 @@ uint32_t sk_gconf_snapshot(const sk_node *n, sk_buf *b)
         sk_buf_init(&body, 0);
         sk_gconf_body_put(&body, key, klen, cnt, (const char *const *)g->names, nl,
                           (const char *const *)g->values, vl);
-        sk_buf_u8(b, SK_SNAP_GROUP_CONFIGS);
+        sk_buf_u8(b, kind);
         sk_buf_str(b, (const char *)body.data, body.len);
         if (sk_buf_failed(&body))
             b->failed = true;
@@ -366,4 +402,10 @@ uint32_t sk_gconf_snapshot(const sk_node *n, sk_buf *b)
         k++;
     }
     return k;
+}
+
+uint32_t sk_gconf_snapshot(const sk_node *n, sk_buf *b)
+{
+    return set_snapshot(n->gconfs, SK_SNAP_GROUP_CONFIGS, b) +
+           set_snapshot(n->uconfs, SK_SNAP_USER_CONFIGS, b);
 }

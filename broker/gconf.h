@@ -66,14 +66,27 @@ int sk_gconf_apply(sk_node *n, const char *group, size_t glen, int count,
                    const size_t *vlens) __attribute__((warn_unused_result));
 void sk_gconf_free_all(sk_node *n);
 
+/*
+ * User configs, Kafka's entity type "users": a user's SCRAM credentials, one
+ * config per mechanism (scram.h's stored form), kept as group configs are
+ * (SK_META_USER_CONFIG records, SK_SNAP_USER_CONFIGS sections, etcd keys
+ * config/user/<name>) in node->uconfs, with the same body. The snapshot and
+ * free functions above cover them too.
+ */
+const sk_gconf *sk_uconf_get(const sk_node *n, const char *user, size_t ulen);
+int sk_uconf_apply(sk_node *n, const char *user, size_t ulen, int count,
+                   const char *const *names, const size_t *nlens, const char *const *values,
+                   const size_t *vlens) __attribute__((warn_unused_result));
+int sk_uconf_load(sk_node *n, const uint8_t *body, size_t len) __attribute__((warn_unused_result));
+
 /* The record/section body. */
 void sk_gconf_body_put(sk_buf *b, const char *group, size_t glen, int count,
                        const char *const *names, const size_t *nlens, const char *const *values,
                        const size_t *vlens);
 /* Applies a body (start-up loading, snapshots). */
 int sk_gconf_load(sk_node *n, const uint8_t *body, size_t len) __attribute__((warn_unused_result));
-/* Appends one snapshot extra section per group with overrides; returns how
- * many. */
+/* Appends one snapshot extra section per group with overrides and per user
+ * with credentials; returns how many. */
 uint32_t sk_gconf_snapshot(const sk_node *n, sk_buf *b);
 
 #endif

@@ -37,6 +37,7 @@ enum {
     TYPE_LONG = 5,
     TYPE_DOUBLE = 6,
     TYPE_LIST = 7,
+    TYPE_PASSWORD = 9,
 };
 
 #define MAX_PARTITIONS 100000
@@ -444,6 +445,8 @@ static int8_t prop_type(sk_prop_type t)
         return TYPE_BOOLEAN;
     case SK_PROP_STRING:
         return TYPE_STRING;
+    case SK_PROP_PASSWORD:
+        return TYPE_PASSWORD;
     }
     return TYPE_STRING;
 }
@@ -534,6 +537,12 @@ static void describe_broker(sk_req *r, const kp_DescribeConfigsRequest *req,
                                                               : SRC_DYNAMIC_BROKER)
                                : sk_config_is_explicit(cfg, p) ? SRC_STATIC_BROKER : SRC_DEFAULT;
         c->config_type = prop_type(p->type);
+        if (p->type == SK_PROP_PASSWORD) {
+            /* As Kafka: a secret is described as sensitive, without its value. */
+            c->is_sensitive = true;
+            c->value.p = NULL;
+            c->value.len = -1;
+        }
         if (req->include_documentation)
             c->documentation = sk_req_str(r, p->doc);
         if (req->include_synonyms) {

@@ -92,6 +92,11 @@ int32_t sk_part_leader_for(sk_req *r, const sk_part *p);
 /* The partition's main when that node is live (this node, on a single
  * node), else -1. */
 int32_t sk_part_main_live(sk_req *r, const sk_part *p);
+/* SASL and SCRAM credentials (h_sasl.c, h_scram.c; sasl.h). */
+void h_sasl_handshake(sk_req *r);
+void h_sasl_authenticate(sk_req *r);
+void h_describe_user_scram_credentials(sk_req *r);
+void h_alter_user_scram_credentials(sk_req *r);
 /* Skiff's node-to-node RPCs (h_rpc.c). */
 void h_handoff_ready(sk_req *r);
 void h_node_status(sk_req *r);

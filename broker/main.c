@@ -68,8 +68,10 @@ static int check_config(const sk_config *cfg)
            sk_config_cluster(cfg) ? "cluster member" : "single node", cfg->wal_url,
            cfg->objects_url);
     for (int i = 0; i < cfg->nadvertised; i++)
-        printf("  advertised %s://%s:%d%s\n", cfg->advertised[i].name, cfg->advertised[i].host,
-               cfg->advertised[i].port, &cfg->advertised[i] == inter ? " (inter-broker)" : "");
+        printf("  advertised %s://%s:%d (%s)%s\n", cfg->advertised[i].name,
+               cfg->advertised[i].host, cfg->advertised[i].port,
+               sk_secproto_name(cfg->advertised[i].protocol),
+               &cfg->advertised[i] == inter ? " (inter-broker)" : "");
     return 0;
 }
 

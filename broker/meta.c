@@ -189,6 +189,12 @@ void sk_meta_group_config(sk_buf *b, const void *body, size_t len)
     sk_buf_put(b, body, len);
 }
 
+void sk_meta_user_config(sk_buf *b, const void *body, size_t len)
+{
+    head(b, SK_META_USER_CONFIG);
+    sk_buf_put(b, body, len);
+}
+
 void sk_meta_group(sk_buf *b, const void *body, size_t len)
 {
     head(b, SK_META_GROUP);
@@ -253,6 +259,7 @@ int sk_meta_decode(const uint8_t *p, size_t n, sk_meta *m)
     case SK_META_OBJECT_GONE:
     case SK_META_GROUP:
     case SK_META_GROUP_CONFIG:
+    case SK_META_USER_CONFIG:
     case SK_META_HANDOFF:
     case SK_META_ADOPT:
         m->body = r.p;

@@ -62,6 +62,7 @@ enum sk_meta_kind {
     SK_META_DROP = 14,        /* a partition's state is gone (id, partition): its topic was
                                  deleted, or etcd refused its adoption */
     SK_META_GROUP_CONFIG = 15, /* a group's complete config override set (gconf.h) */
+    SK_META_USER_CONFIG = 16,  /* a user's complete set of SCRAM credentials (gconf.h) */
 };
 
 typedef struct sk_meta {
@@ -112,6 +113,8 @@ void sk_meta_cluster(sk_buf *b, const char *cluster_id);
 void sk_meta_group(sk_buf *b, const void *body, size_t len);
 /* body: gconf.h's */
 void sk_meta_group_config(sk_buf *b, const void *body, size_t len);
+/* body: gconf.h's */
+void sk_meta_user_config(sk_buf *b, const void *body, size_t len);
 void sk_meta_broker_config(sk_buf *b, int n, char *const *names, char *const *values);
 
 /* Object registry records.
@@ -223,6 +226,6 @@ typedef struct sk_snapshot_visitor {
 int sk_snapshot_visit(const uint8_t *p, size_t n, const sk_snapshot_visitor *v);
 
 /* Kinds of extra snapshot sections. */
-enum { SK_SNAP_GROUPS = 1, SK_SNAP_GROUP_CONFIGS = 2 };
+enum { SK_SNAP_GROUPS = 1, SK_SNAP_GROUP_CONFIGS = 2, SK_SNAP_USER_CONFIGS = 3 };
 
 #endif

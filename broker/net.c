@@ -4,11 +4,14 @@
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
 #include <event2/listener.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,10 +20,13 @@
 
 #include "config.h"
 #include "dispatch.h"
+#include "sasl.h"
 #include "sk_arena.h"
 #include "sk_err.h"
 #include "sk_log.h"
 #include "sk_time.h"
+#include "sk_workq.h"
+#include "tls.h"
 #include "xzone.h"
 #include "zone.h"
 
@@ -44,6 +50,7 @@ static void reap_cb(evutil_socket_t fd, short what, void *arg)
     while (n->reap_list) {
         sk_conn *c = n->reap_list;
         n->reap_list = c->next;
+        sk_sasl_free(c->sasl);
         event_free(c->kick_ev);
         free(c);
     }
@@ -148,6 +155,7 @@ static void conn_flush(sk_conn *c)
                 if (evbuffer_add_reference(out, r->out, r->out_len, free_ref_cb, r->out) == 0) {
                     r->out = NULL;
                     sk_xzone_conn_bytes(c, SK_ZA_OUT, r->hdr.api_key, r->out_len);
+                    c->close_after |= r->close_after_reply;
                 } else
                     c->close_after = true;
             } else if (r->state == SK_REQ_CLOSE) {
@@ -233,9 +241,11 @@ static void process_input(sk_conn *c)
         evbuffer_copyout(in, hdr, 4);
         int32_t size = (int32_t)((uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 |
                                  (uint32_t)hdr[2] << 8 | hdr[3]);
-        if (size < MIN_FRAME || size > n->cfg->socket_request_max_bytes) {
+        /* Bare SASL tokens (sasl.h) may be shorter than a request header. */
+        int min = sk_sasl_raw(c) ? 1 : MIN_FRAME;
+        if (size < min || size > n->cfg->socket_request_max_bytes) {
             SK_WARN("net", "%s: request size %d outside [%d, %d] (socket.request.max.bytes); "
-                    "closing the connection", c->peer, size, MIN_FRAME,
+                    "closing the connection", c->peer, size, min,
                     n->cfg->socket_request_max_bytes);
             conn_close(c);
             return;
@@ -257,7 +267,8 @@ static void process_input(sk_conn *c)
         }
         evbuffer_drain(in, 4);
         evbuffer_remove(in, frame, (size_t)size);
-        frame_in(c, frame, (size_t)size);
+        if (size >= MIN_FRAME)
+            frame_in(c, frame, (size_t)size);
         r->conn = c;
         r->node = n;
         r->frame = frame;
@@ -303,16 +314,68 @@ static void conn_write_cb(struct bufferevent *bev, void *arg)
         event_active(c->kick_ev, EV_TIMEOUT, 0);
 }
 
+/* Why a TLS connection failed: OpenSSL's errors, as text. */
+static void tls_error(sk_conn *c, struct bufferevent *bev)
+{
+    unsigned long e = bufferevent_get_openssl_error(bev);
+    if (!e)
+        return;
+    char msg[256];
+    ERR_error_string_n(e, msg, sizeof msg);
+    SSL *ssl = bufferevent_openssl_get_ssl(bev);
+    long v = ssl ? SSL_get_verify_result(ssl) : X509_V_OK;
+    if (ERR_GET_REASON(e) == SSL_R_UNEXPECTED_EOF_WHILE_READING)
+        SK_DEBUG("net", "%s: TLS: the client left during the handshake", c->peer);
+    else
+        SK_INFO("net", "%s: TLS: %s%s%s; closing the connection", c->peer, msg,
+                v != X509_V_OK ? ": client certificate: " : "",
+                v != X509_V_OK ? X509_verify_cert_error_string(v) : "");
+    while (bufferevent_get_openssl_error(bev))
+        ;
+}
+
 static void conn_event_cb(struct bufferevent *bev, short what, void *arg)
 {
-    (void)bev;
     sk_conn *c = arg;
+    if ((what & BEV_EVENT_CONNECTED) && c->tls) {
+        sk_tls_principal(bufferevent_openssl_get_ssl(bev), c->principal, sizeof c->principal);
+        SK_DEBUG("net", "%s: TLS established, principal %s", c->peer, c->principal);
+        return;
+    }
     if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
+        if (c->tls)
+            tls_error(c, bev);
         if ((what & BEV_EVENT_ERROR) && EVUTIL_SOCKET_ERROR() != ECONNRESET)
             SK_DEBUG("net", "%s: %s", c->peer,
                      evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
         conn_close(c);
     }
+}
+
+/* The bufferevent of a new connection: TLS on SSL and SASL_SSL listeners. */
+static struct bufferevent *conn_bev(sk_node *n, sk_conn *c, evutil_socket_t fd)
+{
+    sk_secproto proto = n->cfg->listeners[c->listener].protocol;
+    c->authenticated = !SK_SEC_IS_SASL(proto);
+    snprintf(c->principal, sizeof c->principal, "User:ANONYMOUS");
+    if (!SK_SEC_IS_TLS(proto))
+        return bufferevent_socket_new(n->base, fd, BEV_OPT_CLOSE_ON_FREE);
+    c->tls = true;
+    SSL *ssl = sk_tls_new_ssl(n->tls_ctx);
+    if (!ssl)
+        return NULL;
+    /* As in Kafka, ssl.client.auth concerns SSL listeners: SASL_SSL clients
+     * authenticate with SASL. */
+    if (proto == SK_SEC_SASL_SSL)
+        SSL_set_verify(ssl, SSL_VERIFY_NONE, NULL);
+    struct bufferevent *bev = bufferevent_openssl_socket_new(
+        n->base, fd, ssl, BUFFEREVENT_SSL_ACCEPTING, BEV_OPT_CLOSE_ON_FREE);
+    if (!bev) {
+        SSL_free(ssl);
+        return NULL;
+    }
+    bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);
+    return bev;
 }
 
 static void accept_cb(struct evconnlistener *lev, evutil_socket_t fd, struct sockaddr *sa,
@@ -339,7 +402,7 @@ static void accept_cb(struct evconnlistener *lev, evutil_socket_t fd, struct soc
     c->refs = 1;
     c->from_node = -1;
     c->za_slot = -1;
-    c->bev = bufferevent_socket_new(n->base, fd, BEV_OPT_CLOSE_ON_FREE);
+    c->bev = conn_bev(n, c, fd);
     c->kick_ev = event_new(n->base, -1, 0, conn_kick_cb, c);
     if (!c->bev || !c->kick_ev) {
         if (c->bev)
@@ -421,10 +484,65 @@ int sk_net_check_ports(const sk_config *cfg, char *why, size_t whylen)
     return 0;
 }
 
+static bool needs_tls(const sk_config *cfg)
+{
+    for (int i = 0; i < cfg->nlisteners; i++)
+        if (SK_SEC_IS_TLS(cfg->listeners[i].protocol))
+            return true;
+    return false;
+}
+
+typedef struct tls_reload {
+    sk_node *n;
+    SSL_CTX *ctx;
+    char why[512];
+} tls_reload;
+
+static void tls_reload_work(void *arg)
+{
+    tls_reload *t = arg;
+    t->ctx = sk_tls_load(t->n->cfg, t->why, sizeof t->why);
+}
+
+static void tls_reload_done(void *arg)
+{
+    tls_reload *t = arg;
+    t->n->tls_reloading = false;
+    if (t->ctx) {
+        sk_tls_swap(&t->n->tls_ctx, t->ctx);
+        SK_INFO("net", "TLS key, certificates and trust store reloaded; new connections use "
+                "them");
+    } else {
+        SK_ERROR("net", "TLS reload failed, the previous certificates stay in use: %s", t->why);
+    }
+    free(t);
+}
+
+void sk_net_reload_tls(sk_node *n)
+{
+    if (!needs_tls(n->cfg) || n->tls_reloading)
+        return;
+    tls_reload *t = calloc(1, sizeof *t);
+    if (!t)
+        return;
+    t->n = n;
+    if (sk_workq_submit(n->readers, tls_reload_work, tls_reload_done, t) != 0) {
+        free(t);
+        return;
+    }
+    n->tls_reloading = true;
+}
+
 int sk_net_listen(sk_node *n, char *why, size_t whylen)
 {
     if (!n->reap_ev)
         n->reap_ev = event_new(n->base, -1, 0, reap_cb, n);
+    /* Start-up, before the loop runs: the files are read here once. */
+    if (needs_tls(n->cfg) && !n->tls_ctx) {
+        n->tls_ctx = sk_tls_load(n->cfg, why, whylen);
+        if (!n->tls_ctx)
+            return SK_ERR_INVAL;
+    }
     for (int i = 0; i < n->cfg->nlisteners; i++) {
         const sk_listener *l = &n->cfg->listeners[i];
         struct addrinfo hints = {0}, *res = NULL;
@@ -464,7 +582,8 @@ int sk_net_listen(sk_node *n, char *why, size_t whylen)
                      l->port, last_err);
             return SK_ERR_INVAL;
         }
-        SK_INFO("net", "listening on %s://%s:%d", l->name, l->host[0] ? l->host : "*", l->port);
+        SK_INFO("net", "listening on %s://%s:%d (%s)", l->name, l->host[0] ? l->host : "*",
+                l->port, sk_secproto_name(l->protocol));
     }
     return 0;
 }
@@ -504,6 +623,8 @@ void sk_net_destroy(sk_node *n)
         event_free(n->reap_ev);
         n->reap_ev = NULL;
     }
+    sk_tls_free(n->tls_ctx);
+    n->tls_ctx = NULL;
 }
 
 void sk_net_stop_accepting(sk_node *n)

@@ -47,6 +47,12 @@ struct sk_conn {
     int32_t from_node; /* another node's connection: its id; else -1 */
     int za_slot;       /* its zone's slot in the accounting (xzone.h), -1 until known */
     struct sockaddr_storage addr;
+    /* security (docs/security.md) */
+    bool tls;             /* an SSL or SASL_SSL listener's */
+    bool authenticated;   /* SASL done, or a listener without SASL */
+    char principal[256];  /* User:ANONYMOUS, User:CN=... or User:alice */
+    struct sk_sasl *sasl; /* the SASL exchange under way (sasl.h), NULL: none */
+    int64_t session_end_ms; /* connections.max.reauth.ms: monotonic end, 0: none */
 };
 
 int sk_net_listen(sk_node *n, char *why, size_t whylen);
@@ -69,6 +75,10 @@ bool sk_net_idle(const sk_node *n);
 /* WAL back-pressure: stop or restart reading every connection. */
 void sk_net_pause(sk_node *n);
 void sk_net_resume(sk_node *n);
+
+/* SIGHUP: reads the TLS files again off the loop and, when they make a
+ * valid context, gives it to new connections (open ones keep theirs). */
+void sk_net_reload_tls(sk_node *n);
 
 /* Closes connections idle for longer than connections.max.idle.ms. */
 void sk_net_reap_idle(sk_node *n);

@@ -308,6 +308,10 @@ static int load_extra(void *arg, uint8_t kind, const uint8_t *body, size_t len)
         SK_ERROR("node", "corrupt group configs in the SQLite view");
         return SK_ERR_CORRUPT;
     }
+    if (kind == SK_SNAP_USER_CONFIGS && !n->cluster && sk_uconf_load(n, body, len) != 0) {
+        SK_ERROR("node", "corrupt user credentials in the SQLite view");
+        return SK_ERR_CORRUPT;
+    }
     return 0;
 }
 
@@ -929,6 +933,15 @@ static void signal_cb(evutil_socket_t fd, short what, void *arg)
     begin_shutdown(n);
 }
 
+/* SIGHUP: certificates are read again (docs/security.md). */
+static void sighup_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    SK_INFO("node", "SIGHUP: reloading the TLS key and certificates");
+    sk_net_reload_tls(arg);
+}
+
 int sk_node_run(sk_node *n)
 {
     char why[512];
@@ -942,6 +955,8 @@ int sk_node_run(sk_node *n)
         n->sig_ev[i] = evsignal_new(n->base, sigs[i], signal_cb, n);
         event_add(n->sig_ev[i], NULL);
     }
+    n->sig_ev[2] = evsignal_new(n->base, SIGHUP, sighup_cb, n);
+    event_add(n->sig_ev[2], NULL);
     sk_tier_start(n->tier);
     n->retention_ev = event_new(n->base, -1, EV_PERSIST, retention_cb, n);
     int64_t iv = n->cfg->log_retention_check_interval_ms;

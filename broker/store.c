@@ -43,6 +43,8 @@ static const char *const schema =
     "CREATE TABLE IF NOT EXISTS group_configs(grp BLOB PRIMARY KEY, body BLOB NOT NULL)"
     "  WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS consumer_groups(grp BLOB PRIMARY KEY, body BLOB NOT NULL)"
+    "  WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS user_configs(usr BLOB PRIMARY KEY, body BLOB NOT NULL)"
     "  WITHOUT ROWID;";
 
 /* Views of schema 2 (before the cluster) gain the columns of schema 3. */
@@ -92,6 +94,8 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_DEL_CGROUP] = "DELETE FROM consumer_groups WHERE grp = ?1",
     [ST_PUT_GCONF] = "INSERT OR REPLACE INTO group_configs(grp, body) VALUES(?1,?2)",
     [ST_DEL_GCONF] = "DELETE FROM group_configs WHERE grp = ?1",
+    [ST_PUT_UCONF] = "INSERT OR REPLACE INTO user_configs(usr, body) VALUES(?1,?2)",
+    [ST_DEL_UCONF] = "DELETE FROM user_configs WHERE usr = ?1",
     [ST_DEL_TOPIC_GOFFS] =
         "DELETE FROM group_offsets WHERE topic = (SELECT name FROM topics WHERE id = ?1)",
     [ST_PUT_OBJ] = "INSERT OR REPLACE INTO objects(key, kind, size, created, delete_after)"
@@ -310,7 +314,7 @@ int sk_store_reset(sk_store *s)
                          "DELETE FROM batches; DELETE FROM producers; DELETE FROM group_offsets;"
                          "DELETE FROM consumer_groups;"
                          "DELETE FROM objects; DELETE FROM object_ranges; DELETE FROM handoffs;"
-                         "DELETE FROM group_configs; DELETE FROM kv WHERE k <> 'schema';"
+                         "DELETE FROM group_configs; DELETE FROM user_configs; DELETE FROM kv WHERE k <> 'schema';"
                          "COMMIT");
     if (rc == 0) {
         s->applied = 0;
@@ -629,8 +633,9 @@ static int apply_objects(sk_store *s, const uint8_t *body, size_t len)
     return 0;
 }
 
-/* A group's config set (gconf.h's body): kept whole, dropped when empty. */
-static int apply_group_config(sk_store *s, const uint8_t *body, size_t len)
+/* A group's or a user's config set (gconf.h's body): kept whole, dropped
+ * when empty. */
+static int apply_config_set(sk_store *s, const uint8_t *body, size_t len, int put, int del)
 {
     sk_rd rd;
     sk_rd_init(&rd, body, len);
@@ -639,11 +644,21 @@ static int apply_group_config(sk_store *s, const uint8_t *body, size_t len)
     uint32_t count = sk_rd_u32(&rd);
     if (sk_rd_failed(&rd))
         return SK_ERR_CORRUPT;
-    sqlite3_stmt *st = sk_store_stmt(s, count ? ST_PUT_GCONF : ST_DEL_GCONF);
+    sqlite3_stmt *st = sk_store_stmt(s, count ? put : del);
     sqlite3_bind_blob(st, 1, glen ? grp : (const uint8_t *)"", (int)glen, SQLITE_STATIC);
     if (count)
         sqlite3_bind_blob(st, 2, body, (int)len, SQLITE_STATIC);
     return store_step_done(s, st);
+}
+
+static int apply_group_config(sk_store *s, const uint8_t *body, size_t len)
+{
+    return apply_config_set(s, body, len, ST_PUT_GCONF, ST_DEL_GCONF);
+}
+
+static int apply_user_config(sk_store *s, const uint8_t *body, size_t len)
+{
+    return apply_config_set(s, body, len, ST_PUT_UCONF, ST_DEL_UCONF);
 }
 
 static int apply_meta(sk_store *s, const sk_store_rec *r)
@@ -720,6 +735,8 @@ static int apply_meta(sk_store *s, const sk_store_rec *r)
         return apply_group(s, m.body, m.body_len);
     case SK_META_GROUP_CONFIG:
         return apply_group_config(s, m.body, m.body_len);
+    case SK_META_USER_CONFIG:
+        return apply_user_config(s, m.body, m.body_len);
     case SK_META_HANDOFF:
         return apply_handoff(s, m.body, m.body_len, r->lsn);
     case SK_META_ADOPT:
@@ -790,6 +807,8 @@ static int snap_extra(void *arg, uint8_t kind, const uint8_t *body, size_t len)
 {
     if (kind == SK_SNAP_GROUP_CONFIGS)
         return apply_group_config(arg, body, len);
+    if (kind == SK_SNAP_USER_CONFIGS)
+        return apply_user_config(arg, body, len);
     return kind == SK_SNAP_GROUPS ? apply_group(arg, body, len) : 0;
 }
 
@@ -852,17 +871,24 @@ static int load_consumer_groups(sqlite3 *db, const sk_snapshot_visitor *v)
     return rc;
 }
 
-static int load_group_configs(sk_store *s, const sk_snapshot_visitor *v)
+static int load_config_sets(sk_store *s, const sk_snapshot_visitor *v, const char *sql,
+                            uint8_t kind)
 {
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(s->db, "SELECT body FROM group_configs", -1, &st, NULL))
-        return store_db_err(s->db, "load group configs");
+    if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL))
+        return store_db_err(s->db, "load config sets");
     int rc = 0;
     while (rc == 0 && sqlite3_step(st) == SQLITE_ROW)
-        rc = v->extra(v->arg, SK_SNAP_GROUP_CONFIGS, sqlite3_column_blob(st, 0),
+        rc = v->extra(v->arg, kind, sqlite3_column_blob(st, 0),
                       (size_t)sqlite3_column_bytes(st, 0));
     sqlite3_finalize(st);
     return rc;
+}
+
+static int load_group_configs(sk_store *s, const sk_snapshot_visitor *v)
+{
+    int rc = load_config_sets(s, v, "SELECT body FROM group_configs", SK_SNAP_GROUP_CONFIGS);
+    return rc ? rc : load_config_sets(s, v, "SELECT body FROM user_configs", SK_SNAP_USER_CONFIGS);
 }
 
 /* Hands every group's committed offsets to the visitor as one commit

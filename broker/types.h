@@ -181,6 +181,8 @@ struct sk_req {
      * first error they met, and what to run when the last one is done. */
     int async_err;
     void (*on_done)(sk_req *r);
+    bool close_after_reply; /* close the connection once this answer is out */
+    bool raw_sasl;          /* a bare SASL token (sasl.h), answered bare */
 };
 
 /* ---- the node ---- */
@@ -223,6 +225,7 @@ struct sk_node {
 
     sk_map *topics_by_name; /* name -> sk_topic */
     sk_map *gconfs;         /* group id -> its config overrides (gconf.h); NULL: none */
+    sk_map *uconfs;         /* single node: user -> its SCRAM credentials (gconf.h) */
     sk_map *topics_by_id;   /* 16-byte id -> sk_topic */
 
     /* WAL cache: global FIFO in LSN order */
@@ -251,6 +254,8 @@ struct sk_node {
     bool paused;   /* reading stopped: WAL back-pressure */
     struct event *retention_ev;
     struct event *sig_ev[3];
+    struct ssl_ctx_st *tls_ctx; /* SSL and SASL_SSL listeners' (tls.h); NULL: none */
+    bool tls_reloading;         /* a SIGHUP reload is reading the files */
     int64_t started_ms;
 
     /* counters for metrics */

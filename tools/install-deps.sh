@@ -7,7 +7,7 @@
 set -eu
 
 build_pkgs="build-essential cmake ninja-build pkg-config python3
-libevent-dev libnfs-dev libcurl4-openssl-dev libssl-dev libsqlite3-dev
+libevent-dev libevent-openssl-2.1-7 libnfs-dev libcurl4-openssl-dev libssl-dev libsqlite3-dev
 libzstd-dev liblz4-dev libsnappy-dev zlib1g-dev libcmocka-dev libjansson-dev"
 
 test_pkgs="clang libclang-rt-14-dev llvm kcat librdkafka-dev

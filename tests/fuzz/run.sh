@@ -6,7 +6,8 @@
 # invariant are written to build-fuzz/artifacts/ and fail the run.
 #
 # Environment: FUZZ_SECONDS, FUZZ_BUILD (default build-fuzz), FUZZ_ARGS
-# (extra libFuzzer flags, e.g. "-jobs=2 -workers=2").
+# (extra libFuzzer flags, e.g. "-jobs=2 -workers=2"), FUZZ_TARGET (default
+# fuzz_request; fuzz_scram fuzzes the SCRAM parsing, from an empty corpus).
 set -eu
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -18,17 +19,18 @@ if command -v ninja >/dev/null 2>&1; then gen=Ninja; else gen="Unix Makefiles"; 
 
 cmake -S "$root" -B "$build" -G "$gen" -DCMAKE_C_COMPILER=clang -DSKIFF_FUZZ=ON \
       -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build" --target fuzz_request
+target=${FUZZ_TARGET:-fuzz_request}
+cmake --build "$build" --target "$target"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/skiff-fuzz.XXXXXX")
 trap 'rm -rf "$work"' EXIT INT TERM
 mkdir -p "$work/corpus" "$build/artifacts"
-if [ -d "$root/tests/fuzz/corpus" ]; then
+if [ "$target" = fuzz_request ] && [ -d "$root/tests/fuzz/corpus" ]; then
   find "$root/tests/fuzz/corpus" -maxdepth 1 -type f -name '*.bin' -exec cp {} "$work/corpus/" \;
 fi
 echo "fuzz: $(ls "$work/corpus" | wc -l) seed inputs, ${seconds}s"
 
 # shellcheck disable=SC2086
-"$build/tests/fuzz/fuzz_request" -max_total_time="$seconds" -max_len=65536 \
+"$build/tests/fuzz/$target" -max_total_time="$seconds" -max_len=65536 \
     -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$build/artifacts/" ${FUZZ_ARGS:-} "$work/corpus"

@@ -217,6 +217,26 @@ def zone_cluster_factory(request):
 
 
 @pytest.fixture
+def secure_node(request):
+    """Makes a node with PLAINTEXT, SSL, SASL_PLAINTEXT and SASL_SSL listeners
+    (secnode.py): skiffd, or with SKIFF_TEST_AGAINST=kafka an Apache Kafka configured
+    alike. make(pki, extra_properties)."""
+    import secnode
+    refs = []
+
+    def make(pki, extra=None):
+        if harness.external():
+            refs.append(secnode.KafkaRef("%s-kafka%d" % (request.node.name[:50], len(refs)),
+                                         pki, extra))
+            return refs[-1]
+        return secnode.node(request.getfixturevalue("broker_factory"), pki, extra)
+
+    yield make
+    for r in refs:
+        r.stop()
+
+
+@pytest.fixture
 def topic_name(request):
     return "t-%s-%s" % (request.node.name[:40].replace("[", "-").replace("]", ""),
                         uuid.uuid4().hex[:6])

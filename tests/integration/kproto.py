@@ -46,6 +46,10 @@ UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
 UNKNOWN_PRODUCER_ID = 59
 UNSUPPORTED_COMPRESSION_TYPE = 76
 INVALID_RECORD = 87
+UNSUPPORTED_SASL_MECHANISM = 33
+ILLEGAL_SASL_STATE = 34
+SASL_AUTHENTICATION_FAILED = 58
+RESOURCE_NOT_FOUND = 91
 
 API_NAMES = {
     0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 8: "OffsetCommit",
@@ -664,6 +668,27 @@ _api(55, 0,
                         S("Listeners", "2+", [F("Name", "string", "2+"), F("Host", "string", "2+"),
                                               F("Port", "uint16", "2+")])])])
 
+_api(17, None, [F("Mechanism", "string", "0+")],
+     [F("ErrorCode", "int16", "0+"), F("Mechanisms", "[]string", "0+")])
+_api(36, 2, [F("AuthBytes", "bytes", "0+")],
+     [F("ErrorCode", "int16", "0+"), F("ErrorMessage", "string", "0+", nullable="0+"),
+      F("AuthBytes", "bytes", "0+"), F("SessionLifetimeMs", "int64", "1+")])
+_api(50, 0, [S("Users", "0+", [F("Name", "string", "0+")], nullable="0+")],
+     [F("ThrottleTimeMs", "int32", "0+"), F("ErrorCode", "int16", "0+"),
+      F("ErrorMessage", "string", "0+", nullable="0+"),
+      S("Results", "0+", [F("User", "string", "0+"), F("ErrorCode", "int16", "0+"),
+                          F("ErrorMessage", "string", "0+", nullable="0+"),
+                          S("CredentialInfos", "0+", [F("Mechanism", "int8", "0+"),
+                                                      F("Iterations", "int32", "0+")])])])
+_api(51, 0,
+     [S("Deletions", "0+", [F("Name", "string", "0+"), F("Mechanism", "int8", "0+")]),
+      S("Upsertions", "0+", [F("Name", "string", "0+"), F("Mechanism", "int8", "0+"),
+                             F("Iterations", "int32", "0+"), F("Salt", "bytes", "0+"),
+                             F("SaltedPassword", "bytes", "0+")])],
+     [F("ThrottleTimeMs", "int32", "0+"),
+      S("Results", "0+", [F("User", "string", "0+"), F("ErrorCode", "int16", "0+"),
+                          F("ErrorMessage", "string", "0+", nullable="0+")])])
+
 
 # The KIP-848 consumer group protocol: ConsumerGroupHeartbeat, ConsumerGroupDescribe.
 _CG_TPS = [F("TopicId", "uuid", "0+"), F("Partitions", "[]int32", "0+")]
@@ -764,7 +789,8 @@ def frame(payload):
 class Conn:
     """One TCP connection. Requests may be pipelined: send() many, then recv()."""
 
-    def __init__(self, host, port=None, client_id="kproto", timeout=15.0):
+    def __init__(self, host, port=None, client_id="kproto", timeout=15.0, ssl_context=None):
+        """ssl_context: an ssl.SSLContext to speak TLS with (SSL, SASL_SSL listeners)."""
         if port is None:
             host, port = host.rsplit(":", 1)
         self.addr = (host, int(port))
@@ -772,6 +798,8 @@ class Conn:
         self.timeout = timeout
         self.sock = socket.create_connection(self.addr, timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if ssl_context is not None:
+            self.sock = ssl_context.wrap_socket(self.sock, server_hostname=host)
         self.next_corr = 1
         self.pending = []   # (corr, key, version) in send order
         self.buf = b""
