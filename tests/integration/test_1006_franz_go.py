@@ -1,4 +1,5 @@
-"""franz-go (kgo v1.22.3, Go module proxy): producer and group consumer by topic id.
+"""franz-go (kgo v1.22.3, Go module proxy): producer and group consumer by topic id, in
+classic groups and in KIP-848 consumer-protocol groups.
 
 franz-go takes min(its max, broker max) for every request, and names topics by id
 (Produce v13, Fetch v13+, OffsetCommit/OffsetFetch v10) once Metadata gives it ids
@@ -44,12 +45,12 @@ def versions_used(stderr):
     return out
 
 
-def run_franz(franz, broker, topic_name):
+def run_franz(franz, broker, topic_name, extra=(), group=None):
     with k.Conn(broker.bootstrap) as c:
         k.create_topic(c, topic_name, 3)
-    group = "franz-" + uuid.uuid4().hex[:8]
-    p = ktest.run([franz, "-b", broker.bootstrap, "-t", topic_name, "-g", group, "-n", "30"],
-                  timeout=150, what="franz")
+    group = group or "franz-" + uuid.uuid4().hex[:8]
+    p = ktest.run([franz, "-b", broker.bootstrap, "-t", topic_name, "-g", group, "-n", "30"]
+                  + list(extra), timeout=150, what="franz")
     return p.stdout.decode().splitlines(), versions_used(p.stderr)
 
 
@@ -68,3 +69,20 @@ def test_newest_versions_skiff_advertises(franz, broker, topic_name):
     assert lines[-1] == "C2 second-0 second-1 second-2", lines
     assert used["Fetch"] == {17} and used["ListOffsets"] <= {10} and used["Metadata"] == {13}, \
         used
+
+
+def test_consumer_protocol_groups(franz, broker, topic_name):
+    """The same run with kgo.ServerSideBalancer: franz-go joins with ConsumerGroupHeartbeat
+    (KIP-848) and never with JoinGroup; the commit, made with the member's epoch, resumes
+    the second consumer. The group is a consumer-protocol group afterwards."""
+    group = "franz848-" + uuid.uuid4().hex[:8]
+    lines, used = run_franz(franz, broker, topic_name, ["-848"], group=group)
+    assert lines == ["P 30", "C1 30", "P 3", "C2 second-0 second-1 second-2"], lines
+    assert used["ConsumerGroupHeartbeat"] == {1}, used
+    assert not used["JoinGroup"] and not used["SyncGroup"], used
+    assert used["OffsetCommit"] == {10}, used
+    with k.Conn(broker.bootstrap) as c:
+        g = c.request(69, 1, {"GroupIds": [group], "IncludeAuthorizedOperations": False})[
+            "Groups"][0]
+    assert g["ErrorCode"] == k.NONE and g["GroupState"] == "Empty", g
+    assert g["AssignorName"] in ("uniform", "range"), g

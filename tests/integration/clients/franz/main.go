@@ -3,7 +3,10 @@
 // did; franz-go's debug log goes to stderr, where the test reads which
 // versions of each request the client chose.
 //
-//	franz -b HOST:PORT -t TOPIC -g GROUP -n COUNT
+//	franz -b HOST:PORT -t TOPIC -g GROUP -n COUNT [-848]
+//
+// -848 runs the groups with the KIP-848 consumer protocol (kgo.ServerSideBalancer:
+// ConsumerGroupHeartbeat, the coordinator assigns), else the classic one.
 //
 // Output lines: "P <n>" records acknowledged, "C1 <n>" records the first
 // consumer read, "C2 <value>..." what the second one read after the commit.
@@ -48,11 +51,17 @@ func produce(seeds []string, topic, prefix string, n int) error {
 	return nil
 }
 
+var next848 = flag.Bool("848", false, "KIP-848 consumer protocol")
+
 // consume reads want records in group, commits them, and returns their values.
 func consume(seeds []string, topic, group string, want int) ([]string, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.WithLogger(logger{}),
+	opts := []kgo.Opt{kgo.SeedBrokers(seeds...), kgo.WithLogger(logger{}),
 		kgo.ConsumeTopics(topic), kgo.ConsumerGroup(group), kgo.DisableAutoCommit(),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}
+	if *next848 {
+		opts = append(opts, kgo.ServerSideBalancer())
+	}
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, err
 	}
