@@ -1,5 +1,6 @@
 #include "acl.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -336,4 +337,55 @@ const char *sk_acl_invalid(const sk_acl *a)
     if (!a->host || !*a->host)
         return "Invalid host";
     return NULL;
+}
+
+/* ---- text ---- */
+
+size_t sk_acl_encode(const sk_acl *a, char *buf, size_t len)
+{
+    int k = snprintf(buf, len, "%d.%d.%d.%d.%zu:%s%zu:%s%zu:%s", a->rtype, a->pattern, a->op,
+                     a->perm, strlen(a->principal), a->principal, strlen(a->host), a->host,
+                     strlen(a->name), a->name);
+    return k > 0 && (size_t)k < len ? (size_t)k : 0;
+}
+
+/* One "L:bytes" field: NUL-terminates it in place by moving it one byte
+ * left over its colon, which the next field no longer needs. */
+static char *field(char **p, char *end)
+{
+    char *q;
+    unsigned long l = strtoul(*p, &q, 10);
+    if (q == *p || q >= end || *q != ':' || l > (unsigned long)(end - q - 1))
+        return NULL;
+    memmove(q, q + 1, l);
+    q[l] = 0;
+    char *out = q;
+    *p = q + l + 1;
+    return out;
+}
+
+int sk_acl_decode(char *buf, size_t len, sk_acl *a)
+{
+    char *end = buf + len, *p = buf;
+    int v[4];
+    for (int i = 0; i < 4; i++) {
+        char *q;
+        long x = strtol(p, &q, 10);
+        if (q == p || q >= end || *q != '.' || x < 0 || x > 127)
+            return -1;
+        v[i] = (int)x;
+        p = q + 1;
+    }
+    *a = (sk_acl){(int8_t)v[0], (int8_t)v[1], NULL, NULL, NULL, (int8_t)v[2], (int8_t)v[3]};
+    if (!(a->principal = field(&p, end)) || !(a->host = field(&p, end)))
+        return -1;
+    /* The last field ends the text: its NUL goes where the text ends. */
+    char *q;
+    unsigned long l = strtoul(p, &q, 10);
+    if (q == p || q >= end || *q != ':' || l != (unsigned long)(end - q - 1))
+        return -1;
+    memmove(q, q + 1, l);
+    q[l] = 0;
+    a->name = q;
+    return sk_acl_invalid(a) ? -1 : 0;
 }

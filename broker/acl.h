@@ -108,4 +108,13 @@ const char *sk_acl_filter_invalid(const sk_acl *filter);
  * INVALID_REQUEST). */
 const char *sk_acl_invalid(const sk_acl *a);
 
+/* A binding as text, its identity in the metadata (a WAL record, an etcd
+ * key): "rtype.pattern.op.perm.L:principalL:hostL:name" with decimal
+ * lengths L. sk_acl_encode returns the length written (0: buf too small);
+ * sk_acl_decode points a's strings into buf (which it rewrites) and returns
+ * 0, or -1 for text that is not a binding. */
+#define SK_ACL_TEXT_MAX (3 * SK_ACL_NAME_MAX + 64)
+size_t sk_acl_encode(const sk_acl *a, char *buf, size_t len);
+int sk_acl_decode(char *buf, size_t len, sk_acl *a) __attribute__((warn_unused_result));
+
 #endif

@@ -195,6 +195,32 @@ static void test_add_remove(void **state)
     sk_acl_set_free(s);
 }
 
+static void test_text(void **state)
+{
+    (void)state;
+    sk_acl a = {SK_ACL_RES_TOPIC, SK_ACL_PAT_PREFIXED, "a:b.12:c", "User:x:y", "10.0.0.1",
+                SK_ACL_OP_WRITE, SK_ACL_PERM_DENY};
+    char buf[SK_ACL_TEXT_MAX];
+    size_t n = sk_acl_encode(&a, buf, sizeof buf);
+    assert_true(n > 0);
+    sk_acl b;
+    assert_int_equal(sk_acl_decode(buf, n, &b), 0);
+    assert_string_equal(b.name, a.name);
+    assert_string_equal(b.principal, a.principal);
+    assert_string_equal(b.host, a.host);
+    assert_int_equal(b.rtype, a.rtype);
+    assert_int_equal(b.pattern, a.pattern);
+    assert_int_equal(b.op, a.op);
+    assert_int_equal(b.perm, a.perm);
+    const char *bad[] = {"", "2.3.4", "2.3.4.3.99:User:a1:*1:t", "2.3.4.3.6:User:a1:*2:t",
+                         "2.9.4.3.6:User:a1:*1:t", "x.3.4.3.6:User:a1:*1:t"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char t[64];
+        strcpy(t, bad[i]);
+        assert_int_equal(sk_acl_decode(t, strlen(t), &b), -1);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -202,7 +228,7 @@ int main(void)
         cmocka_unit_test(test_deny_wins),       cmocka_unit_test(test_implications),
         cmocka_unit_test(test_hosts_and_principals), cmocka_unit_test(test_by_resource_type),
         cmocka_unit_test(test_filters),         cmocka_unit_test(test_validation),
-        cmocka_unit_test(test_add_remove),
+        cmocka_unit_test(test_add_remove),      cmocka_unit_test(test_text),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
