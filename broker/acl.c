@@ -326,7 +326,7 @@ const char *sk_acl_invalid(const sk_acl *a)
     if (a->perm != SK_ACL_PERM_DENY && a->perm != SK_ACL_PERM_ALLOW)
         return "Invalid permissionType";
     if (!a->name || !*a->name)
-        return "Resource name should not be empty";
+        return "Invalid empty resource name";
     if (strlen(a->name) > SK_ACL_NAME_MAX)
         return "Resource name is too long";
     if (a->rtype == SK_ACL_RES_CLUSTER && strcmp(a->name, SK_ACL_CLUSTER_NAME) != 0)

@@ -1,0 +1,245 @@
+/*
+ * DescribeAcls, CreateAcls and DeleteAcls, as kafka-acls.sh uses them, with
+ * Kafka 4.3's filters, checks and errors (acl.h). The bindings are cluster
+ * metadata (acls.h): a change is durable before it is answered.
+ *
+ * Without an authorizer (authorizer.class.name) Kafka answers
+ * SECURITY_DISABLED, and so does Skiff. DescribeAcls needs DESCRIBE on the
+ * cluster, the others ALTER.
+ *
+ * Thread: the event loop.
+ */
+#include <string.h>
+
+#include "acls.h"
+#include "authz.h"
+#include "cmeta.h"
+#include "dispatch.h"
+#include "handlers.h"
+#include "kmsg.h"
+#include "node.h"
+#include "sk_arena.h"
+#include "sk_err.h"
+
+#define NO_AUTHORIZER "No Authorizer is configured."
+
+/* A request string as a C string in the arena (NULL stays NULL). */
+static const char *cstr(sk_req *r, kc_str s)
+{
+    return s.len < 0 ? NULL : sk_arena_strndup(r->arena, s.p ? s.p : "", (size_t)s.len);
+}
+
+/* 0, or the error the whole request gets. */
+static int16_t refused(sk_req *r, int8_t op, const char **msg)
+{
+    if (!sk_authz_on(r->node)) {
+        *msg = NO_AUTHORIZER;
+        return SK_KAFKA_SECURITY_DISABLED;
+    }
+    if (!sk_authorize_cluster(r, op)) {
+        *msg = NULL;
+        return SK_KAFKA_CLUSTER_AUTHORIZATION_FAILED;
+    }
+    return 0;
+}
+
+/* ---- DescribeAcls ---- */
+
+typedef kp_DescribeAclsResponse_DescribeAclsResource d_res;
+typedef kp_DescribeAclsResponse_AclDescription d_acl;
+
+static bool same_resource(const d_res *d, const sk_acl *a)
+{
+    return d->resource_type == a->rtype && d->pattern_type == a->pattern &&
+           (size_t)d->resource_name.len == strlen(a->name) &&
+           memcmp(d->resource_name.p, a->name, strlen(a->name)) == 0;
+}
+
+static void describe_into(sk_req *r, const sk_acl *f, kp_DescribeAclsResponse *resp)
+{
+    sk_acl_set *s = sk_acls(r->node);
+    int n = sk_acl_count(s);
+    d_res *res = sk_req_array(r, &kp_DescribeAclsResponse_DescribeAclsResource_desc, n ? n : 1);
+    int *cnt = sk_arena_alloc(r->arena, sizeof *cnt * (size_t)(n ? n : 1));
+    if (!res || !cnt) {
+        resp->error_code = SK_KAFKA_UNKNOWN_SERVER_ERROR;
+        return;
+    }
+    int nres = 0;
+    for (int i = 0; i < n; i++) {
+        const sk_acl *a = sk_acl_at(s, i);
+        if (!sk_acl_filter_matches(f, a))
+            continue;
+        int k = 0;
+        while (k < nres && !same_resource(&res[k], a))
+            k++;
+        if (k == nres) {
+            res[k].resource_type = a->rtype;
+            res[k].pattern_type = a->pattern;
+            res[k].resource_name = sk_req_str(r, a->name);
+            res[k].acls.v = sk_req_array(r, &kp_DescribeAclsResponse_AclDescription_desc, n);
+            res[k].acls.n = 0;
+            nres++;
+        }
+        d_acl *d = res[k].acls.v ? &res[k].acls.v[res[k].acls.n++] : NULL;
+        if (d)
+            *d = (d_acl){sk_req_str(r, a->principal), sk_req_str(r, a->host), a->op, a->perm};
+    }
+    (void)cnt;
+    resp->resources.n = nres;
+    resp->resources.v = res;
+}
+
+void h_describe_acls(sk_req *r)
+{
+    kp_DescribeAclsRequest *req = r->body;
+    kp_DescribeAclsResponse *resp = r->resp;
+    const char *msg = NULL;
+    int16_t err = refused(r, SK_ACL_OP_DESCRIBE, &msg);
+    sk_acl f = {req->resource_type_filter, req->pattern_type_filter,
+                cstr(r, req->resource_name_filter), cstr(r, req->principal_filter),
+                cstr(r, req->host_filter), req->operation, req->permission_type};
+    if (!err && (msg = sk_acl_filter_invalid(&f)))
+        err = SK_KAFKA_INVALID_REQUEST;
+    if (err) {
+        resp->error_code = err;
+        resp->error_message = sk_req_str(r, msg);
+    } else {
+        describe_into(r, &f, resp);
+    }
+    sk_req_respond(r);
+}
+
+/* ---- CreateAcls ---- */
+
+void h_create_acls(sk_req *r)
+{
+    kp_CreateAclsRequest *req = r->body;
+    kp_CreateAclsResponse *resp = r->resp;
+    int32_t n = req->creations.n > 0 ? req->creations.n : 0;
+    kp_CreateAclsResponse_AclCreationResult *res =
+        sk_req_array(r, &kp_CreateAclsResponse_AclCreationResult_desc, n ? n : 1);
+    if (!res) {
+        sk_req_close(r, "out of memory");
+        return;
+    }
+    resp->results.n = n;
+    resp->results.v = res;
+    const char *msg = NULL;
+    int16_t err = refused(r, SK_ACL_OP_ALTER, &msg);
+    r->pending = 1;
+    for (int32_t i = 0; i < n; i++) {
+        const kp_CreateAclsRequest_AclCreation *c = &req->creations.v[i];
+        sk_acl a = {c->resource_type, c->resource_pattern_type, cstr(r, c->resource_name),
+                    cstr(r, c->principal), cstr(r, c->host), c->operation, c->permission_type};
+        const char *why = err ? msg : sk_acl_invalid(&a);
+        if (err || why) {
+            res[i].error_code = err ? err : SK_KAFKA_INVALID_REQUEST;
+            res[i].error_message = sk_req_str(r, why);
+            continue;
+        }
+        sk_item *it = sk_item_new(r, &res[i].error_code, &res[i].error_message);
+        if (!it) {
+            res[i].error_code = SK_KAFKA_UNKNOWN_SERVER_ERROR;
+            continue;
+        }
+        r->pending++;
+        int rc = sk_cmeta_set_acl(r->node, &a, true, sk_item_done, it);
+        if (rc)
+            sk_item_done(it, rc);
+    }
+    sk_item_done(&(sk_item){r, &(int16_t){0}, NULL}, 0);
+}
+
+/* ---- DeleteAcls ---- */
+
+typedef kp_DeleteAclsResponse_DeleteAclsMatchingAcl m_acl;
+typedef kp_DeleteAclsResponse_DeleteAclsFilterResult f_res;
+
+/* A deletion to make once every filter has matched (the local metadata
+ * applies each at once, which reorders the set). */
+typedef struct del {
+    sk_acl a; /* strings in the arena */
+    m_acl *out;
+} del;
+
+/* The bindings one filter matches; each is deleted once per request. */
+static void match(sk_req *r, const sk_acl *f, f_res *out, bool *gone, del *todo, int *ntodo)
+{
+    sk_acl_set *s = sk_acls(r->node);
+    int n = sk_acl_count(s);
+    m_acl *m = sk_req_array(r, &kp_DeleteAclsResponse_DeleteAclsMatchingAcl_desc, n ? n : 1);
+    if (!m) {
+        out->error_code = SK_KAFKA_UNKNOWN_SERVER_ERROR;
+        return;
+    }
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        const sk_acl *a = sk_acl_at(s, i);
+        if (!sk_acl_filter_matches(f, a))
+            continue;
+        m[k] = (m_acl){0, {NULL, -1}, a->rtype, sk_req_str(r, a->name), a->pattern,
+                       sk_req_str(r, a->principal), sk_req_str(r, a->host), a->op, a->perm};
+        if (!gone[i]) {
+            gone[i] = true;
+            todo[(*ntodo)++] = (del){{a->rtype, a->pattern, m[k].resource_name.p,
+                                      m[k].principal.p, m[k].host.p, a->op, a->perm},
+                                     &m[k]};
+        }
+        k++;
+    }
+    out->matching_acls.n = k;
+    out->matching_acls.v = m;
+}
+
+static void delete_all(sk_req *r, del *todo, int ntodo)
+{
+    for (int i = 0; i < ntodo; i++) {
+        sk_item *it = sk_item_new(r, &todo[i].out->error_code, &todo[i].out->error_message);
+        if (!it || !todo[i].a.name || !todo[i].a.principal || !todo[i].a.host) {
+            todo[i].out->error_code = SK_KAFKA_UNKNOWN_SERVER_ERROR;
+            continue;
+        }
+        r->pending++;
+        int rc = sk_cmeta_set_acl(r->node, &todo[i].a, false, sk_item_done, it);
+        if (rc)
+            sk_item_done(it, rc);
+    }
+}
+
+void h_delete_acls(sk_req *r)
+{
+    kp_DeleteAclsRequest *req = r->body;
+    kp_DeleteAclsResponse *resp = r->resp;
+    int32_t n = req->filters.n > 0 ? req->filters.n : 0;
+    f_res *res = sk_req_array(r, &kp_DeleteAclsResponse_DeleteAclsFilterResult_desc, n ? n : 1);
+    int nacl = sk_acl_count(sk_acls(r->node));
+    bool *gone = sk_arena_alloc(r->arena, (size_t)(nacl ? nacl : 1));
+    del *todo = sk_arena_alloc(r->arena, sizeof *todo * (size_t)(nacl ? nacl : 1));
+    int ntodo = 0;
+    if (!res || !gone || !todo) {
+        sk_req_close(r, "out of memory");
+        return;
+    }
+    memset(gone, 0, (size_t)(nacl ? nacl : 1));
+    resp->filter_results.n = n;
+    resp->filter_results.v = res;
+    const char *msg = NULL;
+    int16_t err = refused(r, SK_ACL_OP_ALTER, &msg);
+    r->pending = 1;
+    for (int32_t i = 0; i < n; i++) {
+        const kp_DeleteAclsRequest_DeleteAclsFilter *c = &req->filters.v[i];
+        sk_acl f = {c->resource_type_filter, c->pattern_type_filter,
+                    cstr(r, c->resource_name_filter), cstr(r, c->principal_filter),
+                    cstr(r, c->host_filter), c->operation, c->permission_type};
+        const char *why = err ? msg : sk_acl_filter_invalid(&f);
+        if (err || why) {
+            res[i].error_code = err ? err : SK_KAFKA_INVALID_REQUEST;
+            res[i].error_message = sk_req_str(r, why);
+            continue;
+        }
+        match(r, &f, &res[i], gone, todo, &ntodo);
+    }
+    delete_all(r, todo, ntodo);
+    sk_item_done(&(sk_item){r, &(int16_t){0}, NULL}, 0);
+}
