@@ -111,6 +111,15 @@ bool sk_authorize_any(const sk_req *r, int8_t rtype, int8_t op)
     return s && sk_acl_allowed_any(s, r->conn->principal, host, rtype, op);
 }
 
+bool sk_authz_topic(const sk_req *r, const sk_topic *t, kc_str name, int8_t op)
+{
+    if (t)
+        return sk_authorize(r, SK_ACL_RES_TOPIC, t->name, strlen(t->name), op);
+    if (name.len <= 0)
+        return true;
+    return sk_authorize(r, SK_ACL_RES_TOPIC, name.p, (size_t)name.len, op);
+}
+
 int32_t sk_authz_ops(const sk_req *r, int8_t rtype, const char *name, size_t nlen, int32_t ops)
 {
     if (!sk_authz_on(r->node) || r->conn->from_node >= 0)

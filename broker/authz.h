@@ -49,6 +49,9 @@ bool sk_authorize(const sk_req *r, int8_t rtype, const char *name, size_t nlen, 
 bool sk_authorize_cluster(const sk_req *r, int8_t op);
 /* Whether op is allowed on at least one resource of the type. */
 bool sk_authorize_any(const sk_req *r, int8_t rtype, int8_t op);
+/* A topic of a request: t when known, else the name the request gives
+ * (an unknown topic named by id only is not refused here). */
+bool sk_authz_topic(const sk_req *r, const struct sk_topic *t, kc_str name, int8_t op);
 /* The authorized operations of a resource, among `ops`. */
 int32_t sk_authz_ops(const sk_req *r, int8_t rtype, const char *name, size_t nlen, int32_t ops);
 

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "acl.h"
+#include "authz.h"
 #include "cmeta.h"
 #include "config.h"
 #include "dispatch.h"
@@ -121,6 +123,8 @@ void h_create_topics(sk_req *r)
     resp->topics.v = rs;
     r->pending = 1;
     int32_t nres = 0;
+    /* CREATE on the cluster, else on each topic (Kafka's order). */
+    bool may_create = sk_authorize_cluster(r, SK_ACL_OP_CREATE);
     for (int32_t i = 0; i < nt; i++) {
         kp_CreateTopicsRequest_CreatableTopic *ct = &req->topics.v[i];
         /* A name given twice gets one answer, an error. */
@@ -144,6 +148,10 @@ void h_create_topics(sk_req *r)
         if (dup) {
             create_error(r, res, SK_KAFKA_INVALID_REQUEST,
                          "Create topics request from client contains a duplicate topic");
+            continue;
+        }
+        if (!may_create && !sk_authz_topic(r, NULL, ct->name, SK_ACL_OP_CREATE)) {
+            create_error(r, res, SK_KAFKA_TOPIC_AUTHORIZATION_FAILED, "Authorization failed.");
             continue;
         }
         const char *bad = sk_topic_name_invalid(ct->name.p, (size_t)ct->name.len);
@@ -308,9 +316,19 @@ void h_delete_topics(sk_req *r)
             rs[i].error_message = sk_req_str(r, "Topic deletion is disabled (delete.topic.enable)");
             continue;
         }
+        if (!sk_authz_topic(r, t, rs[i].name, SK_ACL_OP_DESCRIBE)) {
+            rs[i].error_code = SK_KAFKA_TOPIC_AUTHORIZATION_FAILED;
+            rs[i].error_message = sk_req_str(r, "Authorization failed.");
+            continue;
+        }
         if (!t) {
             rs[i].error_code = SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION;
             rs[i].error_message = sk_req_str(r, "This server does not host this topic-partition.");
+            continue;
+        }
+        if (!sk_authz_topic(r, t, rs[i].name, SK_ACL_OP_DELETE)) {
+            rs[i].error_code = SK_KAFKA_TOPIC_AUTHORIZATION_FAILED;
+            rs[i].error_message = sk_req_str(r, "Authorization failed.");
             continue;
         }
         rs[i].topic_id = t->id;
@@ -645,6 +663,12 @@ void h_init_producer_id(sk_req *r)
     if (req->transactional_id.len > 0) {
         /* No transaction coordinator: a fatal answer, as FindCoordinator's. */
         resp->error_code = SK_KAFKA_TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+        sk_req_respond(r);
+        return;
+    }
+    if (!sk_authorize_cluster(r, SK_ACL_OP_IDEMPOTENT_WRITE) &&
+        !sk_authorize_any(r, SK_ACL_RES_TOPIC, SK_ACL_OP_WRITE)) {
+        resp->error_code = SK_KAFKA_CLUSTER_AUTHORIZATION_FAILED;
         sk_req_respond(r);
         return;
     }

@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "acl.h"
+#include "authz.h"
 #include "cmeta.h"
 #include "dispatch.h"
 #include "gconf.h"
@@ -115,6 +117,11 @@ void h_describe_user_scram_credentials(sk_req *r)
 {
     kp_DescribeUserScramCredentialsRequest *req = r->body;
     kp_DescribeUserScramCredentialsResponse *resp = r->resp;
+    if (!sk_authorize_cluster(r, SK_ACL_OP_DESCRIBE)) {
+        resp->error_code = SK_KAFKA_CLUSTER_AUTHORIZATION_FAILED;
+        sk_req_respond(r);
+        return;
+    }
     if (req->users.n <= 0) {
         if (sk_cmeta_list_user_configs(r->node, describe_listed, r) != 0) {
             resp->error_code = SK_KAFKA_REQUEST_TIMED_OUT;
@@ -320,7 +327,10 @@ void h_alter_user_scram_credentials(sk_req *r)
     resp->results.n = n;
     resp->results.v = res;
     r->pending = 1;
+    bool allowed = sk_authorize_cluster(r, SK_ACL_OP_ALTER);
     for (int32_t i = 0; i < n; i++) {
+        if (!allowed)
+            set_error(r, &res[i], SK_KAFKA_CLUSTER_AUTHORIZATION_FAILED, NULL);
         check_user(r, req, &res[i]);
         a_call *a = sk_arena_alloc(r->arena, sizeof *a);
         if (res[i].error_code || !a)
