@@ -333,7 +333,7 @@ const char *sk_acl_invalid(const sk_acl *a)
         return "The only valid name for the CLUSTER resource is kafka-cluster";
     const char *colon = a->principal ? strchr(a->principal, ':') : NULL;
     if (!colon || colon == a->principal)
-        return "Could not parse principal from `principal` (should be of the form Type:name)";
+        return SK_ACL_BAD_PRINCIPAL;
     if (!a->host || !*a->host)
         return "Invalid host";
     return NULL;

@@ -107,6 +107,9 @@ const char *sk_acl_filter_invalid(const sk_acl *filter);
 /* NULL when a binding may be created, else Kafka's message (the error is
  * INVALID_REQUEST). */
 const char *sk_acl_invalid(const sk_acl *a);
+/* sk_acl_invalid's answer for a principal without "Type:" (Kafka's message
+ * names it: see sk_acl_invalid's caller). */
+#define SK_ACL_BAD_PRINCIPAL "Could not parse principal"
 
 /* A binding as text, its identity in the metadata (a WAL record, an etcd
  * key): "rtype.pattern.op.perm.L:principalL:hostL:name" with decimal

@@ -120,6 +120,27 @@ bool sk_authz_topic(const sk_req *r, const sk_topic *t, kc_str name, int8_t op)
     return sk_authorize(r, SK_ACL_RES_TOPIC, name.p, (size_t)name.len, op);
 }
 
+bool sk_authz_group(const sk_req *r, kc_str group, int8_t op)
+{
+    return sk_authorize(r, SK_ACL_RES_GROUP, group.len > 0 ? group.p : "",
+                        group.len > 0 ? (size_t)group.len : 0, op);
+}
+
+int16_t sk_authz_config(const sk_req *r, int8_t config_type, kc_str name, int8_t op)
+{
+    switch (config_type) {
+    case 2:
+        return sk_authz_topic(r, NULL, name, op) ? 0 : SK_KAFKA_TOPIC_AUTHORIZATION_FAILED;
+    case 32:
+        return sk_authz_group(r, name, op) ? 0 : SK_KAFKA_GROUP_AUTHORIZATION_FAILED;
+    case 4:
+    case 8:
+        return sk_authorize_cluster(r, op) ? 0 : SK_KAFKA_CLUSTER_AUTHORIZATION_FAILED;
+    default:
+        return 0;
+    }
+}
+
 int32_t sk_authz_ops(const sk_req *r, int8_t rtype, const char *name, size_t nlen, int32_t ops)
 {
     if (!sk_authz_on(r->node) || r->conn->from_node >= 0)

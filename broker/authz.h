@@ -52,6 +52,12 @@ bool sk_authorize_any(const sk_req *r, int8_t rtype, int8_t op);
 /* A topic of a request: t when known, else the name the request gives
  * (an unknown topic named by id only is not refused here). */
 bool sk_authz_topic(const sk_req *r, const struct sk_topic *t, kc_str name, int8_t op);
+/* A group named by a request. */
+bool sk_authz_group(const sk_req *r, kc_str group, int8_t op);
+/* A resource of DescribeConfigs / AlterConfigs / IncrementalAlterConfigs
+ * (config resource type 2 topic, 4 broker, 8 broker logger, 32 group): 0
+ * when op is allowed on it, else Kafka's error code for its type. */
+int16_t sk_authz_config(const sk_req *r, int8_t config_type, kc_str name, int8_t op);
 /* The authorized operations of a resource, among `ops`. */
 int32_t sk_authz_ops(const sk_req *r, int8_t rtype, const char *name, size_t nlen, int32_t ops);
 

@@ -1,3 +1,5 @@
+#include "acl.h"
+#include "authz.h"
 #include "groups.h"
 
 #include <event2/event.h>
@@ -115,6 +117,13 @@ struct sk_groups {
     struct event *tick_ev;
     struct event *expire_ev;
 };
+
+/* A group request refused: GROUP_AUTHORIZATION_FAILED when the client may
+ * not do op, else the other error. */
+static int16_t group_error(sk_req *r, kc_str group, int16_t other)
+{
+    return sk_authz_group(r, group, SK_ACL_OP_READ) ? other : SK_KAFKA_GROUP_AUTHORIZATION_FAILED;
+}
 
 static size_t off_key(char *buf, size_t cap, const char *topic, size_t tlen, int32_t part)
 {
@@ -750,9 +759,9 @@ void h_join_group(sk_req *r)
 {
     kp_JoinGroupRequest *req = r->body;
     sk_groups *gs = r->node->groups;
-    if (!coordinates(r, req->group_id)) {
+    if (!sk_authz_group(r, req->group_id, SK_ACL_OP_READ) || !coordinates(r, req->group_id)) {
         kp_JoinGroupResponse *resp = r->resp;
-        resp->error_code = SK_KAFKA_NOT_COORDINATOR;
+        resp->error_code = group_error(r, req->group_id, SK_KAFKA_NOT_COORDINATOR);
         sk_req_respond(r);
         return;
     }
@@ -819,9 +828,9 @@ void h_sync_group(sk_req *r)
 {
     kp_SyncGroupRequest *req = r->body;
     sk_groups *gs = r->node->groups;
-    if (!coordinates(r, req->group_id)) {
+    if (!sk_authz_group(r, req->group_id, SK_ACL_OP_READ) || !coordinates(r, req->group_id)) {
         kp_SyncGroupResponse *resp = r->resp;
-        resp->error_code = SK_KAFKA_NOT_COORDINATOR;
+        resp->error_code = group_error(r, req->group_id, SK_KAFKA_NOT_COORDINATOR);
         sk_req_respond(r);
         return;
     }
@@ -852,6 +861,7 @@ void h_heartbeat(sk_req *r)
     kp_HeartbeatRequest *req = r->body;
     kp_HeartbeatResponse *resp = r->resp;
     resp->error_code =
+        !sk_authz_group(r, req->group_id, SK_ACL_OP_READ) ? SK_KAFKA_GROUP_AUTHORIZATION_FAILED :
         !coordinates(r, req->group_id) ? SK_KAFKA_NOT_COORDINATOR :
         sk_gc_heartbeat(r->node->groups->gc, req->group_id, req->member_id,
                         r->version >= 3 ? req->group_instance_id : (kc_str){NULL, -1},
@@ -865,9 +875,11 @@ void h_leave_group(sk_req *r)
     kp_LeaveGroupResponse *resp = r->resp;
     sk_gc *gc = r->node->groups->gc;
     int64_t now = sk_mono_ms();
-    if (req->group_id.len <= 0 || !coordinates(r, req->group_id)) {
+    if (!sk_authz_group(r, req->group_id, SK_ACL_OP_READ) || req->group_id.len <= 0 ||
+        !coordinates(r, req->group_id)) {
         resp->error_code =
-            req->group_id.len <= 0 ? SK_KAFKA_INVALID_GROUP_ID : SK_KAFKA_NOT_COORDINATOR;
+            req->group_id.len <= 0 ? SK_KAFKA_INVALID_GROUP_ID
+                                   : group_error(r, req->group_id, SK_KAFKA_NOT_COORDINATOR);
         sk_req_respond(r);
         return;
     }
@@ -1149,7 +1161,9 @@ void h_offset_commit(sk_req *r)
     resp->topics.v = ts;
     int16_t gerr = 0;
     sk_cg_group *cgrp = NULL;
-    if (req->group_id.len <= 0)
+    if (!sk_authz_group(r, req->group_id, SK_ACL_OP_READ))
+        gerr = SK_KAFKA_GROUP_AUTHORIZATION_FAILED;
+    else if (req->group_id.len <= 0)
         gerr = SK_KAFKA_INVALID_GROUP_ID;
     else if (!coordinates(r, req->group_id))
         gerr = SK_KAFKA_NOT_COORDINATOR;
@@ -1193,8 +1207,12 @@ void h_offset_commit(sk_req *r)
             kp_OffsetCommitResponse_OffsetCommitResponsePartition *o = &ts[i].partitions.v[j];
             o->partition_index = p->partition_index;
             /* Kafka resolves ids before it asks the coordinator. */
-            if (r->version >= 10 && !topic)
+            if (gerr == SK_KAFKA_GROUP_AUTHORIZATION_FAILED)
+                o->error_code = gerr;
+            else if (r->version >= 10 && !topic)
                 o->error_code = SK_KAFKA_UNKNOWN_TOPIC_ID;
+            else if (!sk_authz_topic(r, topic, t->name, SK_ACL_OP_READ))
+                o->error_code = SK_KAFKA_TOPIC_AUTHORIZATION_FAILED;
             else if (gerr)
                 o->error_code = gerr;
             else if (cgrp && (o->error_code = commit_by_member(r, cgrp, topic, p->partition_index)))
@@ -1403,7 +1421,8 @@ void h_offset_fetch(sk_req *r)
     struct kc_i32s *parts;
     ofetch_topic *ot;
     if (r->version <= 7) {
-        gstate *s = req->group_id.len > 0
+        bool allowed = sk_authz_group(r, req->group_id, SK_ACL_OP_DESCRIBE);
+        gstate *s = req->group_id.len > 0 && allowed
                         ? state_get(gs, req->group_id.p, (size_t)req->group_id.len, false)
                         : NULL;
         OFETCH_WANT(r, req->topics, names, parts);
@@ -1434,7 +1453,9 @@ void h_offset_fetch(sk_req *r)
         }
         resp->topics.n = nt;
         resp->topics.v = ts;
-        if (req->group_id.len <= 0)
+        if (!allowed)
+            resp->error_code = SK_KAFKA_GROUP_AUTHORIZATION_FAILED;
+        else if (req->group_id.len <= 0)
             resp->error_code = SK_KAFKA_INVALID_GROUP_ID;
         else if (!coordinates(r, req->group_id))
             resp->error_code = SK_KAFKA_NOT_COORDINATOR;
@@ -1451,12 +1472,15 @@ void h_offset_fetch(sk_req *r)
     for (int32_t g = 0; g < ng; g++) {
         kp_OffsetFetchRequest_OffsetFetchRequestGroup *rg = &req->groups.v[g];
         gr[g].group_id = rg->group_id;
-        gstate *s = rg->group_id.len > 0
+        bool allowed = sk_authz_group(r, rg->group_id, SK_ACL_OP_DESCRIBE);
+        gstate *s = rg->group_id.len > 0 && allowed
                         ? state_get(gs, rg->group_id.p, (size_t)rg->group_id.len, false)
                         : NULL;
         sk_cg_group *cgrp =
-            rg->group_id.len > 0 ? sk_cg_find(gs->cg, rg->group_id.p, (size_t)rg->group_id.len) : NULL;
-        if (rg->group_id.len <= 0)
+            rg->group_id.len > 0 && allowed ? sk_cg_find(gs->cg, rg->group_id.p, (size_t)rg->group_id.len) : NULL;
+        if (!allowed)
+            gr[g].error_code = SK_KAFKA_GROUP_AUTHORIZATION_FAILED;
+        else if (rg->group_id.len <= 0)
             gr[g].error_code = SK_KAFKA_INVALID_GROUP_ID;
         else if (!coordinates(r, rg->group_id))
             gr[g].error_code = SK_KAFKA_NOT_COORDINATOR;

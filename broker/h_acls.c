@@ -3,12 +3,16 @@
  * Kafka 4.3's filters, checks and errors (acl.h). The bindings are cluster
  * metadata (acls.h): a change is durable before it is answered.
  *
+ * A filter with an unknown code (0, or one Kafka does not know) closes the
+ * connection: Kafka cannot parse the request.
+ *
  * Without an authorizer (authorizer.class.name) Kafka answers
  * SECURITY_DISABLED, and so does Skiff. DescribeAcls needs DESCRIBE on the
  * cluster, the others ALTER.
  *
  * Thread: the event loop.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "acls.h"
@@ -99,8 +103,11 @@ void h_describe_acls(sk_req *r)
     sk_acl f = {req->resource_type_filter, req->pattern_type_filter,
                 cstr(r, req->resource_name_filter), cstr(r, req->principal_filter),
                 cstr(r, req->host_filter), req->operation, req->permission_type};
-    if (!err && (msg = sk_acl_filter_invalid(&f)))
-        err = SK_KAFKA_INVALID_REQUEST;
+    /* Kafka cannot parse a filter with an unknown code: it closes. */
+    if (sk_acl_filter_invalid(&f)) {
+        sk_req_close(r, "an ACL filter with an unknown code");
+        return;
+    }
     if (err) {
         resp->error_code = err;
         resp->error_message = sk_req_str(r, msg);
@@ -111,6 +118,31 @@ void h_describe_acls(sk_req *r)
 }
 
 /* ---- CreateAcls ---- */
+
+/* NULL when a binding may be created, else Kafka's message and code: a
+ * pattern other than LITERAL or PREFIXED fails Kafka's request parsing
+ * (UNKNOWN_SERVER_ERROR, no message), the rest its checks. */
+static const char *creation_invalid(sk_req *r, const sk_acl *a, int16_t *code)
+{
+    if (a->pattern != SK_ACL_PAT_LITERAL && a->pattern != SK_ACL_PAT_PREFIXED) {
+        *code = SK_KAFKA_UNKNOWN_SERVER_ERROR;
+        return NULL;
+    }
+    const char *why = sk_acl_invalid(a);
+    if (!why)
+        return NULL;
+    *code = SK_KAFKA_INVALID_REQUEST;
+    if (strcmp(why, SK_ACL_BAD_PRINCIPAL) != 0)
+        return why;
+    size_t len = strlen(a->principal ? a->principal : "") + 128;
+    char *m = sk_arena_alloc(r->arena, len);
+    if (m)
+        snprintf(m, len,
+                 "Could not parse principal from `%s` (no colon is present separating the "
+                 "principal type from the principal name)",
+                 a->principal ? a->principal : "");
+    return m;
+}
 
 void h_create_acls(sk_req *r)
 {
@@ -132,9 +164,10 @@ void h_create_acls(sk_req *r)
         const kp_CreateAclsRequest_AclCreation *c = &req->creations.v[i];
         sk_acl a = {c->resource_type, c->resource_pattern_type, cstr(r, c->resource_name),
                     cstr(r, c->principal), cstr(r, c->host), c->operation, c->permission_type};
-        const char *why = err ? msg : sk_acl_invalid(&a);
-        if (err || why) {
-            res[i].error_code = err ? err : SK_KAFKA_INVALID_REQUEST;
+        int16_t code = err;
+        const char *why = err ? msg : creation_invalid(r, &a, &code);
+        if (code) {
+            res[i].error_code = code;
             res[i].error_message = sk_req_str(r, why);
             continue;
         }
@@ -226,6 +259,15 @@ void h_delete_acls(sk_req *r)
     resp->filter_results.v = res;
     const char *msg = NULL;
     int16_t err = refused(r, SK_ACL_OP_ALTER, &msg);
+    for (int32_t i = 0; i < n; i++) {
+        const kp_DeleteAclsRequest_DeleteAclsFilter *c = &req->filters.v[i];
+        sk_acl f = {c->resource_type_filter, c->pattern_type_filter, NULL, NULL, NULL,
+                    c->operation, c->permission_type};
+        if (sk_acl_filter_invalid(&f)) {
+            sk_req_close(r, "an ACL filter with an unknown code");
+            return;
+        }
+    }
     r->pending = 1;
     for (int32_t i = 0; i < n; i++) {
         const kp_DeleteAclsRequest_DeleteAclsFilter *c = &req->filters.v[i];

@@ -602,6 +602,12 @@ void h_describe_configs(sk_req *r)
         out->resource_type = res->resource_type;
         out->resource_name = res->resource_name;
         kc_str nm = res->resource_name;
+        int16_t denied =
+            sk_authz_config(r, res->resource_type, nm, SK_ACL_OP_DESCRIBE_CONFIGS);
+        if (denied) {
+            out->error_code = denied;
+            continue;
+        }
         if (res->resource_type == 2) { /* topic */
             sk_topic *t = nm.len > 0 ? sk_topic_get(n, nm.p, (size_t)nm.len) : NULL;
             if (!t) {

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/statvfs.h>
 
+#include "acl.h"
 #include "authz.h"
 #include "cmeta.h"
 #include "config.h"
@@ -286,6 +287,12 @@ void h_alter_configs(sk_req *r)
         rs[i].resource_name = res->resource_name;
         res_out o = {&rs[i].error_code, &rs[i].error_message};
         struct cset c = {0};
+        int16_t denied = sk_authz_config(r, res->resource_type, res->resource_name,
+                                         SK_ACL_OP_ALTER_CONFIGS);
+        if (denied) {
+            rs[i].error_code = denied;
+            continue;
+        }
         if (res->resource_type == RES_GROUP) {
             alter_group(r, res, req->validate_only, o);
             continue;
@@ -373,6 +380,12 @@ void h_incremental_alter_configs(sk_req *r)
         rs[i].resource_name = res->resource_name;
         res_out o = {&rs[i].error_code, &rs[i].error_message};
         struct cset c;
+        int16_t denied = sk_authz_config(r, res->resource_type, res->resource_name,
+                                         SK_ACL_OP_ALTER_CONFIGS);
+        if (denied) {
+            rs[i].error_code = denied;
+            continue;
+        }
         if (res->resource_type == RES_GROUP) {
             incr_alter_group(r, res, req->validate_only, o);
             continue;

@@ -382,6 +382,8 @@ void h_find_coordinator(sk_req *r)
     }
     if (r->version < 4) {
         sk_broker c = {0};
+        if (!err && req->key_type == 0 && !sk_authz_group(r, req->key, SK_ACL_OP_DESCRIBE))
+            err = SK_KAFKA_GROUP_AUTHORIZATION_FAILED;
         if (!err)
             err = coordinator_of(r, req->key, &c);
         resp->error_code = err;
@@ -401,7 +403,10 @@ void h_find_coordinator(sk_req *r)
     }
     for (int32_t i = 0; i < nk; i++) {
         sk_broker c = {0};
-        int16_t e = err ? err : coordinator_of(r, req->coordinator_keys.v[i], &c);
+        int16_t e = err ? err
+                    : !sk_authz_group(r, req->coordinator_keys.v[i], SK_ACL_OP_DESCRIBE)
+                        ? SK_KAFKA_GROUP_AUTHORIZATION_FAILED
+                        : coordinator_of(r, req->coordinator_keys.v[i], &c);
         cs[i].key = req->coordinator_keys.v[i];
         cs[i].error_code = e;
         cs[i].error_message = msg ? sk_req_str(r, msg) : (kc_str){NULL, -1};
