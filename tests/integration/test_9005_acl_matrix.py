@@ -43,7 +43,7 @@ def login(b, user):
 
 
 def test_matrix(secure_node, pki):
-    b = setup(secure_node(pki, AUTHZ))
+    b = prepare(secure_node(pki, AUTHZ))
     metadata_hides_topics(b)
     produce_fetch(b)
     create_delete_topics(b)
@@ -52,7 +52,7 @@ def test_matrix(secure_node, pki):
     acl_and_credential_apis(b)
 
 
-def setup(b):
+def prepare(b):
     for u in ("root", "alice", "mallory"):
         secnode.add_scram_user(b.bootstrap, u, u + "-secret", mechs=("SCRAM-SHA-256",))
     with k.Conn(b.bootstrap) as c:
