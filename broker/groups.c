@@ -1014,7 +1014,13 @@ void h_describe_groups(sk_req *r)
         d->protocol_type = sk_req_str(r, "");
         d->protocol_data = sk_req_str(r, "");
         if (req->include_authorized_operations)
-            d->authorized_operations = SK_OPS_GROUP;
+            d->authorized_operations = sk_authz_ops(r, SK_ACL_RES_GROUP, id.p ? id.p : "",
+                                                    id.len > 0 ? (size_t)id.len : 0, SK_OPS_GROUP);
+        if (!sk_authz_group(r, id, SK_ACL_OP_DESCRIBE)) {
+            d->error_code = SK_KAFKA_GROUP_AUTHORIZATION_FAILED;
+            d->group_state = sk_req_str(r, "");
+            continue;
+        }
         if (!coordinates(r, id)) {
             d->error_code = SK_KAFKA_NOT_COORDINATOR;
             d->group_state = sk_req_str(r, "");

@@ -566,7 +566,9 @@ void h_describe_cluster(sk_req *r)
     resp->brokers.n = nb;
     resp->brokers.v = b;
     if (req->include_cluster_authorized_operations)
-        resp->cluster_authorized_operations = SK_OPS_CLUSTER;
+        resp->cluster_authorized_operations =
+            sk_authz_ops(r, SK_ACL_RES_CLUSTER, SK_ACL_CLUSTER_NAME, strlen(SK_ACL_CLUSTER_NAME),
+                         SK_OPS_CLUSTER);
     sk_req_respond(r);
 }
 

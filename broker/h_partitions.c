@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "acl.h"
 #include "authz.h"
 #include "cluster.h"
 #include "config.h"
@@ -137,11 +138,17 @@ static bool dtp_fill(sk_req *r, kc_str *names, int32_t nn, bool all, int32_t lim
             break;
         }
         const sk_topic *t = sk_topic_get(r->node, names[i].p, (size_t)names[i].len);
-        if (!t && all)
+        bool described = sk_authz_topic(r, t, names[i], SK_ACL_OP_DESCRIBE);
+        if ((!t || !described) && all)
             continue;
         dtp_topic *o = &ts[k++];
         o->name = names[i];
-        o->topic_authorized_operations = SK_OPS_TOPIC;
+        o->topic_authorized_operations = sk_authz_ops(r, SK_ACL_RES_TOPIC, names[i].p,
+                                                      (size_t)names[i].len, SK_OPS_TOPIC);
+        if (!described) {
+            o->error_code = SK_KAFKA_TOPIC_AUTHORIZATION_FAILED;
+            continue;
+        }
         if (!t) {
             bool bad = sk_topic_name_invalid(names[i].p, (size_t)names[i].len) != NULL;
             o->error_code = bad ? SK_KAFKA_INVALID_TOPIC_EXCEPTION

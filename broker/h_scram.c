@@ -118,7 +118,17 @@ void h_describe_user_scram_credentials(sk_req *r)
     kp_DescribeUserScramCredentialsRequest *req = r->body;
     kp_DescribeUserScramCredentialsResponse *resp = r->resp;
     if (!sk_authorize_cluster(r, SK_ACL_OP_DESCRIBE)) {
+        /* Kafka's error answer: one result per user asked, without the
+         * user's name (a null list gets none here; Kafka does not answer). */
+        int32_t n = req->users.n > 0 ? req->users.n : 0;
+        d_result *res = sk_req_array(
+            r, &kp_DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult_desc,
+            n ? n : 1);
+        for (int32_t i = 0; res && i < n; i++)
+            res[i].error_code = SK_KAFKA_CLUSTER_AUTHORIZATION_FAILED;
         resp->error_code = SK_KAFKA_CLUSTER_AUTHORIZATION_FAILED;
+        resp->results.n = res ? n : 0;
+        resp->results.v = res;
         sk_req_respond(r);
         return;
     }

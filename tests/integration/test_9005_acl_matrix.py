@@ -85,7 +85,8 @@ def metadata_hides_topics(b):
         seen = topics_seen(c)
         assert "shared" in seen and "secret" not in seen
         resp = k.metadata(c, ["secret", "shared"], version=12, allow_auto=False)
-        assert [t["ErrorCode"] for t in resp["Topics"]] == [TAF, k.NONE]
+        assert {t["Name"]: t["ErrorCode"] for t in resp["Topics"]} == {"secret": TAF,
+                                                                       "shared": k.NONE}
         # Auto-creation needs CREATE: alice has it on alice-*, not elsewhere.
         resp = k.metadata(c, ["nobody-topic"], version=12, allow_auto=True)
         assert resp["Topics"][0]["ErrorCode"] == TAF
@@ -155,7 +156,10 @@ def acl_and_credential_apis(b):
         assert resp["Results"][0]["ErrorCode"] == CAF
         resp = c.request(31, 3, {"Filters": [ANY]})
         assert resp["FilterResults"][0]["ErrorCode"] == CAF
-        assert c.request(50, 0, {"Users": None})["ErrorCode"] == CAF
+        resp = c.request(50, 0, {"Users": [{"Name": "alice"}]})
+        assert resp["ErrorCode"] == CAF
+        assert [(x["User"], x["ErrorCode"]) for x in resp["Results"]] == [("", CAF)]
     with login(b, "root") as c:
         assert c.request(29, 3, ANY)["ErrorCode"] == k.NONE
-        assert c.request(50, 0, {"Users": None})["ErrorCode"] == k.NONE
+        resp = c.request(50, 0, {"Users": [{"Name": "alice"}]})
+        assert resp["ErrorCode"] == k.NONE and resp["Results"][0]["ErrorCode"] == k.NONE
