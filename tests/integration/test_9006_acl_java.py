@@ -53,5 +53,5 @@ def test_java_producer_refused(secure_node, pki):
     assert rc == 0 and s["acked"] == 5, s
     rc, s = produce(b, "locked")
     assert rc != 0 and s["acked"] == 0
-    assert s["first_error"].startswith("TopicAuthorizationException"), s
-    assert "locked" in s["first_error"], s
+    assert "TopicAuthorizationException: Not authorized to access topics: [locked]" in \
+        s["first_error"], s
