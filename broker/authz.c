@@ -71,6 +71,12 @@ const sk_authz_need *sk_authz_need_of(int16_t key)
     return NULL;
 }
 
+int8_t sk_authz_op(const sk_req *r)
+{
+    const sk_authz_need *nd = sk_authz_need_of(r->hdr.api_key);
+    return nd ? nd->op : SK_ACL_OP_ALL;
+}
+
 bool sk_authz_on(const sk_node *n)
 {
     return n->cfg->authorizer_class_name && *n->cfg->authorizer_class_name;

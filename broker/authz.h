@@ -41,6 +41,9 @@ typedef struct sk_authz_need {
 
 /* The table's entry of an API (NULL: nothing to check). */
 const sk_authz_need *sk_authz_need_of(int16_t key);
+/* The operation r's API checks first (the table's), SK_ACL_OP_ALL for an
+ * API the table does not list (only super users pass). */
+int8_t sk_authz_op(const sk_req *r);
 
 bool sk_authz_on(const sk_node *n);
 /* Whether r's client may do op on the resource (rtype, name). */

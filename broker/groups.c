@@ -122,7 +122,7 @@ struct sk_groups {
  * not do op, else the other error. */
 static int16_t group_error(sk_req *r, kc_str group, int16_t other)
 {
-    return sk_authz_group(r, group, SK_ACL_OP_READ) ? other : SK_KAFKA_GROUP_AUTHORIZATION_FAILED;
+    return sk_authz_group(r, group, sk_authz_op(r)) ? other : SK_KAFKA_GROUP_AUTHORIZATION_FAILED;
 }
 
 static size_t off_key(char *buf, size_t cap, const char *topic, size_t tlen, int32_t part)
@@ -759,7 +759,7 @@ void h_join_group(sk_req *r)
 {
     kp_JoinGroupRequest *req = r->body;
     sk_groups *gs = r->node->groups;
-    if (!sk_authz_group(r, req->group_id, SK_ACL_OP_READ) || !coordinates(r, req->group_id)) {
+    if (!sk_authz_group(r, req->group_id, sk_authz_op(r)) || !coordinates(r, req->group_id)) {
         kp_JoinGroupResponse *resp = r->resp;
         resp->error_code = group_error(r, req->group_id, SK_KAFKA_NOT_COORDINATOR);
         sk_req_respond(r);
@@ -828,7 +828,7 @@ void h_sync_group(sk_req *r)
 {
     kp_SyncGroupRequest *req = r->body;
     sk_groups *gs = r->node->groups;
-    if (!sk_authz_group(r, req->group_id, SK_ACL_OP_READ) || !coordinates(r, req->group_id)) {
+    if (!sk_authz_group(r, req->group_id, sk_authz_op(r)) || !coordinates(r, req->group_id)) {
         kp_SyncGroupResponse *resp = r->resp;
         resp->error_code = group_error(r, req->group_id, SK_KAFKA_NOT_COORDINATOR);
         sk_req_respond(r);
@@ -861,7 +861,7 @@ void h_heartbeat(sk_req *r)
     kp_HeartbeatRequest *req = r->body;
     kp_HeartbeatResponse *resp = r->resp;
     resp->error_code =
-        !sk_authz_group(r, req->group_id, SK_ACL_OP_READ) ? SK_KAFKA_GROUP_AUTHORIZATION_FAILED :
+        !sk_authz_group(r, req->group_id, sk_authz_op(r)) ? SK_KAFKA_GROUP_AUTHORIZATION_FAILED :
         !coordinates(r, req->group_id) ? SK_KAFKA_NOT_COORDINATOR :
         sk_gc_heartbeat(r->node->groups->gc, req->group_id, req->member_id,
                         r->version >= 3 ? req->group_instance_id : (kc_str){NULL, -1},
@@ -875,7 +875,7 @@ void h_leave_group(sk_req *r)
     kp_LeaveGroupResponse *resp = r->resp;
     sk_gc *gc = r->node->groups->gc;
     int64_t now = sk_mono_ms();
-    if (!sk_authz_group(r, req->group_id, SK_ACL_OP_READ) || req->group_id.len <= 0 ||
+    if (!sk_authz_group(r, req->group_id, sk_authz_op(r)) || req->group_id.len <= 0 ||
         !coordinates(r, req->group_id)) {
         resp->error_code =
             req->group_id.len <= 0 ? SK_KAFKA_INVALID_GROUP_ID
@@ -1016,7 +1016,7 @@ void h_describe_groups(sk_req *r)
         if (req->include_authorized_operations)
             d->authorized_operations = sk_authz_ops(r, SK_ACL_RES_GROUP, id.p ? id.p : "",
                                                     id.len > 0 ? (size_t)id.len : 0, SK_OPS_GROUP);
-        if (!sk_authz_group(r, id, SK_ACL_OP_DESCRIBE)) {
+        if (!sk_authz_group(r, id, sk_authz_op(r))) {
             d->error_code = SK_KAFKA_GROUP_AUTHORIZATION_FAILED;
             d->group_state = sk_req_str(r, "");
             continue;
@@ -1167,7 +1167,7 @@ void h_offset_commit(sk_req *r)
     resp->topics.v = ts;
     int16_t gerr = 0;
     sk_cg_group *cgrp = NULL;
-    if (!sk_authz_group(r, req->group_id, SK_ACL_OP_READ))
+    if (!sk_authz_group(r, req->group_id, sk_authz_op(r)))
         gerr = SK_KAFKA_GROUP_AUTHORIZATION_FAILED;
     else if (req->group_id.len <= 0)
         gerr = SK_KAFKA_INVALID_GROUP_ID;
@@ -1427,7 +1427,7 @@ void h_offset_fetch(sk_req *r)
     struct kc_i32s *parts;
     ofetch_topic *ot;
     if (r->version <= 7) {
-        bool allowed = sk_authz_group(r, req->group_id, SK_ACL_OP_DESCRIBE);
+        bool allowed = sk_authz_group(r, req->group_id, sk_authz_op(r));
         gstate *s = req->group_id.len > 0 && allowed
                         ? state_get(gs, req->group_id.p, (size_t)req->group_id.len, false)
                         : NULL;
@@ -1478,7 +1478,7 @@ void h_offset_fetch(sk_req *r)
     for (int32_t g = 0; g < ng; g++) {
         kp_OffsetFetchRequest_OffsetFetchRequestGroup *rg = &req->groups.v[g];
         gr[g].group_id = rg->group_id;
-        bool allowed = sk_authz_group(r, rg->group_id, SK_ACL_OP_DESCRIBE);
+        bool allowed = sk_authz_group(r, rg->group_id, sk_authz_op(r));
         gstate *s = rg->group_id.len > 0 && allowed
                         ? state_get(gs, rg->group_id.p, (size_t)rg->group_id.len, false)
                         : NULL;
@@ -1685,6 +1685,10 @@ void h_delete_groups(sk_req *r)
     for (int32_t i = 0; i < ng; i++) {
         kc_str id = req->groups_names.v[i];
         rs[i].group_id = id;
+        if (!sk_authz_group(r, id, sk_authz_op(r))) {
+            rs[i].error_code = SK_KAFKA_GROUP_AUTHORIZATION_FAILED;
+            continue;
+        }
         if (id.len <= 0) {
             rs[i].error_code = SK_KAFKA_INVALID_GROUP_ID;
             continue;

@@ -99,7 +99,7 @@ void h_describe_acls(sk_req *r)
     kp_DescribeAclsRequest *req = r->body;
     kp_DescribeAclsResponse *resp = r->resp;
     const char *msg = NULL;
-    int16_t err = refused(r, SK_ACL_OP_DESCRIBE, &msg);
+    int16_t err = refused(r, sk_authz_op(r), &msg);
     sk_acl f = {req->resource_type_filter, req->pattern_type_filter,
                 cstr(r, req->resource_name_filter), cstr(r, req->principal_filter),
                 cstr(r, req->host_filter), req->operation, req->permission_type};
@@ -158,7 +158,7 @@ void h_create_acls(sk_req *r)
     resp->results.n = n;
     resp->results.v = res;
     const char *msg = NULL;
-    int16_t err = refused(r, SK_ACL_OP_ALTER, &msg);
+    int16_t err = refused(r, sk_authz_op(r), &msg);
     r->pending = 1;
     for (int32_t i = 0; i < n; i++) {
         const kp_CreateAclsRequest_AclCreation *c = &req->creations.v[i];
@@ -258,7 +258,7 @@ void h_delete_acls(sk_req *r)
     resp->filter_results.n = n;
     resp->filter_results.v = res;
     const char *msg = NULL;
-    int16_t err = refused(r, SK_ACL_OP_ALTER, &msg);
+    int16_t err = refused(r, sk_authz_op(r), &msg);
     for (int32_t i = 0; i < n; i++) {
         const kp_DeleteAclsRequest_DeleteAclsFilter *c = &req->filters.v[i];
         sk_acl f = {c->resource_type_filter, c->pattern_type_filter, NULL, NULL, NULL,

@@ -167,7 +167,7 @@ void h_consumer_group_heartbeat(sk_req *r)
     kp_ConsumerGroupHeartbeatRequest *req = r->body;
     kp_ConsumerGroupHeartbeatResponse *resp = r->resp;
     sk_groups *gs = r->node->groups;
-    if (!sk_authz_group(r, req->group_id, SK_ACL_OP_READ)) {
+    if (!sk_authz_group(r, req->group_id, sk_authz_op(r))) {
         resp->error_code = SK_KAFKA_GROUP_AUTHORIZATION_FAILED;
         sk_req_respond(r);
         return;
@@ -311,7 +311,7 @@ static void describe_one(sk_req *r, kc_str id, kp_ConsumerGroupDescribeResponse_
         d->error_code = SK_KAFKA_INVALID_GROUP_ID;
         return;
     }
-    if (!sk_authz_group(r, id, SK_ACL_OP_DESCRIBE)) {
+    if (!sk_authz_group(r, id, sk_authz_op(r))) {
         d->error_code = SK_KAFKA_GROUP_AUTHORIZATION_FAILED;
         return;
     }

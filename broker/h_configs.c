@@ -288,7 +288,7 @@ void h_alter_configs(sk_req *r)
         res_out o = {&rs[i].error_code, &rs[i].error_message};
         struct cset c = {0};
         int16_t denied = sk_authz_config(r, res->resource_type, res->resource_name,
-                                         SK_ACL_OP_ALTER_CONFIGS);
+                                         sk_authz_op(r));
         if (denied) {
             rs[i].error_code = denied;
             continue;
@@ -381,7 +381,7 @@ void h_incremental_alter_configs(sk_req *r)
         res_out o = {&rs[i].error_code, &rs[i].error_message};
         struct cset c;
         int16_t denied = sk_authz_config(r, res->resource_type, res->resource_name,
-                                         SK_ACL_OP_ALTER_CONFIGS);
+                                         sk_authz_op(r));
         if (denied) {
             rs[i].error_code = denied;
             continue;

@@ -424,7 +424,7 @@ static void fetch_eval(sk_fwait *w)
         kp_FetchRequest_FetchTopic *ft = &req->topics.v[i];
         kp_FetchResponse_FetchableTopicResponse *tr = &resp->responses.v[i];
         sk_topic *t = sk_req_topic(r, 13, ft->topic, &ft->topic_id);
-        bool denied = !sk_authz_topic(r, t, ft->topic, SK_ACL_OP_READ);
+        bool denied = !sk_authz_topic(r, t, ft->topic, sk_authz_op(r));
         for (int32_t j = 0; j < tr->partitions.n; j++, flat++) {
             kp_FetchRequest_FetchPartition *fp = &ft->partitions.v[j];
             kp_FetchResponse_PartitionData *pd = &tr->partitions.v[j];

@@ -262,7 +262,7 @@ void h_metadata(sk_req *r)
         void *v;
         /* Topics the client may not describe are not listed. */
         while (sk_map_next(n->topics_by_name, &it, NULL, NULL, &v) && k < count)
-            if (sk_authz_topic(r, v, (kc_str){NULL, -1}, SK_ACL_OP_DESCRIBE))
+            if (sk_authz_topic(r, v, (kc_str){NULL, -1}, sk_authz_op(r)))
                 fill_topic(r, req, &ts[k++], v);
         resp->topics.n = (int32_t)k;
         resp->topics.v = ts;
@@ -292,7 +292,7 @@ void h_metadata(sk_req *r)
             /* Lookup by topic id (v10+). */
             sk_topic *t = sk_topic_get_id(n, &rt->topic_id);
             mt->topic_id = rt->topic_id;
-            if (t && !sk_authz_topic(r, t, rt->name, SK_ACL_OP_DESCRIBE))
+            if (t && !sk_authz_topic(r, t, rt->name, sk_authz_op(r)))
                 mt->error_code = SK_KAFKA_TOPIC_AUTHORIZATION_FAILED;
             else if (t)
                 fill_topic(r, req, mt, t);
@@ -302,7 +302,7 @@ void h_metadata(sk_req *r)
         }
         mt->name = rt->name;
         sk_topic *t = sk_topic_get(n, rt->name.p, (size_t)rt->name.len);
-        if (!sk_authz_topic(r, t, rt->name, SK_ACL_OP_DESCRIBE)) {
+        if (!sk_authz_topic(r, t, rt->name, sk_authz_op(r))) {
             mt->error_code = SK_KAFKA_TOPIC_AUTHORIZATION_FAILED;
             continue;
         }
@@ -382,7 +382,7 @@ void h_find_coordinator(sk_req *r)
     }
     if (r->version < 4) {
         sk_broker c = {0};
-        if (!err && req->key_type == 0 && !sk_authz_group(r, req->key, SK_ACL_OP_DESCRIBE))
+        if (!err && req->key_type == 0 && !sk_authz_group(r, req->key, sk_authz_op(r)))
             err = SK_KAFKA_GROUP_AUTHORIZATION_FAILED;
         if (!err)
             err = coordinator_of(r, req->key, &c);
@@ -404,7 +404,7 @@ void h_find_coordinator(sk_req *r)
     for (int32_t i = 0; i < nk; i++) {
         sk_broker c = {0};
         int16_t e = err ? err
-                    : !sk_authz_group(r, req->coordinator_keys.v[i], SK_ACL_OP_DESCRIBE)
+                    : !sk_authz_group(r, req->coordinator_keys.v[i], sk_authz_op(r))
                         ? SK_KAFKA_GROUP_AUTHORIZATION_FAILED
                         : coordinator_of(r, req->coordinator_keys.v[i], &c);
         cs[i].key = req->coordinator_keys.v[i];

@@ -138,7 +138,7 @@ static bool dtp_fill(sk_req *r, kc_str *names, int32_t nn, bool all, int32_t lim
             break;
         }
         const sk_topic *t = sk_topic_get(r->node, names[i].p, (size_t)names[i].len);
-        bool described = sk_authz_topic(r, t, names[i], SK_ACL_OP_DESCRIBE);
+        bool described = sk_authz_topic(r, t, names[i], sk_authz_op(r));
         if ((!t || !described) && all)
             continue;
         dtp_topic *o = &ts[k++];

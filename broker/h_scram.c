@@ -117,7 +117,7 @@ void h_describe_user_scram_credentials(sk_req *r)
 {
     kp_DescribeUserScramCredentialsRequest *req = r->body;
     kp_DescribeUserScramCredentialsResponse *resp = r->resp;
-    if (!sk_authorize_cluster(r, SK_ACL_OP_DESCRIBE)) {
+    if (!sk_authorize_cluster(r, sk_authz_op(r))) {
         /* Kafka's error answer: one result per user asked, without the
          * user's name (a null list gets none here; Kafka does not answer). */
         int32_t n = req->users.n > 0 ? req->users.n : 0;
@@ -337,7 +337,7 @@ void h_alter_user_scram_credentials(sk_req *r)
     resp->results.n = n;
     resp->results.v = res;
     r->pending = 1;
-    bool allowed = sk_authorize_cluster(r, SK_ACL_OP_ALTER);
+    bool allowed = sk_authorize_cluster(r, sk_authz_op(r));
     for (int32_t i = 0; i < n; i++) {
         if (!allowed)
             set_error(r, &res[i], SK_KAFKA_CLUSTER_AUTHORIZATION_FAILED, NULL);

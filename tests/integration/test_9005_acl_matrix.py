@@ -2,7 +2,7 @@
 (super.users), alice has ACLs on some resources, mallory none. Each request is allowed
 or refused with the error code Kafka 4.3 gives: produce, fetch, metadata (topics alice
 may not describe are hidden), create and delete topics, describe and alter configs,
-the group APIs, InitProducerId, the ACL and SCRAM credential APIs. With
+the group APIs, ListOffsets, CreatePartitions, InitProducerId, the ACL and SCRAM credential APIs. With
 SKIFF_TEST_AGAINST=kafka, the same against Apache Kafka configured alike."""
 
 import os
@@ -103,6 +103,9 @@ def produce_fetch(b):
         assert k.fetch(c, "shared", 0, 0)[1]["ErrorCode"] == k.NONE
         assert k.produce(c, "secret", 0, rec)["ErrorCode"] == TAF
         assert k.init_producer_id(c)["ErrorCode"] == k.NONE  # WRITE on some topic
+        assert k.list_offsets(c, "shared", 0, -1)["ErrorCode"] == k.NONE
+        assert k.list_offsets(c, "secret", 0, -1)["ErrorCode"] == TAF
+        assert cluster.create_partitions(c, "shared", 2)[0] == TAF
     with login(b, "mallory") as c:
         assert k.produce(c, "shared", 0, rec)["ErrorCode"] == TAF
         assert k.fetch(c, "shared", 0, 0)[1]["ErrorCode"] == TAF
@@ -147,6 +150,7 @@ def groups(b):
         assert kgroup.find_coordinator(c, "g1")["ErrorCode"] == GAF
         assert c.request(11, 5, kgroup.join_body("g1"))["ErrorCode"] == GAF
         assert kgroup.fetch_offsets(c, "g1", {"shared": [0]})[0] == GAF
+        assert kgroup.delete_groups(c, ["g1"]) == {"g1": GAF}
 
 
 def acl_and_credential_apis(b):
