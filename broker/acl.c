@@ -334,7 +334,9 @@ const char *sk_acl_invalid(const sk_acl *a)
     const char *colon = a->principal ? strchr(a->principal, ':') : NULL;
     if (!colon || colon == a->principal)
         return SK_ACL_BAD_PRINCIPAL;
-    if (!a->host || !*a->host)
+    if (strlen(a->principal) > SK_ACL_NAME_MAX)
+        return "The principal is too long";
+    if (!a->host || !*a->host || strlen(a->host) > SK_ACL_NAME_MAX)
         return "Invalid host";
     return NULL;
 }

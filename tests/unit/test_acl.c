@@ -174,6 +174,21 @@ static void test_validation(void **state)
     a = ok;
     a.op = SK_ACL_OP_ANY;
     assert_non_null(sk_acl_invalid(&a));
+    /* Whatever passes fits the text form the metadata keeps. */
+    static char longp[SK_ACL_NAME_MAX + 8];
+    memset(longp, 'x', sizeof longp - 1);
+    memcpy(longp, "User:", 5);
+    a = ok;
+    a.principal = longp;
+    assert_non_null(sk_acl_invalid(&a));
+    longp[SK_ACL_NAME_MAX] = 0;
+    a.principal = longp;
+    a.host = longp;
+    a.rtype = SK_ACL_RES_TOPIC;
+    a.name = longp;
+    assert_null(sk_acl_invalid(&a));
+    char text[SK_ACL_TEXT_MAX];
+    assert_true(sk_acl_encode(&a, text, sizeof text) > 0);
     sk_acl f = {0, SK_ACL_PAT_ANY, NULL, NULL, NULL, SK_ACL_OP_ANY, SK_ACL_PERM_ANY};
     assert_non_null(sk_acl_filter_invalid(&f));
 }
