@@ -26,6 +26,8 @@
 #include "sk_err.h"
 
 #define NO_AUTHORIZER "No Authorizer is configured."
+/* UNKNOWN_SERVER_ERROR as the wire has it (sk_err.h). */
+#define UNKNOWN ((int16_t)sk_err_to_kafka(SK_KAFKA_UNKNOWN_SERVER_ERROR))
 
 /* A request string as a C string in the arena (NULL stays NULL). */
 static const char *cstr(sk_req *r, kc_str s)
@@ -52,44 +54,54 @@ static int16_t refused(sk_req *r, int8_t op, const char **msg)
 typedef kp_DescribeAclsResponse_DescribeAclsResource d_res;
 typedef kp_DescribeAclsResponse_AclDescription d_acl;
 
-static bool same_resource(const d_res *d, const sk_acl *a)
+static bool same_resource(const sk_acl *x, const sk_acl *y)
 {
-    return d->resource_type == a->rtype && d->pattern_type == a->pattern &&
-           (size_t)d->resource_name.len == strlen(a->name) &&
-           memcmp(d->resource_name.p, a->name, strlen(a->name)) == 0;
+    return x->rtype == y->rtype && x->pattern == y->pattern && strcmp(x->name, y->name) == 0;
 }
 
+/* Matching bindings grouped by resource: a first pass finds each one's
+ * resource and counts, the second fills arrays of the right size. */
 static void describe_into(sk_req *r, const sk_acl *f, kp_DescribeAclsResponse *resp)
 {
     sk_acl_set *s = sk_acls(r->node);
-    int n = sk_acl_count(s);
+    int n = sk_acl_count(s), nres = 0;
     d_res *res = sk_req_array(r, &kp_DescribeAclsResponse_DescribeAclsResource_desc, n ? n : 1);
-    int *cnt = sk_arena_alloc(r->arena, sizeof *cnt * (size_t)(n ? n : 1));
-    if (!res || !cnt) {
-        resp->error_code = SK_KAFKA_UNKNOWN_SERVER_ERROR;
+    int *of = sk_arena_alloc(r->arena, sizeof *of * (size_t)(n ? n : 1));
+    const sk_acl **first = sk_arena_alloc(r->arena, sizeof *first * (size_t)(n ? n : 1));
+    if (!res || !of || !first) {
+        resp->error_code = UNKNOWN;
         return;
     }
-    int nres = 0;
     for (int i = 0; i < n; i++) {
         const sk_acl *a = sk_acl_at(s, i);
+        of[i] = -1;
         if (!sk_acl_filter_matches(f, a))
             continue;
         int k = 0;
-        while (k < nres && !same_resource(&res[k], a))
+        while (k < nres && !same_resource(first[k], a))
             k++;
         if (k == nres) {
-            res[k].resource_type = a->rtype;
-            res[k].pattern_type = a->pattern;
-            res[k].resource_name = sk_req_str(r, a->name);
-            res[k].acls.v = sk_req_array(r, &kp_DescribeAclsResponse_AclDescription_desc, n);
-            res[k].acls.n = 0;
-            nres++;
+            first[nres++] = a;
+            res[k] = (d_res){a->rtype, sk_req_str(r, a->name), a->pattern, {0, NULL}};
         }
-        d_acl *d = res[k].acls.v ? &res[k].acls.v[res[k].acls.n++] : NULL;
-        if (d)
-            *d = (d_acl){sk_req_str(r, a->principal), sk_req_str(r, a->host), a->op, a->perm};
+        res[k].acls.n++;
+        of[i] = k;
     }
-    (void)cnt;
+    for (int k = 0; k < nres; k++) {
+        res[k].acls.v = sk_req_array(r, &kp_DescribeAclsResponse_AclDescription_desc,
+                                     res[k].acls.n);
+        if (!res[k].acls.v) {
+            resp->error_code = UNKNOWN;
+            return;
+        }
+        res[k].acls.n = 0;
+    }
+    for (int i = 0; i < n; i++) {
+        const sk_acl *a = sk_acl_at(s, i);
+        if (of[i] >= 0)
+            res[of[i]].acls.v[res[of[i]].acls.n++] =
+                (d_acl){sk_req_str(r, a->principal), sk_req_str(r, a->host), a->op, a->perm};
+    }
     resp->resources.n = nres;
     resp->resources.v = res;
 }
@@ -125,7 +137,7 @@ void h_describe_acls(sk_req *r)
 static const char *creation_invalid(sk_req *r, const sk_acl *a, int16_t *code)
 {
     if (a->pattern != SK_ACL_PAT_LITERAL && a->pattern != SK_ACL_PAT_PREFIXED) {
-        *code = SK_KAFKA_UNKNOWN_SERVER_ERROR;
+        *code = UNKNOWN;
         return NULL;
     }
     const char *why = sk_acl_invalid(a);
@@ -173,7 +185,7 @@ void h_create_acls(sk_req *r)
         }
         sk_item *it = sk_item_new(r, &res[i].error_code, &res[i].error_message);
         if (!it) {
-            res[i].error_code = SK_KAFKA_UNKNOWN_SERVER_ERROR;
+            res[i].error_code = UNKNOWN;
             continue;
         }
         r->pending++;
@@ -203,7 +215,7 @@ static void match(sk_req *r, const sk_acl *f, f_res *out, bool *gone, del *todo,
     int n = sk_acl_count(s);
     m_acl *m = sk_req_array(r, &kp_DeleteAclsResponse_DeleteAclsMatchingAcl_desc, n ? n : 1);
     if (!m) {
-        out->error_code = SK_KAFKA_UNKNOWN_SERVER_ERROR;
+        out->error_code = UNKNOWN;
         return;
     }
     int k = 0;
@@ -230,7 +242,7 @@ static void delete_all(sk_req *r, del *todo, int ntodo)
     for (int i = 0; i < ntodo; i++) {
         sk_item *it = sk_item_new(r, &todo[i].out->error_code, &todo[i].out->error_message);
         if (!it || !todo[i].a.name || !todo[i].a.principal || !todo[i].a.host) {
-            todo[i].out->error_code = SK_KAFKA_UNKNOWN_SERVER_ERROR;
+            todo[i].out->error_code = UNKNOWN;
             continue;
         }
         r->pending++;
