@@ -982,6 +982,15 @@ void h_list_groups(sk_req *r)
         ls[k].group_type = sk_req_str(r, "classic");
         k++;
     }
+    /* Without DESCRIBE on the cluster, only the groups the client may
+     * describe are listed (Kafka's rule). */
+    if (!sk_authorize_cluster(r, SK_ACL_OP_DESCRIBE)) {
+        int32_t kept = 0;
+        for (int32_t i = 0; i < k; i++)
+            if (sk_authz_group(r, ls[i].group_id, sk_authz_op(r)))
+                ls[kept++] = ls[i];
+        k = kept;
+    }
     resp->groups.n = k;
     resp->groups.v = ls;
     sk_req_respond(r);

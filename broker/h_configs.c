@@ -496,11 +496,16 @@ void h_delete_records(sk_req *r)
             return;
         }
         sk_topic *topic = t->name.len > 0 ? sk_topic_get(n, t->name.p, (size_t)t->name.len) : NULL;
+        bool denied = !sk_authz_topic(r, topic, t->name, sk_authz_op(r));
         for (int32_t j = 0; j < np; j++) {
             kp_DeleteRecordsRequest_DeleteRecordsPartition *dp = &t->partitions.v[j];
             kp_DeleteRecordsResponse_DeleteRecordsPartitionResult *o = &ts[i].partitions.v[j];
             o->partition_index = dp->partition_index;
             o->low_watermark = -1;
+            if (denied) {
+                o->error_code = SK_KAFKA_TOPIC_AUTHORIZATION_FAILED;
+                continue;
+            }
             sk_part *p = sk_part_get(topic, dp->partition_index);
             if (!sk_part_serving(p)) {
                 o->error_code =

@@ -661,6 +661,10 @@ void h_offset_for_leader_epoch(sk_req *r)
             out->partition = lp->partition;
             out->leader_epoch = -1;
             out->end_offset = -1;
+            if (!sk_authz_topic(r, t, lt->topic, sk_authz_op(r))) {
+                out->error_code = SK_KAFKA_TOPIC_AUTHORIZATION_FAILED;
+                continue;
+            }
             sk_part *p = sk_part_get(t, lp->partition);
             if (proxied(r, p) && nfwd < total) {
                 fwd[nfwd++] = (struct fwd_ent){p->main_node, i, k};

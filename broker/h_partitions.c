@@ -355,11 +355,14 @@ void h_describe_producers(sk_req *r)
         }
         sk_topic *t = rt->name.len > 0 ? sk_topic_get(r->node, rt->name.p, (size_t)rt->name.len)
                                        : NULL;
+        bool denied = !sk_authz_topic(r, t, rt->name, sk_authz_op(r));
         for (int32_t k = 0; k < np; k++) {
             sk_part *p = sk_part_get(t, rt->partition_indexes.v[k]);
             ps[k].partition_index = rt->partition_indexes.v[k];
             ps[k].active_producers.n = 0;
-            if (!p)
+            if (denied)
+                ps[k].error_code = SK_KAFKA_TOPIC_AUTHORIZATION_FAILED;
+            else if (!p)
                 ps[k].error_code = SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION;
             else if (sk_part_serving(p))
                 dp_fill(r, p, &ps[k]);

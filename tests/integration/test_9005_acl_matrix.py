@@ -2,7 +2,8 @@
 (super.users), alice has ACLs on some resources, mallory none. Each request is allowed
 or refused with the error code Kafka 4.3 gives: produce, fetch, metadata (topics alice
 may not describe are hidden), create and delete topics, describe and alter configs,
-the group APIs, ListOffsets, CreatePartitions, InitProducerId, the ACL and SCRAM credential APIs. With
+the group APIs (ListGroups lists only what may be described), ListOffsets,
+OffsetForLeaderEpoch, CreatePartitions, InitProducerId, the ACL and SCRAM credential APIs. With
 SKIFF_TEST_AGAINST=kafka, the same against Apache Kafka configured alike."""
 
 import os
@@ -106,6 +107,8 @@ def produce_fetch(b):
         assert k.list_offsets(c, "shared", 0, -1)["ErrorCode"] == k.NONE
         assert k.list_offsets(c, "secret", 0, -1)["ErrorCode"] == TAF
         assert cluster.create_partitions(c, "shared", 2)[0] == TAF
+        assert k.offset_for_leader_epoch(c, "secret", 0, 0)["ErrorCode"] == TAF
+        assert k.offset_for_leader_epoch(c, "shared", 0, 0)["ErrorCode"] == k.NONE
     with login(b, "mallory") as c:
         assert k.produce(c, "shared", 0, rec)["ErrorCode"] == TAF
         assert k.fetch(c, "shared", 0, 0)[1]["ErrorCode"] == TAF
@@ -146,11 +149,13 @@ def groups(b):
         assert kgroup.commit(c, "g2", {("shared", 0): 1}) == {("shared", 0): GAF}
         err, offs = kgroup.fetch_offsets(c, "g1", {"shared": [0]})
         assert err == k.NONE and offs[("shared", 0)][0] == 1
+        assert "g1" in [g["GroupId"] for g in kgroup.list_groups(c)["Groups"]]
     with login(b, "mallory") as c:
         assert kgroup.find_coordinator(c, "g1")["ErrorCode"] == GAF
         assert c.request(11, 5, kgroup.join_body("g1"))["ErrorCode"] == GAF
         assert kgroup.fetch_offsets(c, "g1", {"shared": [0]})[0] == GAF
         assert kgroup.delete_groups(c, ["g1"]) == {"g1": GAF}
+        assert "g1" not in [g["GroupId"] for g in kgroup.list_groups(c)["Groups"]]
 
 
 def acl_and_credential_apis(b):
