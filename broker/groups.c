@@ -1590,6 +1590,11 @@ void h_offset_delete(sk_req *r)
     sk_groups *gs = r->node->groups;
     sk_gc_group *g = req->group_id.len > 0 ? sk_gc_find(gs->gc, req->group_id.p, (size_t)req->group_id.len) : NULL;
     gstate *s = req->group_id.len > 0 ? state_get(gs, req->group_id.p, (size_t)req->group_id.len, false) : NULL;
+    if (!sk_authz_group(r, req->group_id, sk_authz_op(r))) {
+        resp->error_code = SK_KAFKA_GROUP_AUTHORIZATION_FAILED;
+        sk_req_respond(r);
+        return;
+    }
     if (req->group_id.len <= 0 || !coordinates(r, req->group_id)) {
         resp->error_code =
             req->group_id.len <= 0 ? SK_KAFKA_INVALID_GROUP_ID : SK_KAFKA_NOT_COORDINATOR;
@@ -1627,10 +1632,13 @@ void h_offset_delete(sk_req *r)
                           (cactive && t->name.len > 0 &&
                            sk_cg_group_subscribes(ng, t->name.p, (size_t)t->name.len));
         sk_topic *topic = t->name.len > 0 ? sk_topic_get(r->node, t->name.p, (size_t)t->name.len) : NULL;
+        bool denied = !sk_authz_topic(r, topic, t->name, SK_ACL_OP_READ);
         for (int32_t j = 0; j < np; j++) {
             kp_OffsetDeleteResponse_OffsetDeleteResponsePartition *o = &ts[i].partitions.v[j];
             o->partition_index = t->partitions.v[j].partition_index;
-            if (subscribed)
+            if (denied)
+                o->error_code = SK_KAFKA_TOPIC_AUTHORIZATION_FAILED;
+            else if (subscribed)
                 o->error_code = SK_KAFKA_GROUP_SUBSCRIBED_TO_TOPIC;
             else if (!sk_part_get(topic, o->partition_index))
                 o->error_code = SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION;

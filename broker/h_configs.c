@@ -699,6 +699,11 @@ static void ld_done(void *arg)
 
 void h_describe_log_dirs(sk_req *r)
 {
+    if (!sk_authorize_cluster(r, sk_authz_op(r))) {
+        ((kp_DescribeLogDirsResponse *)r->resp)->error_code = SK_KAFKA_CLUSTER_AUTHORIZATION_FAILED;
+        sk_req_respond(r);
+        return;
+    }
     struct ld_job *j = calloc(1, sizeof *j);
     if (!j) {
         sk_req_close(r, "out of memory");

@@ -3,7 +3,8 @@
 or refused with the error code Kafka 4.3 gives: produce, fetch, metadata (topics alice
 may not describe are hidden), create and delete topics, describe and alter configs,
 the group APIs (ListGroups lists only what may be described), ListOffsets,
-OffsetForLeaderEpoch, CreatePartitions, InitProducerId, the ACL and SCRAM credential APIs. With
+OffsetForLeaderEpoch, CreatePartitions, InitProducerId, the ACL and SCRAM credential APIs,
+DescribeLogDirs. With
 SKIFF_TEST_AGAINST=kafka, the same against Apache Kafka configured alike."""
 
 import os
@@ -165,10 +166,13 @@ def acl_and_credential_apis(b):
         assert resp["Results"][0]["ErrorCode"] == CAF
         resp = c.request(31, 3, {"Filters": [ANY]})
         assert resp["FilterResults"][0]["ErrorCode"] == CAF
+        resp = c.request(35, 4, {"Topics": None})
+        assert resp["ErrorCode"] == CAF and resp["Results"] == []
         resp = c.request(50, 0, {"Users": [{"Name": "alice"}]})
         assert resp["ErrorCode"] == CAF
         assert [(x["User"], x["ErrorCode"]) for x in resp["Results"]] == [("", CAF)]
     with login(b, "root") as c:
         assert c.request(29, 3, ANY)["ErrorCode"] == k.NONE
+        assert c.request(35, 4, {"Topics": None})["ErrorCode"] == k.NONE
         resp = c.request(50, 0, {"Users": [{"Name": "alice"}]})
         assert resp["ErrorCode"] == k.NONE and resp["Results"][0]["ErrorCode"] == k.NONE
