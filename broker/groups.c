@@ -1340,6 +1340,7 @@ typedef struct ofetch_topic {
         int64_t offset;
         int32_t epoch;
         kc_str meta;
+        int16_t err; /* TOPIC_AUTHORIZATION_FAILED, else 0 */
     } * parts;
 } ofetch_topic;
 
@@ -1353,8 +1354,15 @@ static int ofetch_collect(sk_req *r, gstate *s, int32_t nwant, const kc_str *wan
     ofetch_topic *ts = sk_arena_calloc(r->arena, (size_t)nt + 1, sizeof *ts);
     if (!ts)
         return -1;
+    int kept = 0;
     for (int i = 0; i < nt; i++) {
         kc_str tname = want_names ? want_names[i] : sk_req_str(r, names[i]);
+        /* Topics the client may not describe: left out of "all", refused
+         * when named (Kafka's unauthorized partition: offset -1, no
+         * metadata). */
+        bool denied = !sk_authz_topic(r, NULL, tname, SK_ACL_OP_DESCRIBE);
+        if (denied && !want_names)
+            continue;
         int np = want_names ? want_parts[i].n : count_parts(s, names[i]);
         if (np < 0)
             np = 0;
@@ -1372,12 +1380,21 @@ static int ofetch_collect(sk_req *r, gstate *s, int32_t nwant, const kc_str *wan
                 if (strcmp(((goff *)v)->topic, names[i]) == 0)
                     ps[k++].idx = ((goff *)v)->part;
         }
-        for (int k = 0; k < np; k++)
-            fill_fetch_partition(s, tname, ps[k].idx, &ps[k].offset, &ps[k].epoch, &ps[k].meta, r);
-        ts[i] = (ofetch_topic){tname, np, ps};
+        for (int k = 0; k < np; k++) {
+            if (!denied) {
+                fill_fetch_partition(s, tname, ps[k].idx, &ps[k].offset, &ps[k].epoch,
+                                     &ps[k].meta, r);
+                continue;
+            }
+            ps[k].offset = -1;
+            ps[k].epoch = -1;
+            ps[k].meta = sk_req_str(r, "");
+            ps[k].err = SK_KAFKA_TOPIC_AUTHORIZATION_FAILED;
+        }
+        ts[kept++] = (ofetch_topic){tname, np, ps};
     }
     *out = ts;
-    return nt;
+    return kept;
 }
 
 /* The request's topics as names and partition lists (both layouts). */
@@ -1461,6 +1478,8 @@ void h_offset_fetch(sk_req *r)
                 ps[k].committed_offset = ot[i].parts[k].offset;
                 ps[k].committed_leader_epoch = ot[i].parts[k].epoch;
                 ps[k].metadata = ot[i].parts[k].meta;
+                if (ot[i].parts[k].err)
+                    ps[k].error_code = ot[i].parts[k].err;
             }
             ts[i].name = ot[i].name;
             ts[i].partitions.n = ot[i].n;
@@ -1528,6 +1547,8 @@ void h_offset_fetch(sk_req *r)
                 ps[k].committed_offset = ot[i].parts[k].offset;
                 ps[k].committed_leader_epoch = ot[i].parts[k].epoch;
                 ps[k].metadata = ot[i].parts[k].meta;
+                if (ot[i].parts[k].err)
+                    ps[k].error_code = ot[i].parts[k].err;
             }
             ts[i].name = ot[i].name;
             ts[i].partitions.n = ot[i].n;

@@ -142,6 +142,8 @@ def configs(b):
 
 
 def groups(b):
+    with login(b, "root") as c:
+        assert kgroup.commit(c, "g1", {("secret", 0): 5}) == {("secret", 0): k.NONE}
     with login(b, "alice") as c:
         assert kgroup.find_coordinator(c, "g1")["ErrorCode"] == k.NONE
         assert kgroup.find_coordinator(c, "g2")["ErrorCode"] == GAF
@@ -150,6 +152,11 @@ def groups(b):
         assert kgroup.commit(c, "g2", {("shared", 0): 1}) == {("shared", 0): GAF}
         err, offs = kgroup.fetch_offsets(c, "g1", {"shared": [0]})
         assert err == k.NONE and offs[("shared", 0)][0] == 1
+        # Topics alice may not describe: refused when named, left out of "all".
+        err, offs = kgroup.fetch_offsets(c, "g1", {"secret": [0]})
+        assert offs[("secret", 0)] == (-1, "", TAF)
+        err, offs = kgroup.fetch_offsets(c, "g1")
+        assert err == k.NONE and list(offs) == [("shared", 0)]
         assert "g1" in [g["GroupId"] for g in kgroup.list_groups(c)["Groups"]]
     with login(b, "mallory") as c:
         assert kgroup.find_coordinator(c, "g1")["ErrorCode"] == GAF
