@@ -143,6 +143,8 @@ def configs(b):
 
 def groups(b):
     with login(b, "root") as c:
+        # Kafka's coordinator may still be loading: FindCoordinator waits for it.
+        assert kgroup.find_coordinator(c, "g1")["ErrorCode"] == k.NONE
         assert kgroup.commit(c, "g1", {("secret", 0): 5}) == {("secret", 0): k.NONE}
     with login(b, "alice") as c:
         assert kgroup.find_coordinator(c, "g1")["ErrorCode"] == k.NONE
