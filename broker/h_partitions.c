@@ -416,6 +416,7 @@ void h_alter_replica_log_dirs(sk_req *r)
         return;
     }
     const char *dir = r->node->cfg->wal_url;
+    bool allowed = sk_authorize_cluster(r, sk_authz_op(r));
     int32_t k = 0;
     for (int32_t i = 0; i < req->dirs.n; i++) {
         const kp_AlterReplicaLogDirsRequest_AlterReplicaLogDir *d = &req->dirs.v[i];
@@ -434,7 +435,8 @@ void h_alter_replica_log_dirs(sk_req *r)
                 rt->name.len > 0 ? sk_topic_get(r->node, rt->name.p, (size_t)rt->name.len) : NULL;
             for (int32_t x = 0; x < np; x++) {
                 ps[x].partition_index = rt->partitions.v[x];
-                ps[x].error_code = ard_one(here, t, rt->partitions.v[x]);
+                ps[x].error_code = allowed ? ard_one(here, t, rt->partitions.v[x])
+                                           : SK_KAFKA_CLUSTER_AUTHORIZATION_FAILED;
             }
             ts[k].topic_name = rt->name;
             ts[k].partitions.n = np;

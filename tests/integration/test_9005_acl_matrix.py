@@ -4,7 +4,7 @@ or refused with the error code Kafka 4.3 gives: produce, fetch, metadata (topics
 may not describe are hidden), create and delete topics, describe and alter configs,
 the group APIs (ListGroups lists only what may be described), ListOffsets,
 OffsetForLeaderEpoch, CreatePartitions, InitProducerId, the ACL and SCRAM credential APIs,
-DescribeLogDirs. With
+DescribeLogDirs, AlterReplicaLogDirs. With
 SKIFF_TEST_AGAINST=kafka, the same against Apache Kafka configured alike."""
 
 import os
@@ -177,6 +177,9 @@ def acl_and_credential_apis(b):
         assert resp["FilterResults"][0]["ErrorCode"] == CAF
         resp = c.request(35, 4, {"Topics": None})
         assert resp["ErrorCode"] == CAF and resp["Results"] == []
+        resp = c.request(34, 2, {"Dirs": [{"Path": "/nowhere", "Topics": [
+            {"Name": "shared", "Partitions": [0]}]}]})
+        assert [p["ErrorCode"] for t in resp["Results"] for p in t["Partitions"]] == [CAF]
         resp = c.request(50, 0, {"Users": [{"Name": "alice"}]})
         assert resp["ErrorCode"] == CAF
         assert [(x["User"], x["ErrorCode"]) for x in resp["Results"]] == [("", CAF)]
