@@ -14,7 +14,6 @@
 #define TOPIC_E SK_KAFKA_TOPIC_AUTHORIZATION_FAILED
 #define GROUP_E SK_KAFKA_GROUP_AUTHORIZATION_FAILED
 #define CLUSTER_E SK_KAFKA_CLUSTER_AUTHORIZATION_FAILED
-#define SCRAM_E CLUSTER_E
 
 /* As Kafka 4.3's KafkaApis asks. APIs that check per resource type
  * (DescribeConfigs, AlterConfigs) or in several steps (InitProducerId,
