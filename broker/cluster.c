@@ -416,6 +416,8 @@ int sk_cluster_start(sk_cluster *c)
     for (size_t i = 0; i < lit; i++)
         sk_custody_log_changed(c->cu, &logs[i], NULL);
     ensure_offsets_topic(c);
+    if (sk_cmeta_follow_acls(n) != 0)
+        SK_WARN("cluster", "cannot read the ACLs of etcd");
     struct timeval tv = {0, TICK_MS * 1000};
     event_add(c->tick_ev, &tv);
     sk_controller_set_active(c->ctl, cs_is_controller(c->s));
@@ -442,6 +444,7 @@ void sk_cluster_close(sk_cluster *c)
         return;
     c->closing = true;
     c->started = false;
+    sk_cmeta_unfollow_acls(c->n);
     if (c->tick_ev)
         event_del(c->tick_ev);
     if (c->ctl)

@@ -12,7 +12,7 @@
  *
  * The metadata: topics (id, name, partition count, configuration overrides,
  * replication factor), producer ids, the broker properties changed at
- * runtime, group configs and users' SCRAM credentials. Partition state (offsets, batches, producers' sequences, object
+ * runtime, group configs, users' SCRAM credentials and ACL bindings. Partition state (offsets, batches, producers' sequences, object
  * ranges, committed offsets) is not metadata: it is in the partition's log.
  *
  * Thread: the event loop. A non-zero return means fn will not run.
@@ -28,6 +28,7 @@
 
 typedef void (*sk_cmeta_fn)(void *arg, int err);
 struct sk_gconf;
+struct sk_acl;
 /* A group's config overrides (NULL: none), valid during the call, and the
  * version a change of them must name. */
 typedef void (*sk_cmeta_gconf_fn)(void *arg, int err, const struct sk_gconf *g, int64_t version);
@@ -83,6 +84,9 @@ typedef struct sk_cmeta_ops {
                            void *arg);
     /* Every user with credentials (at most SK_CMETA_MAX_USERS). */
     int (*list_user_configs)(sk_node *n, sk_cmeta_users_fn fn, void *arg);
+    /* Creates (present) or deletes one ACL binding (acls.h); creating one
+     * that exists or deleting one that does not is no error. */
+    int (*set_acl)(sk_node *n, const struct sk_acl *a, bool present, sk_cmeta_fn fn, void *arg);
 } sk_cmeta_ops;
 
 #define SK_CMETA_MAX_USERS 10000
@@ -122,6 +126,13 @@ int sk_cmeta_set_user_config(sk_node *n, const char *user, size_t ulen, int64_t 
 
 int sk_cmeta_list_user_configs(sk_node *n, sk_cmeta_users_fn fn, void *arg)
     __attribute__((warn_unused_result));
+
+int sk_cmeta_set_acl(sk_node *n, const struct sk_acl *a, bool present, sk_cmeta_fn fn,
+                     void *arg) __attribute__((warn_unused_result));
+/* Cluster: reads every ACL binding of etcd into memory and follows their
+ * changes with a watch (started with the cluster, ended with it). */
+int sk_cmeta_follow_acls(sk_node *n) __attribute__((warn_unused_result));
+void sk_cmeta_unfollow_acls(sk_node *n);
 
 /* Cluster: creates the internal topic `name` (__consumer_offsets) unless a
  * creation is under way; its outcome is logged. */

@@ -16,6 +16,7 @@
 #include "cmeta.h"
 #include "config.h"
 #include "etcd.h"
+#include "acls.h"
 #include "gconf.h"
 #include "plog.h"
 #include "session.h"
@@ -786,6 +787,141 @@ static int etcd_list_user_configs(sk_node *n, sk_cmeta_users_fn fn, void *arg)
     return rc;
 }
 
+/* ---- ACL bindings: config/acl/<text> (acls.h), value {} ---- */
+
+#define ACL_DIR "config/acl/"
+
+typedef struct acall {
+    sk_node *n;
+    sk_acl a;
+    char text[SK_ACL_TEXT_MAX];
+    bool present;
+    sk_cmeta_fn fn;
+    void *arg;
+} acall;
+
+static void acl_written(void *arg, int err, const etcd_txn_result *r)
+{
+    (void)r;
+    acall *c = arg;
+    /* The watch brings it too; memory follows at once for this node's
+     * next request. */
+    if (!err && sk_acls_apply(c->n, &c->a, c->present) != 0)
+        SK_WARN("cmeta", "an ACL change is in etcd but not applied in memory");
+    c->fn(c->arg, err);
+    free(c);
+}
+
+static int etcd_set_acl(sk_node *n, const sk_acl *a, bool present, sk_cmeta_fn fn, void *arg)
+{
+    acall *c = calloc(1, sizeof *c);
+    if (!c)
+        return SK_ERR_NOMEM;
+    *c = (acall){.n = n, .present = present, .fn = fn, .arg = arg};
+    size_t tl = sk_acl_encode(a, c->text, sizeof c->text);
+    size_t kl;
+    char *key = tl ? set_key(n, ACL_DIR, c->text, tl, &kl) : NULL;
+    /* c->a points into c->text, decoded in place once the key is made. */
+    if (!key || sk_acl_decode(c->text, tl, &c->a) != 0) {
+        free(key);
+        free(c);
+        return SK_ERR_NOMEM;
+    }
+    int rc = present ? etcd_put(cs_etcd(sess(n)), (const uint8_t *)key, kl,
+                                (const uint8_t *)"{}", 2, 0, acl_written, c)
+                     : etcd_delete(cs_etcd(sess(n)), (const uint8_t *)key, kl, NULL, 0,
+                                   acl_written, c);
+    free(key);
+    if (rc)
+        free(c);
+    return rc;
+}
+
+static void acl_event(sk_node *n, const etcd_kv *kv, bool present, size_t skip)
+{
+    if (kv->klen <= skip)
+        return;
+    if (sk_acls_apply_text(n, (const char *)kv->key + skip, kv->klen - skip, present) != 0)
+        SK_WARN("cmeta", "unreadable ACL key %.*s", (int)(kv->klen > 300 ? 300 : kv->klen),
+                (const char *)kv->key);
+}
+
+static size_t acl_prefix(sk_node *n, char *buf, size_t len)
+{
+    int k = snprintf(buf, len, "%s" ACL_DIR, prefix(n));
+    return k > 0 && (size_t)k < len ? (size_t)k : 0;
+}
+
+static void acl_watched(void *arg, int err, int64_t revision, const etcd_event *evs, size_t nev);
+
+static void acl_watch_from(sk_node *n, int64_t revision)
+{
+    char key[512];
+    uint8_t end[512];
+    size_t kl = acl_prefix(n, key, sizeof key);
+    size_t el = etcd_prefix_end((const uint8_t *)key, kl, end);
+    n->acl_watch =
+        etcd_watch_start(cs_etcd(sess(n)), (const uint8_t *)key, kl, end, el, revision,
+                         acl_watched, n);
+    if (!n->acl_watch)
+        SK_WARN("cmeta", "cannot watch the ACLs of etcd");
+}
+
+static void acls_read(void *arg, int err, const etcd_range_result *r)
+{
+    sk_node *n = arg;
+    if (err) {
+        SK_WARN("cmeta", "cannot read the ACLs of etcd (%s)", sk_err_name(err));
+        return;
+    }
+    char key[512];
+    size_t skip = acl_prefix(n, key, sizeof key);
+    /* The whole set anew. */
+    sk_acls_free(n);
+    for (size_t i = 0; i < r->n; i++)
+        acl_event(n, &r->kvs[i], true, skip);
+    acl_watch_from(n, r->revision + 1);
+}
+
+static int acl_read_all(sk_node *n)
+{
+    char key[512];
+    uint8_t end[512];
+    size_t kl = acl_prefix(n, key, sizeof key);
+    size_t el = etcd_prefix_end((const uint8_t *)key, kl, end);
+    return etcd_range(cs_etcd(sess(n)), (const uint8_t *)key, kl, end, el, 0, 0, 0, acls_read,
+                      n);
+}
+
+static void acl_watched(void *arg, int err, int64_t revision, const etcd_event *evs, size_t nev)
+{
+    (void)revision;
+    sk_node *n = arg;
+    if (err) {
+        n->acl_watch = NULL;
+        /* History lost: read everything again, then watch anew. */
+        if (err == SK_ERR_COMPACTED && acl_read_all(n) != 0)
+            SK_WARN("cmeta", "cannot read the ACLs of etcd again");
+        return;
+    }
+    char key[512];
+    size_t skip = acl_prefix(n, key, sizeof key);
+    for (size_t i = 0; i < nev; i++)
+        acl_event(n, &evs[i].kv, evs[i].type == ETCD_EV_PUT, skip);
+}
+
+int sk_cmeta_follow_acls(sk_node *n)
+{
+    return acl_read_all(n);
+}
+
+void sk_cmeta_unfollow_acls(sk_node *n)
+{
+    if (n->acl_watch)
+        etcd_watch_cancel(n->acl_watch);
+    n->acl_watch = NULL;
+}
+
 const sk_cmeta_ops sk_cmeta_etcd = {
     "etcd",
     etcd_create_topic,
@@ -799,6 +935,7 @@ const sk_cmeta_ops sk_cmeta_etcd = {
     etcd_get_user_config,
     etcd_set_user_config,
     etcd_list_user_configs,
+    etcd_set_acl,
 };
 
 /* ---- the internal topic ---- */

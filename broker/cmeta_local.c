@@ -11,6 +11,7 @@
 #include "cmeta.h"
 #include "config.h"
 #include "dynconf.h"
+#include "acls.h"
 #include "gconf.h"
 #include "sk_map.h"
 #include "groups.h"
@@ -243,6 +244,23 @@ static int local_list_user_configs(sk_node *n, sk_cmeta_users_fn fn, void *arg)
     return 0;
 }
 
+static int local_set_acl(sk_node *n, const sk_acl *a, bool present, sk_cmeta_fn fn, void *arg)
+{
+    sk_buf body;
+    sk_buf_init(&body, 0);
+    int rc = sk_acls_body_put(&body, a, present);
+    sk_buf b;
+    sk_buf_init(&b, 0);
+    sk_meta_acl(&b, body.data, body.len);
+    if (rc || sk_buf_failed(&body))
+        b.failed = true;
+    sk_buf_free(&body);
+    rc = append_meta(n, &b, fn, arg);
+    if (rc == 0 && sk_acls_apply(n, a, present) != 0)
+        SK_WARN("cmeta", "an ACL change is recorded but not applied in memory");
+    return rc;
+}
+
 const sk_cmeta_ops sk_cmeta_local = {
     "local",
     local_create_topic,
@@ -256,6 +274,7 @@ const sk_cmeta_ops sk_cmeta_local = {
     local_get_user_config,
     local_set_user_config,
     local_list_user_configs,
+    local_set_acl,
 };
 
 /* ---- the interface ---- */
@@ -321,6 +340,11 @@ int sk_cmeta_set_user_config(sk_node *n, const char *user, size_t ulen, int64_t 
 {
     return n->cmeta->set_user_config(n, user, ulen, version, count, names, nlens, values, vlens,
                                      fn, arg);
+}
+
+int sk_cmeta_set_acl(sk_node *n, const sk_acl *a, bool present, sk_cmeta_fn fn, void *arg)
+{
+    return n->cmeta->set_acl(n, a, present, fn, arg);
 }
 
 int sk_cmeta_list_user_configs(sk_node *n, sk_cmeta_users_fn fn, void *arg)

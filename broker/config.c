@@ -255,6 +255,14 @@ static const char *check_mechanisms(const char *v)
                        "must be a list of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512");
 }
 
+static const char *check_authorizer(const char *v)
+{
+    if (!*v || strcmp(v, SK_AUTHORIZER_CLASS) == 0 ||
+        strcmp(v, "kafka.security.authorizer.AclAuthorizer") == 0)
+        return NULL;
+    return "must be empty or " SK_AUTHORIZER_CLASS " (the built-in authorizer)";
+}
+
 /* The table. Keep it sorted by group, then by importance. */
 const sk_prop sk_props[] = {
     /* Node */
@@ -346,6 +354,20 @@ const sk_prop sk_props[] = {
      "Security",
      "Lifetime of a SASL session (KIP-368): clients re-authenticate before it ends, and a "
      "connection that has not is closed at its next request (0: no limit).",
+     NULL, false},
+    {"authorizer.class.name", SK_PROP_STRING, OFF(authorizer_class_name), "", 0, 0, "Security",
+     "The authorizer: empty (every principal may do everything) or "
+     "org.apache.kafka.metadata.authorizer.StandardAuthorizer, Skiff's built-in one, which "
+     "checks every request against the ACLs kept in the cluster metadata (kafka-acls.sh).",
+     check_authorizer, false},
+    {"super.users", SK_PROP_STRING, OFF(super_users), "", 0, 0, "Security",
+     "Principals the authorizer allows everything, separated by semicolons "
+     "(User:admin;User:CN=ops).",
+     NULL, false},
+    {"allow.everyone.if.no.acl.found", SK_PROP_BOOL, OFF(allow_everyone_if_no_acl_found),
+     "false", 0, 0, "Security",
+     "With the authorizer on: whether a resource that no ACL names is open to every "
+     "principal.",
      NULL, false},
     {"connection.failed.authentication.delay.ms", SK_PROP_INT,
      OFF(connection_failed_authentication_delay_ms), "100", 0, 60000, "Security",

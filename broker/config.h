@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #define SK_MAX_LISTENERS 8
+#define SK_AUTHORIZER_CLASS "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 
 /* Security protocols of listeners (listener.security.protocol.map). */
 typedef enum sk_secproto {
@@ -72,6 +73,9 @@ typedef struct sk_config {
     char *sasl_enabled_mechanisms;
     int64_t connections_max_reauth_ms;
     int32_t connection_failed_authentication_delay_ms;
+    char *authorizer_class_name; /* "" or SK_AUTHORIZER_CLASS: the ACL authorizer is on */
+    char *super_users;
+    bool allow_everyone_if_no_acl_found;
     /* listener.name.<listener>.plain.sasl.jaas.config, by lower-case name */
     struct {
         char listener[32];

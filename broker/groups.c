@@ -1,3 +1,5 @@
+#include "acl.h"
+#include "authz.h"
 #include "groups.h"
 
 #include <event2/event.h>
@@ -115,6 +117,13 @@ struct sk_groups {
     struct event *tick_ev;
     struct event *expire_ev;
 };
+
+/* A group request refused: GROUP_AUTHORIZATION_FAILED when the client may
+ * not do op, else the other error. */
+static int16_t group_error(sk_req *r, kc_str group, int16_t other)
+{
+    return sk_authz_group(r, group, sk_authz_op(r)) ? other : SK_KAFKA_GROUP_AUTHORIZATION_FAILED;
+}
 
 static size_t off_key(char *buf, size_t cap, const char *topic, size_t tlen, int32_t part)
 {
@@ -750,9 +759,9 @@ void h_join_group(sk_req *r)
 {
     kp_JoinGroupRequest *req = r->body;
     sk_groups *gs = r->node->groups;
-    if (!coordinates(r, req->group_id)) {
+    if (!sk_authz_group(r, req->group_id, sk_authz_op(r)) || !coordinates(r, req->group_id)) {
         kp_JoinGroupResponse *resp = r->resp;
-        resp->error_code = SK_KAFKA_NOT_COORDINATOR;
+        resp->error_code = group_error(r, req->group_id, SK_KAFKA_NOT_COORDINATOR);
         sk_req_respond(r);
         return;
     }
@@ -819,9 +828,9 @@ void h_sync_group(sk_req *r)
 {
     kp_SyncGroupRequest *req = r->body;
     sk_groups *gs = r->node->groups;
-    if (!coordinates(r, req->group_id)) {
+    if (!sk_authz_group(r, req->group_id, sk_authz_op(r)) || !coordinates(r, req->group_id)) {
         kp_SyncGroupResponse *resp = r->resp;
-        resp->error_code = SK_KAFKA_NOT_COORDINATOR;
+        resp->error_code = group_error(r, req->group_id, SK_KAFKA_NOT_COORDINATOR);
         sk_req_respond(r);
         return;
     }
@@ -852,6 +861,7 @@ void h_heartbeat(sk_req *r)
     kp_HeartbeatRequest *req = r->body;
     kp_HeartbeatResponse *resp = r->resp;
     resp->error_code =
+        !sk_authz_group(r, req->group_id, sk_authz_op(r)) ? SK_KAFKA_GROUP_AUTHORIZATION_FAILED :
         !coordinates(r, req->group_id) ? SK_KAFKA_NOT_COORDINATOR :
         sk_gc_heartbeat(r->node->groups->gc, req->group_id, req->member_id,
                         r->version >= 3 ? req->group_instance_id : (kc_str){NULL, -1},
@@ -865,9 +875,11 @@ void h_leave_group(sk_req *r)
     kp_LeaveGroupResponse *resp = r->resp;
     sk_gc *gc = r->node->groups->gc;
     int64_t now = sk_mono_ms();
-    if (req->group_id.len <= 0 || !coordinates(r, req->group_id)) {
+    if (!sk_authz_group(r, req->group_id, sk_authz_op(r)) || req->group_id.len <= 0 ||
+        !coordinates(r, req->group_id)) {
         resp->error_code =
-            req->group_id.len <= 0 ? SK_KAFKA_INVALID_GROUP_ID : SK_KAFKA_NOT_COORDINATOR;
+            req->group_id.len <= 0 ? SK_KAFKA_INVALID_GROUP_ID
+                                   : group_error(r, req->group_id, SK_KAFKA_NOT_COORDINATOR);
         sk_req_respond(r);
         return;
     }
@@ -970,6 +982,15 @@ void h_list_groups(sk_req *r)
         ls[k].group_type = sk_req_str(r, "classic");
         k++;
     }
+    /* Without DESCRIBE on the cluster, only the groups the client may
+     * describe are listed (Kafka's rule). */
+    if (!sk_authorize_cluster(r, SK_ACL_OP_DESCRIBE)) {
+        int32_t kept = 0;
+        for (int32_t i = 0; i < k; i++)
+            if (sk_authz_group(r, ls[i].group_id, sk_authz_op(r)))
+                ls[kept++] = ls[i];
+        k = kept;
+    }
     resp->groups.n = k;
     resp->groups.v = ls;
     sk_req_respond(r);
@@ -1002,7 +1023,13 @@ void h_describe_groups(sk_req *r)
         d->protocol_type = sk_req_str(r, "");
         d->protocol_data = sk_req_str(r, "");
         if (req->include_authorized_operations)
-            d->authorized_operations = SK_OPS_GROUP;
+            d->authorized_operations = sk_authz_ops(r, SK_ACL_RES_GROUP, id.p ? id.p : "",
+                                                    id.len > 0 ? (size_t)id.len : 0, SK_OPS_GROUP);
+        if (!sk_authz_group(r, id, sk_authz_op(r))) {
+            d->error_code = SK_KAFKA_GROUP_AUTHORIZATION_FAILED;
+            d->group_state = sk_req_str(r, "");
+            continue;
+        }
         if (!coordinates(r, id)) {
             d->error_code = SK_KAFKA_NOT_COORDINATOR;
             d->group_state = sk_req_str(r, "");
@@ -1149,7 +1176,9 @@ void h_offset_commit(sk_req *r)
     resp->topics.v = ts;
     int16_t gerr = 0;
     sk_cg_group *cgrp = NULL;
-    if (req->group_id.len <= 0)
+    if (!sk_authz_group(r, req->group_id, sk_authz_op(r)))
+        gerr = SK_KAFKA_GROUP_AUTHORIZATION_FAILED;
+    else if (req->group_id.len <= 0)
         gerr = SK_KAFKA_INVALID_GROUP_ID;
     else if (!coordinates(r, req->group_id))
         gerr = SK_KAFKA_NOT_COORDINATOR;
@@ -1193,8 +1222,12 @@ void h_offset_commit(sk_req *r)
             kp_OffsetCommitResponse_OffsetCommitResponsePartition *o = &ts[i].partitions.v[j];
             o->partition_index = p->partition_index;
             /* Kafka resolves ids before it asks the coordinator. */
-            if (r->version >= 10 && !topic)
+            if (gerr == SK_KAFKA_GROUP_AUTHORIZATION_FAILED)
+                o->error_code = gerr;
+            else if (r->version >= 10 && !topic)
                 o->error_code = SK_KAFKA_UNKNOWN_TOPIC_ID;
+            else if (!sk_authz_topic(r, topic, t->name, SK_ACL_OP_READ))
+                o->error_code = SK_KAFKA_TOPIC_AUTHORIZATION_FAILED;
             else if (gerr)
                 o->error_code = gerr;
             else if (cgrp && (o->error_code = commit_by_member(r, cgrp, topic, p->partition_index)))
@@ -1307,6 +1340,7 @@ typedef struct ofetch_topic {
         int64_t offset;
         int32_t epoch;
         kc_str meta;
+        int16_t err; /* TOPIC_AUTHORIZATION_FAILED, else 0 */
     } * parts;
 } ofetch_topic;
 
@@ -1320,8 +1354,15 @@ static int ofetch_collect(sk_req *r, gstate *s, int32_t nwant, const kc_str *wan
     ofetch_topic *ts = sk_arena_calloc(r->arena, (size_t)nt + 1, sizeof *ts);
     if (!ts)
         return -1;
+    int kept = 0;
     for (int i = 0; i < nt; i++) {
         kc_str tname = want_names ? want_names[i] : sk_req_str(r, names[i]);
+        /* Topics the client may not describe: left out of "all", refused
+         * when named (Kafka's unauthorized partition: offset -1, no
+         * metadata). */
+        bool denied = !sk_authz_topic(r, NULL, tname, SK_ACL_OP_DESCRIBE);
+        if (denied && !want_names)
+            continue;
         int np = want_names ? want_parts[i].n : count_parts(s, names[i]);
         if (np < 0)
             np = 0;
@@ -1339,12 +1380,21 @@ static int ofetch_collect(sk_req *r, gstate *s, int32_t nwant, const kc_str *wan
                 if (strcmp(((goff *)v)->topic, names[i]) == 0)
                     ps[k++].idx = ((goff *)v)->part;
         }
-        for (int k = 0; k < np; k++)
-            fill_fetch_partition(s, tname, ps[k].idx, &ps[k].offset, &ps[k].epoch, &ps[k].meta, r);
-        ts[i] = (ofetch_topic){tname, np, ps};
+        for (int k = 0; k < np; k++) {
+            if (!denied) {
+                fill_fetch_partition(s, tname, ps[k].idx, &ps[k].offset, &ps[k].epoch,
+                                     &ps[k].meta, r);
+                continue;
+            }
+            ps[k].offset = -1;
+            ps[k].epoch = -1;
+            ps[k].meta = sk_req_str(r, "");
+            ps[k].err = SK_KAFKA_TOPIC_AUTHORIZATION_FAILED;
+        }
+        ts[kept++] = (ofetch_topic){tname, np, ps};
     }
     *out = ts;
-    return nt;
+    return kept;
 }
 
 /* The request's topics as names and partition lists (both layouts). */
@@ -1403,7 +1453,8 @@ void h_offset_fetch(sk_req *r)
     struct kc_i32s *parts;
     ofetch_topic *ot;
     if (r->version <= 7) {
-        gstate *s = req->group_id.len > 0
+        bool allowed = sk_authz_group(r, req->group_id, sk_authz_op(r));
+        gstate *s = req->group_id.len > 0 && allowed
                         ? state_get(gs, req->group_id.p, (size_t)req->group_id.len, false)
                         : NULL;
         OFETCH_WANT(r, req->topics, names, parts);
@@ -1427,6 +1478,8 @@ void h_offset_fetch(sk_req *r)
                 ps[k].committed_offset = ot[i].parts[k].offset;
                 ps[k].committed_leader_epoch = ot[i].parts[k].epoch;
                 ps[k].metadata = ot[i].parts[k].meta;
+                if (ot[i].parts[k].err)
+                    ps[k].error_code = ot[i].parts[k].err;
             }
             ts[i].name = ot[i].name;
             ts[i].partitions.n = ot[i].n;
@@ -1434,7 +1487,9 @@ void h_offset_fetch(sk_req *r)
         }
         resp->topics.n = nt;
         resp->topics.v = ts;
-        if (req->group_id.len <= 0)
+        if (!allowed)
+            resp->error_code = SK_KAFKA_GROUP_AUTHORIZATION_FAILED;
+        else if (req->group_id.len <= 0)
             resp->error_code = SK_KAFKA_INVALID_GROUP_ID;
         else if (!coordinates(r, req->group_id))
             resp->error_code = SK_KAFKA_NOT_COORDINATOR;
@@ -1451,12 +1506,15 @@ void h_offset_fetch(sk_req *r)
     for (int32_t g = 0; g < ng; g++) {
         kp_OffsetFetchRequest_OffsetFetchRequestGroup *rg = &req->groups.v[g];
         gr[g].group_id = rg->group_id;
-        gstate *s = rg->group_id.len > 0
+        bool allowed = sk_authz_group(r, rg->group_id, sk_authz_op(r));
+        gstate *s = rg->group_id.len > 0 && allowed
                         ? state_get(gs, rg->group_id.p, (size_t)rg->group_id.len, false)
                         : NULL;
         sk_cg_group *cgrp =
-            rg->group_id.len > 0 ? sk_cg_find(gs->cg, rg->group_id.p, (size_t)rg->group_id.len) : NULL;
-        if (rg->group_id.len <= 0)
+            rg->group_id.len > 0 && allowed ? sk_cg_find(gs->cg, rg->group_id.p, (size_t)rg->group_id.len) : NULL;
+        if (!allowed)
+            gr[g].error_code = SK_KAFKA_GROUP_AUTHORIZATION_FAILED;
+        else if (rg->group_id.len <= 0)
             gr[g].error_code = SK_KAFKA_INVALID_GROUP_ID;
         else if (!coordinates(r, rg->group_id))
             gr[g].error_code = SK_KAFKA_NOT_COORDINATOR;
@@ -1489,6 +1547,8 @@ void h_offset_fetch(sk_req *r)
                 ps[k].committed_offset = ot[i].parts[k].offset;
                 ps[k].committed_leader_epoch = ot[i].parts[k].epoch;
                 ps[k].metadata = ot[i].parts[k].meta;
+                if (ot[i].parts[k].err)
+                    ps[k].error_code = ot[i].parts[k].err;
             }
             ts[i].name = ot[i].name;
             ts[i].partitions.n = ot[i].n;
@@ -1551,6 +1611,11 @@ void h_offset_delete(sk_req *r)
     sk_groups *gs = r->node->groups;
     sk_gc_group *g = req->group_id.len > 0 ? sk_gc_find(gs->gc, req->group_id.p, (size_t)req->group_id.len) : NULL;
     gstate *s = req->group_id.len > 0 ? state_get(gs, req->group_id.p, (size_t)req->group_id.len, false) : NULL;
+    if (!sk_authz_group(r, req->group_id, sk_authz_op(r))) {
+        resp->error_code = SK_KAFKA_GROUP_AUTHORIZATION_FAILED;
+        sk_req_respond(r);
+        return;
+    }
     if (req->group_id.len <= 0 || !coordinates(r, req->group_id)) {
         resp->error_code =
             req->group_id.len <= 0 ? SK_KAFKA_INVALID_GROUP_ID : SK_KAFKA_NOT_COORDINATOR;
@@ -1588,10 +1653,13 @@ void h_offset_delete(sk_req *r)
                           (cactive && t->name.len > 0 &&
                            sk_cg_group_subscribes(ng, t->name.p, (size_t)t->name.len));
         sk_topic *topic = t->name.len > 0 ? sk_topic_get(r->node, t->name.p, (size_t)t->name.len) : NULL;
+        bool denied = !sk_authz_topic(r, topic, t->name, SK_ACL_OP_READ);
         for (int32_t j = 0; j < np; j++) {
             kp_OffsetDeleteResponse_OffsetDeleteResponsePartition *o = &ts[i].partitions.v[j];
             o->partition_index = t->partitions.v[j].partition_index;
-            if (subscribed)
+            if (denied)
+                o->error_code = SK_KAFKA_TOPIC_AUTHORIZATION_FAILED;
+            else if (subscribed)
                 o->error_code = SK_KAFKA_GROUP_SUBSCRIBED_TO_TOPIC;
             else if (!sk_part_get(topic, o->partition_index))
                 o->error_code = SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION;
@@ -1655,6 +1723,10 @@ void h_delete_groups(sk_req *r)
     for (int32_t i = 0; i < ng; i++) {
         kc_str id = req->groups_names.v[i];
         rs[i].group_id = id;
+        if (!sk_authz_group(r, id, sk_authz_op(r))) {
+            rs[i].error_code = SK_KAFKA_GROUP_AUTHORIZATION_FAILED;
+            continue;
+        }
         if (id.len <= 0) {
             rs[i].error_code = SK_KAFKA_INVALID_GROUP_ID;
             continue;

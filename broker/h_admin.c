@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "acl.h"
+#include "authz.h"
 #include "cmeta.h"
 #include "config.h"
 #include "dispatch.h"
@@ -121,6 +123,8 @@ void h_create_topics(sk_req *r)
     resp->topics.v = rs;
     r->pending = 1;
     int32_t nres = 0;
+    /* CREATE on the cluster, else on each topic (Kafka's order). */
+    bool may_create = sk_authorize_cluster(r, sk_authz_op(r));
     for (int32_t i = 0; i < nt; i++) {
         kp_CreateTopicsRequest_CreatableTopic *ct = &req->topics.v[i];
         /* A name given twice gets one answer, an error. */
@@ -144,6 +148,10 @@ void h_create_topics(sk_req *r)
         if (dup) {
             create_error(r, res, SK_KAFKA_INVALID_REQUEST,
                          "Create topics request from client contains a duplicate topic");
+            continue;
+        }
+        if (!may_create && !sk_authz_topic(r, NULL, ct->name, SK_ACL_OP_CREATE)) {
+            create_error(r, res, SK_KAFKA_TOPIC_AUTHORIZATION_FAILED, "Authorization failed.");
             continue;
         }
         const char *bad = sk_topic_name_invalid(ct->name.p, (size_t)ct->name.len);
@@ -308,9 +316,19 @@ void h_delete_topics(sk_req *r)
             rs[i].error_message = sk_req_str(r, "Topic deletion is disabled (delete.topic.enable)");
             continue;
         }
+        if (!sk_authz_topic(r, t, rs[i].name, SK_ACL_OP_DESCRIBE)) {
+            rs[i].error_code = SK_KAFKA_TOPIC_AUTHORIZATION_FAILED;
+            rs[i].error_message = sk_req_str(r, "Authorization failed.");
+            continue;
+        }
         if (!t) {
             rs[i].error_code = SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION;
             rs[i].error_message = sk_req_str(r, "This server does not host this topic-partition.");
+            continue;
+        }
+        if (!sk_authz_topic(r, t, rs[i].name, sk_authz_op(r))) {
+            rs[i].error_code = SK_KAFKA_TOPIC_AUTHORIZATION_FAILED;
+            rs[i].error_message = sk_req_str(r, "Authorization failed.");
             continue;
         }
         rs[i].topic_id = t->id;
@@ -346,6 +364,11 @@ void h_create_partitions(sk_req *r)
         rs[i].name = ct->name;
         char msg[256];
         sk_topic *t = ct->name.len > 0 ? sk_topic_get(n, ct->name.p, (size_t)ct->name.len) : NULL;
+        if (!sk_authz_topic(r, t, ct->name, sk_authz_op(r))) {
+            rs[i].error_code = SK_KAFKA_TOPIC_AUTHORIZATION_FAILED;
+            rs[i].error_message = sk_req_str(r, "Authorization failed.");
+            continue;
+        }
         if (!t) {
             rs[i].error_code = SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION;
             rs[i].error_message = sk_req_str(r, "The topic does not exist.");
@@ -584,6 +607,12 @@ void h_describe_configs(sk_req *r)
         out->resource_type = res->resource_type;
         out->resource_name = res->resource_name;
         kc_str nm = res->resource_name;
+        int16_t denied =
+            sk_authz_config(r, res->resource_type, nm, sk_authz_op(r));
+        if (denied) {
+            out->error_code = denied;
+            continue;
+        }
         if (res->resource_type == 2) { /* topic */
             sk_topic *t = nm.len > 0 ? sk_topic_get(n, nm.p, (size_t)nm.len) : NULL;
             if (!t) {
@@ -645,6 +674,12 @@ void h_init_producer_id(sk_req *r)
     if (req->transactional_id.len > 0) {
         /* No transaction coordinator: a fatal answer, as FindCoordinator's. */
         resp->error_code = SK_KAFKA_TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+        sk_req_respond(r);
+        return;
+    }
+    if (!sk_authorize_cluster(r, sk_authz_op(r)) &&
+        !sk_authorize_any(r, SK_ACL_RES_TOPIC, SK_ACL_OP_WRITE)) {
+        resp->error_code = SK_KAFKA_CLUSTER_AUTHORIZATION_FAILED;
         sk_req_respond(r);
         return;
     }

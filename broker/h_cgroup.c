@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "acl.h"
 #include "authz.h"
 #include "cgroup.h"
 #include "dispatch.h"
@@ -166,6 +167,11 @@ void h_consumer_group_heartbeat(sk_req *r)
     kp_ConsumerGroupHeartbeatRequest *req = r->body;
     kp_ConsumerGroupHeartbeatResponse *resp = r->resp;
     sk_groups *gs = r->node->groups;
+    if (!sk_authz_group(r, req->group_id, sk_authz_op(r))) {
+        resp->error_code = SK_KAFKA_GROUP_AUTHORIZATION_FAILED;
+        sk_req_respond(r);
+        return;
+    }
     if (req->group_id.len > 0 && !sk_groups_coordinates(r, req->group_id)) {
         resp->error_code = SK_KAFKA_NOT_COORDINATOR;
         sk_req_respond(r);
@@ -305,6 +311,10 @@ static void describe_one(sk_req *r, kc_str id, kp_ConsumerGroupDescribeResponse_
         d->error_code = SK_KAFKA_INVALID_GROUP_ID;
         return;
     }
+    if (!sk_authz_group(r, id, sk_authz_op(r))) {
+        d->error_code = SK_KAFKA_GROUP_AUTHORIZATION_FAILED;
+        return;
+    }
     if (!sk_groups_coordinates(r, id)) {
         d->error_code = SK_KAFKA_NOT_COORDINATOR;
         return;
@@ -349,7 +359,10 @@ void h_consumer_group_describe(sk_req *r)
     for (int32_t i = 0; i < ng; i++) {
         describe_one(r, req->group_ids.v[i], &ds[i]);
         if (req->include_authorized_operations)
-            ds[i].authorized_operations = SK_OPS_GROUP;
+            ds[i].authorized_operations = sk_authz_ops(
+                r, SK_ACL_RES_GROUP, req->group_ids.v[i].p ? req->group_ids.v[i].p : "",
+                req->group_ids.v[i].len > 0 ? (size_t)req->group_ids.v[i].len : 0,
+                SK_OPS_GROUP);
     }
     resp->groups.n = ng;
     resp->groups.v = ds;

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/statvfs.h>
 
+#include "acl.h"
 #include "authz.h"
 #include "cmeta.h"
 #include "config.h"
@@ -286,6 +287,12 @@ void h_alter_configs(sk_req *r)
         rs[i].resource_name = res->resource_name;
         res_out o = {&rs[i].error_code, &rs[i].error_message};
         struct cset c = {0};
+        int16_t denied = sk_authz_config(r, res->resource_type, res->resource_name,
+                                         sk_authz_op(r));
+        if (denied) {
+            rs[i].error_code = denied;
+            continue;
+        }
         if (res->resource_type == RES_GROUP) {
             alter_group(r, res, req->validate_only, o);
             continue;
@@ -373,6 +380,12 @@ void h_incremental_alter_configs(sk_req *r)
         rs[i].resource_name = res->resource_name;
         res_out o = {&rs[i].error_code, &rs[i].error_message};
         struct cset c;
+        int16_t denied = sk_authz_config(r, res->resource_type, res->resource_name,
+                                         sk_authz_op(r));
+        if (denied) {
+            rs[i].error_code = denied;
+            continue;
+        }
         if (res->resource_type == RES_GROUP) {
             incr_alter_group(r, res, req->validate_only, o);
             continue;
@@ -483,11 +496,16 @@ void h_delete_records(sk_req *r)
             return;
         }
         sk_topic *topic = t->name.len > 0 ? sk_topic_get(n, t->name.p, (size_t)t->name.len) : NULL;
+        bool denied = !sk_authz_topic(r, topic, t->name, sk_authz_op(r));
         for (int32_t j = 0; j < np; j++) {
             kp_DeleteRecordsRequest_DeleteRecordsPartition *dp = &t->partitions.v[j];
             kp_DeleteRecordsResponse_DeleteRecordsPartitionResult *o = &ts[i].partitions.v[j];
             o->partition_index = dp->partition_index;
             o->low_watermark = -1;
+            if (denied) {
+                o->error_code = SK_KAFKA_TOPIC_AUTHORIZATION_FAILED;
+                continue;
+            }
             sk_part *p = sk_part_get(topic, dp->partition_index);
             if (!sk_part_serving(p)) {
                 o->error_code =
@@ -553,7 +571,9 @@ void h_describe_cluster(sk_req *r)
     resp->brokers.n = nb;
     resp->brokers.v = b;
     if (req->include_cluster_authorized_operations)
-        resp->cluster_authorized_operations = SK_OPS_CLUSTER;
+        resp->cluster_authorized_operations =
+            sk_authz_ops(r, SK_ACL_RES_CLUSTER, SK_ACL_CLUSTER_NAME, strlen(SK_ACL_CLUSTER_NAME),
+                         SK_OPS_CLUSTER);
     sk_req_respond(r);
 }
 
@@ -679,6 +699,11 @@ static void ld_done(void *arg)
 
 void h_describe_log_dirs(sk_req *r)
 {
+    if (!sk_authorize_cluster(r, sk_authz_op(r))) {
+        ((kp_DescribeLogDirsResponse *)r->resp)->error_code = SK_KAFKA_CLUSTER_AUTHORIZATION_FAILED;
+        sk_req_respond(r);
+        return;
+    }
     struct ld_job *j = calloc(1, sizeof *j);
     if (!j) {
         sk_req_close(r, "out of memory");

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "acl.h"
+#include "authz.h"
 #include "config.h"
 #include "cluster.h"
 #include "dispatch.h"
@@ -422,6 +424,7 @@ static void fetch_eval(sk_fwait *w)
         kp_FetchRequest_FetchTopic *ft = &req->topics.v[i];
         kp_FetchResponse_FetchableTopicResponse *tr = &resp->responses.v[i];
         sk_topic *t = sk_req_topic(r, 13, ft->topic, &ft->topic_id);
+        bool denied = !sk_authz_topic(r, t, ft->topic, sk_authz_op(r));
         for (int32_t j = 0; j < tr->partitions.n; j++, flat++) {
             kp_FetchRequest_FetchPartition *fp = &ft->partitions.v[j];
             kp_FetchResponse_PartitionData *pd = &tr->partitions.v[j];
@@ -429,6 +432,12 @@ static void fetch_eval(sk_fwait *w)
             pd->partition_index = fp->partition;
             pd->records = (kc_records){NULL, 0, 0, NULL};
             pd->error_code = 0;
+            if (denied) {
+                pd->error_code = SK_KAFKA_TOPIC_AUTHORIZATION_FAILED;
+                pd->high_watermark = pd->last_stable_offset = pd->log_start_offset = -1;
+                any_error = true;
+                continue;
+            }
             sk_part *p = sk_part_get(t, fp->partition);
             if (p && !sk_part_serving(p) && sk_proxy_serves(n, r->conn->zone, p)) {
                 int64_t limit = fp->partition_max_bytes > 0 ? fp->partition_max_bytes : 0;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "acl.h"
 #include "authz.h"
 #include "cmeta.h"
 #include "cluster.h"
@@ -162,7 +163,8 @@ static void fill_topic(sk_req *r, kp_MetadataRequest *req,
     mt->topic_id = t->id;
     mt->is_internal = t->internal;
     if (req->include_topic_authorized_operations)
-        mt->topic_authorized_operations = SK_OPS_TOPIC;
+        mt->topic_authorized_operations =
+            sk_authz_ops(r, SK_ACL_RES_TOPIC, t->name, strlen(t->name), SK_OPS_TOPIC);
     kp_MetadataResponse_MetadataResponsePartition *ps =
         sk_req_array(r, &kp_MetadataResponse_MetadataResponsePartition_desc, t->nparts);
     int32_t *ids = sk_arena_alloc(r->arena, (size_t)(t->nparts ? t->nparts : 1) * sizeof *ids);
@@ -242,7 +244,9 @@ void h_metadata(sk_req *r)
     resp->cluster_id = sk_req_str(r, n->cluster_id);
     resp->controller_id = sk_controller_for(r);
     if (req->include_cluster_authorized_operations)
-        resp->cluster_authorized_operations = SK_OPS_CLUSTER;
+        resp->cluster_authorized_operations =
+            sk_authz_ops(r, SK_ACL_RES_CLUSTER, SK_ACL_CLUSTER_NAME,
+                         strlen(SK_ACL_CLUSTER_NAME), SK_OPS_CLUSTER);
 
     /* v0: an empty list means every topic; v1+: null does. */
     bool all = req->topics.n < 0 || (r->version == 0 && req->topics.n == 0);
@@ -256,8 +260,10 @@ void h_metadata(sk_req *r)
         }
         size_t it = 0, k = 0;
         void *v;
+        /* Topics the client may not describe are not listed. */
         while (sk_map_next(n->topics_by_name, &it, NULL, NULL, &v) && k < count)
-            fill_topic(r, req, &ts[k++], v);
+            if (sk_authz_topic(r, v, (kc_str){NULL, -1}, sk_authz_op(r)))
+                fill_topic(r, req, &ts[k++], v);
         resp->topics.n = (int32_t)k;
         resp->topics.v = ts;
         sk_req_respond(r);
@@ -286,7 +292,9 @@ void h_metadata(sk_req *r)
             /* Lookup by topic id (v10+). */
             sk_topic *t = sk_topic_get_id(n, &rt->topic_id);
             mt->topic_id = rt->topic_id;
-            if (t)
+            if (t && !sk_authz_topic(r, t, rt->name, sk_authz_op(r)))
+                mt->error_code = SK_KAFKA_TOPIC_AUTHORIZATION_FAILED;
+            else if (t)
                 fill_topic(r, req, mt, t);
             else
                 mt->error_code = SK_KAFKA_UNKNOWN_TOPIC_ID;
@@ -294,6 +302,10 @@ void h_metadata(sk_req *r)
         }
         mt->name = rt->name;
         sk_topic *t = sk_topic_get(n, rt->name.p, (size_t)rt->name.len);
+        if (!sk_authz_topic(r, t, rt->name, sk_authz_op(r))) {
+            mt->error_code = SK_KAFKA_TOPIC_AUTHORIZATION_FAILED;
+            continue;
+        }
         if (t) {
             fill_topic(r, req, mt, t);
             continue;
@@ -304,6 +316,12 @@ void h_metadata(sk_req *r)
         }
         if (!may_create || n->stopping) {
             mt->error_code = SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION;
+            continue;
+        }
+        /* Auto-creation needs CREATE on the cluster or on the topic. */
+        if (!sk_authorize_cluster(r, SK_ACL_OP_CREATE) &&
+            !sk_authz_topic(r, NULL, rt->name, SK_ACL_OP_CREATE)) {
+            mt->error_code = SK_KAFKA_TOPIC_AUTHORIZATION_FAILED;
             continue;
         }
         sk_tconf conf;
@@ -364,6 +382,8 @@ void h_find_coordinator(sk_req *r)
     }
     if (r->version < 4) {
         sk_broker c = {0};
+        if (!err && req->key_type == 0 && !sk_authz_group(r, req->key, sk_authz_op(r)))
+            err = SK_KAFKA_GROUP_AUTHORIZATION_FAILED;
         if (!err)
             err = coordinator_of(r, req->key, &c);
         resp->error_code = err;
@@ -383,7 +403,10 @@ void h_find_coordinator(sk_req *r)
     }
     for (int32_t i = 0; i < nk; i++) {
         sk_broker c = {0};
-        int16_t e = err ? err : coordinator_of(r, req->coordinator_keys.v[i], &c);
+        int16_t e = err ? err
+                    : !sk_authz_group(r, req->coordinator_keys.v[i], sk_authz_op(r))
+                        ? SK_KAFKA_GROUP_AUTHORIZATION_FAILED
+                        : coordinator_of(r, req->coordinator_keys.v[i], &c);
         cs[i].key = req->coordinator_keys.v[i];
         cs[i].error_code = e;
         cs[i].error_message = msg ? sk_req_str(r, msg) : (kc_str){NULL, -1};

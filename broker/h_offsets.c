@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "authz.h"
 #include "cluster.h"
 #include "config.h"
 #include "dispatch.h"
@@ -467,12 +468,17 @@ void h_list_offsets(sk_req *r)
             return;
         }
         sk_topic *t = lt->name.len > 0 ? sk_topic_get(n, lt->name.p, (size_t)lt->name.len) : NULL;
+        bool denied = !sk_authz_topic(r, t, lt->name, sk_authz_op(r));
         for (int32_t k = 0; k < np; k++) {
             kp_ListOffsetsRequest_ListOffsetsPartition *lp = &lt->partitions.v[k];
             kp_ListOffsetsResponse_ListOffsetsPartitionResponse *out = &trs[i].partitions.v[k];
             out->partition_index = lp->partition_index;
             out->offset = -1;
             out->timestamp = -1;
+            if (denied) {
+                out->error_code = SK_KAFKA_TOPIC_AUTHORIZATION_FAILED;
+                continue;
+            }
             sk_part *p = sk_part_get(t, lp->partition_index);
             if (proxied(r, p) && nfwd < total) {
                 fwd[nfwd++] = (struct fwd_ent){p->main_node, i, k};
@@ -655,6 +661,10 @@ void h_offset_for_leader_epoch(sk_req *r)
             out->partition = lp->partition;
             out->leader_epoch = -1;
             out->end_offset = -1;
+            if (!sk_authz_topic(r, t, lt->topic, sk_authz_op(r))) {
+                out->error_code = SK_KAFKA_TOPIC_AUTHORIZATION_FAILED;
+                continue;
+            }
             sk_part *p = sk_part_get(t, lp->partition);
             if (proxied(r, p) && nfwd < total) {
                 fwd[nfwd++] = (struct fwd_ent){p->main_node, i, k};

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "acl.h"
 #include "authz.h"
 #include "cluster.h"
 #include "config.h"
@@ -137,11 +138,17 @@ static bool dtp_fill(sk_req *r, kc_str *names, int32_t nn, bool all, int32_t lim
             break;
         }
         const sk_topic *t = sk_topic_get(r->node, names[i].p, (size_t)names[i].len);
-        if (!t && all)
+        bool described = sk_authz_topic(r, t, names[i], sk_authz_op(r));
+        if ((!t || !described) && all)
             continue;
         dtp_topic *o = &ts[k++];
         o->name = names[i];
-        o->topic_authorized_operations = SK_OPS_TOPIC;
+        o->topic_authorized_operations = sk_authz_ops(r, SK_ACL_RES_TOPIC, names[i].p,
+                                                      (size_t)names[i].len, SK_OPS_TOPIC);
+        if (!described) {
+            o->error_code = SK_KAFKA_TOPIC_AUTHORIZATION_FAILED;
+            continue;
+        }
         if (!t) {
             bool bad = sk_topic_name_invalid(names[i].p, (size_t)names[i].len) != NULL;
             o->error_code = bad ? SK_KAFKA_INVALID_TOPIC_EXCEPTION
@@ -348,11 +355,14 @@ void h_describe_producers(sk_req *r)
         }
         sk_topic *t = rt->name.len > 0 ? sk_topic_get(r->node, rt->name.p, (size_t)rt->name.len)
                                        : NULL;
+        bool denied = !sk_authz_topic(r, t, rt->name, sk_authz_op(r));
         for (int32_t k = 0; k < np; k++) {
             sk_part *p = sk_part_get(t, rt->partition_indexes.v[k]);
             ps[k].partition_index = rt->partition_indexes.v[k];
             ps[k].active_producers.n = 0;
-            if (!p)
+            if (denied)
+                ps[k].error_code = SK_KAFKA_TOPIC_AUTHORIZATION_FAILED;
+            else if (!p)
                 ps[k].error_code = SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION;
             else if (sk_part_serving(p))
                 dp_fill(r, p, &ps[k]);
@@ -406,6 +416,7 @@ void h_alter_replica_log_dirs(sk_req *r)
         return;
     }
     const char *dir = r->node->cfg->wal_url;
+    bool allowed = sk_authorize_cluster(r, sk_authz_op(r));
     int32_t k = 0;
     for (int32_t i = 0; i < req->dirs.n; i++) {
         const kp_AlterReplicaLogDirsRequest_AlterReplicaLogDir *d = &req->dirs.v[i];
@@ -424,7 +435,8 @@ void h_alter_replica_log_dirs(sk_req *r)
                 rt->name.len > 0 ? sk_topic_get(r->node, rt->name.p, (size_t)rt->name.len) : NULL;
             for (int32_t x = 0; x < np; x++) {
                 ps[x].partition_index = rt->partitions.v[x];
-                ps[x].error_code = ard_one(here, t, rt->partitions.v[x]);
+                ps[x].error_code = allowed ? ard_one(here, t, rt->partitions.v[x])
+                                           : SK_KAFKA_CLUSTER_AUTHORIZATION_FAILED;
             }
             ts[k].topic_name = rt->name;
             ts[k].partitions.n = np;

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "acl.h"
+#include "authz.h"
 #include "append.h"
 #include "cluster.h"
 #include "config.h"
@@ -526,12 +528,17 @@ void h_produce(sk_req *r)
         /* v13 names topics by id (the all-zero id too, which Java sends
          * for a topic it has no id for: UNKNOWN_TOPIC_ID makes it refresh). */
         sk_topic *t = sk_req_topic(r, 13, td->name, &td->topic_id);
+        bool denied = !sk_authz_topic(r, t, td->name, sk_authz_op(r));
         for (int32_t j = 0; j < np; j++) {
             kp_ProduceRequest_PartitionProduceData *pd = &td->partition_data.v[j];
             kp_ProduceResponse_PartitionProduceResponse *pr = &tr->partition_responses.v[j];
             pr->index = pd->index;
             if (bad_acks) {
                 set_error(r, pr, SK_KAFKA_INVALID_REQUIRED_ACKS, "acks must be -1, 0 or 1");
+                continue;
+            }
+            if (denied) {
+                set_error(r, pr, SK_KAFKA_TOPIC_AUTHORIZATION_FAILED, NULL);
                 continue;
             }
             if (!t) {

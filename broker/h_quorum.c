@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "authz.h"
 #include "cluster.h"
 #include "cmodel.h"
 #include "config.h"
@@ -151,6 +152,11 @@ static bool quorum_fill(sk_req *r, int32_t leader, int32_t epoch, int64_t hw)
 
 void h_describe_quorum(sk_req *r)
 {
+    if (!sk_authorize_cluster(r, sk_authz_op(r))) {
+        ((kp_DescribeQuorumResponse *)r->resp)->error_code = SK_KAFKA_CLUSTER_AUTHORIZATION_FAILED;
+        sk_req_respond(r);
+        return;
+    }
     sk_node *n = r->node;
     if (!quorum_asked(r->body)) {
         quorum_refuse(r, SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION);

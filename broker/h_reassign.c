@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "authz.h"
 #include "cluster.h"
 #include "cmodel.h"
 #include "config.h"
@@ -101,6 +102,11 @@ static void alter_one(sk_req *r, sk_topic *t, const preq *rp, presp *o)
 
 void h_alter_partition_reassignments(sk_req *r)
 {
+    if (!sk_authorize_cluster(r, sk_authz_op(r))) {
+        ((kp_AlterPartitionReassignmentsResponse *)r->resp)->error_code = SK_KAFKA_CLUSTER_AUTHORIZATION_FAILED;
+        sk_req_respond(r);
+        return;
+    }
     kp_AlterPartitionReassignmentsRequest *req = r->body;
     kp_AlterPartitionReassignmentsResponse *resp = r->resp;
     int32_t nt = req->topics.n > 0 ? req->topics.n : 0;
@@ -223,6 +229,11 @@ static int collect_topic(sk_req *r, const kp_ListPartitionReassignmentsRequest *
 
 void h_list_partition_reassignments(sk_req *r)
 {
+    if (!sk_authorize_cluster(r, sk_authz_op(r))) {
+        ((kp_ListPartitionReassignmentsResponse *)r->resp)->error_code = SK_KAFKA_CLUSTER_AUTHORIZATION_FAILED;
+        sk_req_respond(r);
+        return;
+    }
     kp_ListPartitionReassignmentsRequest *req = r->body;
     kp_ListPartitionReassignmentsResponse *resp = r->resp;
     sk_node *n = r->node;
@@ -394,6 +405,11 @@ static int elect_listed(sk_req *r, int8_t type, kp_ElectLeadersResponse *resp)
 
 void h_elect_leaders(sk_req *r)
 {
+    if (!sk_authorize_cluster(r, sk_authz_op(r))) {
+        ((kp_ElectLeadersResponse *)r->resp)->error_code = SK_KAFKA_CLUSTER_AUTHORIZATION_FAILED;
+        sk_req_respond(r);
+        return;
+    }
     kp_ElectLeadersRequest *req = r->body;
     kp_ElectLeadersResponse *resp = r->resp;
     int8_t type = r->version >= 1 ? req->election_type : ELECT_PREFERRED;

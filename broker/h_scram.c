@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "acl.h"
+#include "authz.h"
 #include "cmeta.h"
 #include "dispatch.h"
 #include "gconf.h"
@@ -115,6 +117,21 @@ void h_describe_user_scram_credentials(sk_req *r)
 {
     kp_DescribeUserScramCredentialsRequest *req = r->body;
     kp_DescribeUserScramCredentialsResponse *resp = r->resp;
+    if (!sk_authorize_cluster(r, sk_authz_op(r))) {
+        /* Kafka's error answer: one result per user asked, without the
+         * user's name (a null list gets none here; Kafka does not answer). */
+        int32_t n = req->users.n > 0 ? req->users.n : 0;
+        d_result *res = sk_req_array(
+            r, &kp_DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult_desc,
+            n ? n : 1);
+        for (int32_t i = 0; res && i < n; i++)
+            res[i].error_code = SK_KAFKA_CLUSTER_AUTHORIZATION_FAILED;
+        resp->error_code = SK_KAFKA_CLUSTER_AUTHORIZATION_FAILED;
+        resp->results.n = res ? n : 0;
+        resp->results.v = res;
+        sk_req_respond(r);
+        return;
+    }
     if (req->users.n <= 0) {
         if (sk_cmeta_list_user_configs(r->node, describe_listed, r) != 0) {
             resp->error_code = SK_KAFKA_REQUEST_TIMED_OUT;
@@ -320,7 +337,10 @@ void h_alter_user_scram_credentials(sk_req *r)
     resp->results.n = n;
     resp->results.v = res;
     r->pending = 1;
+    bool allowed = sk_authorize_cluster(r, sk_authz_op(r));
     for (int32_t i = 0; i < n; i++) {
+        if (!allowed)
+            set_error(r, &res[i], SK_KAFKA_CLUSTER_AUTHORIZATION_FAILED, NULL);
         check_user(r, req, &res[i]);
         a_call *a = sk_arena_alloc(r->arena, sizeof *a);
         if (res[i].error_code || !a)

@@ -96,6 +96,9 @@ int32_t sk_part_main_live(sk_req *r, const sk_part *p);
 void h_sasl_handshake(sk_req *r);
 void h_sasl_authenticate(sk_req *r);
 void h_describe_user_scram_credentials(sk_req *r);
+void h_describe_acls(sk_req *r);
+void h_create_acls(sk_req *r);
+void h_delete_acls(sk_req *r);
 void h_alter_user_scram_credentials(sk_req *r);
 /* Skiff's node-to-node RPCs (h_rpc.c). */
 void h_handoff_ready(sk_req *r);

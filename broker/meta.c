@@ -2,6 +2,7 @@
 
 #include <string.h>
 
+#include "acls.h"
 #include "gconf.h"
 #include "groups.h"
 #include "sk_err.h"
@@ -195,6 +196,12 @@ void sk_meta_user_config(sk_buf *b, const void *body, size_t len)
     sk_buf_put(b, body, len);
 }
 
+void sk_meta_acl(sk_buf *b, const void *body, size_t len)
+{
+    head(b, SK_META_ACL);
+    sk_buf_put(b, body, len);
+}
+
 void sk_meta_group(sk_buf *b, const void *body, size_t len)
 {
     head(b, SK_META_GROUP);
@@ -260,6 +267,7 @@ int sk_meta_decode(const uint8_t *p, size_t n, sk_meta *m)
     case SK_META_GROUP:
     case SK_META_GROUP_CONFIG:
     case SK_META_USER_CONFIG:
+    case SK_META_ACL:
     case SK_META_HANDOFF:
     case SK_META_ADOPT:
         m->body = r.p;
@@ -358,7 +366,7 @@ int sk_snapshot_encode(const sk_node *n, uint8_t **out, uint32_t *len)
     uint32_t nextra = n->groups ? sk_groups_snapshot(n->groups, &extra) : 0;
     /* A cluster keeps group configs in etcd, a single node in its log. */
     if (!n->cluster)
-        nextra += sk_gconf_snapshot(n, &extra);
+        nextra += sk_gconf_snapshot(n, &extra) + sk_acls_snapshot(n, &extra);
     sk_buf_u32(&b, nextra);
     sk_buf_put(&b, extra.data, extra.len);
     if (sk_buf_failed(&extra))

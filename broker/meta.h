@@ -63,6 +63,7 @@ enum sk_meta_kind {
                                  deleted, or etcd refused its adoption */
     SK_META_GROUP_CONFIG = 15, /* a group's complete config override set (gconf.h) */
     SK_META_USER_CONFIG = 16,  /* a user's complete set of SCRAM credentials (gconf.h) */
+    SK_META_ACL = 17,          /* an ACL binding created or deleted (acls.h) */
 };
 
 typedef struct sk_meta {
@@ -115,6 +116,7 @@ void sk_meta_group(sk_buf *b, const void *body, size_t len);
 void sk_meta_group_config(sk_buf *b, const void *body, size_t len);
 /* body: gconf.h's */
 void sk_meta_user_config(sk_buf *b, const void *body, size_t len);
+void sk_meta_acl(sk_buf *b, const void *body, size_t len);
 void sk_meta_broker_config(sk_buf *b, int n, char *const *names, char *const *values);
 
 /* Object registry records.
@@ -226,6 +228,6 @@ typedef struct sk_snapshot_visitor {
 int sk_snapshot_visit(const uint8_t *p, size_t n, const sk_snapshot_visitor *v);
 
 /* Kinds of extra snapshot sections. */
-enum { SK_SNAP_GROUPS = 1, SK_SNAP_GROUP_CONFIGS = 2, SK_SNAP_USER_CONFIGS = 3 };
+enum { SK_SNAP_GROUPS = 1, SK_SNAP_GROUP_CONFIGS = 2, SK_SNAP_USER_CONFIGS = 3, SK_SNAP_ACLS = 4 };
 
 #endif

@@ -19,6 +19,7 @@
 #include "config.h"
 #include "dynconf.h"
 #include "fsession.h"
+#include "acls.h"
 #include "gconf.h"
 #include "groups.h"
 #include "handlers.h"
@@ -306,6 +307,10 @@ static int load_extra(void *arg, uint8_t kind, const uint8_t *body, size_t len)
     /* A cluster's group configs come from etcd. */
     if (kind == SK_SNAP_GROUP_CONFIGS && !n->cluster && sk_gconf_load(n, body, len) != 0) {
         SK_ERROR("node", "corrupt group configs in the SQLite view");
+        return SK_ERR_CORRUPT;
+    }
+    if (kind == SK_SNAP_ACLS && !n->cluster && sk_acls_load(n, body, len) != 0) {
+        SK_ERROR("node", "corrupt ACLs in the SQLite view");
         return SK_ERR_CORRUPT;
     }
     if (kind == SK_SNAP_USER_CONFIGS && !n->cluster && sk_uconf_load(n, body, len) != 0) {
@@ -1006,6 +1011,7 @@ void sk_node_destroy(sk_node *n)
     n->fsessions = NULL;
     sk_dynconf_free(n);
     sk_gconf_free_all(n);
+    sk_acls_free(n);
     zone_map_destroy(n->zones);
     sk_vlog_destroy(n->log);
     n->log = NULL;

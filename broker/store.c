@@ -45,7 +45,8 @@ static const char *const schema =
     "CREATE TABLE IF NOT EXISTS consumer_groups(grp BLOB PRIMARY KEY, body BLOB NOT NULL)"
     "  WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS user_configs(usr BLOB PRIMARY KEY, body BLOB NOT NULL)"
-    "  WITHOUT ROWID;";
+    "  WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS acls(acl BLOB PRIMARY KEY, body BLOB NOT NULL) WITHOUT ROWID;";
 
 /* Views of schema 2 (before the cluster) gain the columns of schema 3. */
 static const char *const migrate_2_3 =
@@ -96,6 +97,8 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_DEL_GCONF] = "DELETE FROM group_configs WHERE grp = ?1",
     [ST_PUT_UCONF] = "INSERT OR REPLACE INTO user_configs(usr, body) VALUES(?1,?2)",
     [ST_DEL_UCONF] = "DELETE FROM user_configs WHERE usr = ?1",
+    [ST_PUT_ACL] = "INSERT OR REPLACE INTO acls(acl, body) VALUES(?1,?2)",
+    [ST_DEL_ACL] = "DELETE FROM acls WHERE acl = ?1",
     [ST_DEL_TOPIC_GOFFS] =
         "DELETE FROM group_offsets WHERE topic = (SELECT name FROM topics WHERE id = ?1)",
     [ST_PUT_OBJ] = "INSERT OR REPLACE INTO objects(key, kind, size, created, delete_after)"
@@ -314,7 +317,7 @@ int sk_store_reset(sk_store *s)
                          "DELETE FROM batches; DELETE FROM producers; DELETE FROM group_offsets;"
                          "DELETE FROM consumer_groups;"
                          "DELETE FROM objects; DELETE FROM object_ranges; DELETE FROM handoffs;"
-                         "DELETE FROM group_configs; DELETE FROM user_configs; DELETE FROM kv WHERE k <> 'schema';"
+                         "DELETE FROM group_configs; DELETE FROM user_configs; DELETE FROM acls; DELETE FROM kv WHERE k <> 'schema';"
                          "COMMIT");
     if (rc == 0) {
         s->applied = 0;
@@ -661,6 +664,11 @@ static int apply_user_config(sk_store *s, const uint8_t *body, size_t len)
     return apply_config_set(s, body, len, ST_PUT_UCONF, ST_DEL_UCONF);
 }
 
+static int apply_acl(sk_store *s, const uint8_t *body, size_t len)
+{
+    return apply_config_set(s, body, len, ST_PUT_ACL, ST_DEL_ACL);
+}
+
 static int apply_meta(sk_store *s, const sk_store_rec *r)
 {
     sk_meta m;
@@ -737,6 +745,8 @@ static int apply_meta(sk_store *s, const sk_store_rec *r)
         return apply_group_config(s, m.body, m.body_len);
     case SK_META_USER_CONFIG:
         return apply_user_config(s, m.body, m.body_len);
+    case SK_META_ACL:
+        return apply_acl(s, m.body, m.body_len);
     case SK_META_HANDOFF:
         return apply_handoff(s, m.body, m.body_len, r->lsn);
     case SK_META_ADOPT:
@@ -809,6 +819,8 @@ static int snap_extra(void *arg, uint8_t kind, const uint8_t *body, size_t len)
         return apply_group_config(arg, body, len);
     if (kind == SK_SNAP_USER_CONFIGS)
         return apply_user_config(arg, body, len);
+    if (kind == SK_SNAP_ACLS)
+        return apply_acl(arg, body, len);
     return kind == SK_SNAP_GROUPS ? apply_group(arg, body, len) : 0;
 }
 
@@ -888,7 +900,8 @@ static int load_config_sets(sk_store *s, const sk_snapshot_visitor *v, const cha
 static int load_group_configs(sk_store *s, const sk_snapshot_visitor *v)
 {
     int rc = load_config_sets(s, v, "SELECT body FROM group_configs", SK_SNAP_GROUP_CONFIGS);
-    return rc ? rc : load_config_sets(s, v, "SELECT body FROM user_configs", SK_SNAP_USER_CONFIGS);
+    rc = rc ? rc : load_config_sets(s, v, "SELECT body FROM user_configs", SK_SNAP_USER_CONFIGS);
+    return rc ? rc : load_config_sets(s, v, "SELECT body FROM acls", SK_SNAP_ACLS);
 }
 
 /* Hands every group's committed offsets to the visitor as one commit

@@ -48,6 +48,8 @@ enum {
     ST_DEL_GCONF,
     ST_PUT_UCONF,
     ST_DEL_UCONF,
+    ST_PUT_ACL,
+    ST_DEL_ACL,
     ST_PUT_OBJ,
     ST_PUT_RANGE,
     ST_DEL_BATCHES_UPLOADED,

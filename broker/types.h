@@ -226,6 +226,8 @@ struct sk_node {
     sk_map *topics_by_name; /* name -> sk_topic */
     sk_map *gconfs;         /* group id -> its config overrides (gconf.h); NULL: none */
     sk_map *uconfs;         /* single node: user -> its SCRAM credentials (gconf.h) */
+    struct sk_acl_set *acls; /* the ACL bindings (acls.h), NULL until first used */
+    struct etcd_watch *acl_watch; /* cluster: the watch of config/acl/ (cmeta_etcd.c) */
     sk_map *topics_by_id;   /* 16-byte id -> sk_topic */
 
     /* WAL cache: global FIFO in LSN order */

@@ -50,6 +50,10 @@ UNSUPPORTED_SASL_MECHANISM = 33
 ILLEGAL_SASL_STATE = 34
 SASL_AUTHENTICATION_FAILED = 58
 RESOURCE_NOT_FOUND = 91
+TOPIC_AUTHORIZATION_FAILED = 29
+GROUP_AUTHORIZATION_FAILED = 30
+CLUSTER_AUTHORIZATION_FAILED = 31
+SECURITY_DISABLED = 54
 
 API_NAMES = {
     0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 8: "OffsetCommit",
@@ -689,6 +693,41 @@ _api(51, 0,
       S("Results", "0+", [F("User", "string", "0+"), F("ErrorCode", "int16", "0+"),
                           F("ErrorMessage", "string", "0+", nullable="0+")])])
 
+
+# ACLs: DescribeAcls, CreateAcls, DeleteAcls (flexible from v2).
+_ACL_FILTER = [F("ResourceTypeFilter", "int8", "0+"),
+               F("ResourceNameFilter", "string", "0+", nullable="0+"),
+               F("PatternTypeFilter", "int8", "1+", default=3),
+               F("PrincipalFilter", "string", "0+", nullable="0+"),
+               F("HostFilter", "string", "0+", nullable="0+"),
+               F("Operation", "int8", "0+"), F("PermissionType", "int8", "0+")]
+_api(29, 2, _ACL_FILTER,
+     [F("ThrottleTimeMs", "int32", "0+"), F("ErrorCode", "int16", "0+"),
+      F("ErrorMessage", "string", "0+", nullable="0+"),
+      S("Resources", "0+", [F("ResourceType", "int8", "0+"), F("ResourceName", "string", "0+"),
+                            F("PatternType", "int8", "1+", default=3),
+                            S("Acls", "0+", [F("Principal", "string", "0+"),
+                                             F("Host", "string", "0+"),
+                                             F("Operation", "int8", "0+"),
+                                             F("PermissionType", "int8", "0+")])])])
+_api(30, 2,
+     [S("Creations", "0+", [F("ResourceType", "int8", "0+"), F("ResourceName", "string", "0+"),
+                            F("ResourcePatternType", "int8", "1+", default=3),
+                            F("Principal", "string", "0+"), F("Host", "string", "0+"),
+                            F("Operation", "int8", "0+"), F("PermissionType", "int8", "0+")])],
+     [F("ThrottleTimeMs", "int32", "0+"),
+      S("Results", "0+", [F("ErrorCode", "int16", "0+"),
+                          F("ErrorMessage", "string", "0+", nullable="0+")])])
+_api(31, 2, [S("Filters", "0+", _ACL_FILTER)],
+     [F("ThrottleTimeMs", "int32", "0+"),
+      S("FilterResults", "0+", [
+          F("ErrorCode", "int16", "0+"), F("ErrorMessage", "string", "0+", nullable="0+"),
+          S("MatchingAcls", "0+", [
+              F("ErrorCode", "int16", "0+"), F("ErrorMessage", "string", "0+", nullable="0+"),
+              F("ResourceType", "int8", "0+"), F("ResourceName", "string", "0+"),
+              F("PatternType", "int8", "1+", default=3), F("Principal", "string", "0+"),
+              F("Host", "string", "0+"), F("Operation", "int8", "0+"),
+              F("PermissionType", "int8", "0+")])])])
 
 # The KIP-848 consumer group protocol: ConsumerGroupHeartbeat, ConsumerGroupDescribe.
 _CG_TPS = [F("TopicId", "uuid", "0+"), F("Partitions", "[]int32", "0+")]

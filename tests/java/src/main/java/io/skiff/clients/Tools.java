@@ -29,6 +29,7 @@ import org.apache.kafka.common.utils.Exit;
  * TOOL is one of the bin/kafka-*.sh classes of Kafka 4.3.1:
  *   groups          org.apache.kafka.tools.consumer.group.ConsumerGroupCommand
  *   configs         kafka.admin.ConfigCommand
+ *   acls            org.apache.kafka.tools.AclCommand (kafka-acls.sh)
  *   log-dirs        org.apache.kafka.tools.LogDirsCommand
  *   delete-records  org.apache.kafka.tools.DeleteRecordsCommand
  *   topics          org.apache.kafka.tools.TopicCommand
@@ -137,6 +138,9 @@ public final class Tools {
                 break;
             case "configs":
                 kafka.admin.ConfigCommand.main(a);
+                break;
+            case "acls":
+                org.apache.kafka.tools.AclCommand.main(a);
                 break;
             case "log-dirs":
                 org.apache.kafka.tools.LogDirsCommand.main(a);
