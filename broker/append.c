@@ -54,7 +54,9 @@ static void after_append(sk_node *n, sk_part *p, sk_cbatch *cb, const kb_header 
         p->max_ts = h->max_timestamp;
         p->max_ts_base = cb->base;
     }
-    if (h->producer_id >= 0) {
+    /* A transaction marker ends a transaction; it is no batch of the
+     * producer's sequence. */
+    if (h->producer_id >= 0 && !(h->attributes & KB_ATTR_CONTROL)) {
         sk_pstate *ps = sk_part_pstate(p, h->producer_id, true);
         if (ps) {
             sk_pbatch pb = {h->base_sequence, sk_seq_add(h->base_sequence, h->last_offset_delta),

@@ -643,9 +643,7 @@ void h_init_producer_id(sk_req *r)
         return;
     }
     if (req->transactional_id.len > 0) {
-        /* No transaction coordinator: a fatal answer, as FindCoordinator's. */
-        resp->error_code = SK_KAFKA_TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
-        sk_req_respond(r);
+        sk_init_txn_producer(r);
         return;
     }
     /* Idempotent producers always get a fresh id (even when asking to bump

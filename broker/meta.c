@@ -6,6 +6,7 @@
 #include "groups.h"
 #include "sk_err.h"
 #include "sk_map.h"
+#include "txns.h"
 
 #define META_VERSION 1
 #define DATA_VERSION 1
@@ -201,6 +202,12 @@ void sk_meta_group(sk_buf *b, const void *body, size_t len)
     sk_buf_put(b, body, len);
 }
 
+void sk_meta_txn(sk_buf *b, const void *body, size_t len)
+{
+    head(b, SK_META_TXN);
+    sk_buf_put(b, body, len);
+}
+
 int sk_meta_decode(const uint8_t *p, size_t n, sk_meta *m)
 {
     memset(m, 0, sizeof *m);
@@ -260,6 +267,7 @@ int sk_meta_decode(const uint8_t *p, size_t n, sk_meta *m)
     case SK_META_GROUP:
     case SK_META_GROUP_CONFIG:
     case SK_META_USER_CONFIG:
+    case SK_META_TXN:
     case SK_META_HANDOFF:
     case SK_META_ADOPT:
         m->body = r.p;
@@ -356,6 +364,8 @@ int sk_snapshot_encode(const sk_node *n, uint8_t **out, uint32_t *len)
     sk_buf extra;
     sk_buf_init(&extra, 0);
     uint32_t nextra = n->groups ? sk_groups_snapshot(n->groups, &extra) : 0;
+    if (n->txns)
+        nextra += sk_txns_snapshot(n->txns, &extra);
     /* A cluster keeps group configs in etcd, a single node in its log. */
     if (!n->cluster)
         nextra += sk_gconf_snapshot(n, &extra);

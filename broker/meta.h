@@ -63,6 +63,7 @@ enum sk_meta_kind {
                                  deleted, or etcd refused its adoption */
     SK_META_GROUP_CONFIG = 15, /* a group's complete config override set (gconf.h) */
     SK_META_USER_CONFIG = 16,  /* a user's complete set of SCRAM credentials (gconf.h) */
+    SK_META_TXN = 17,          /* a transactional id's whole state (txns.h owns the body) */
 };
 
 typedef struct sk_meta {
@@ -111,6 +112,8 @@ void sk_meta_log_start(sk_buf *b, const kc_uuid *id, int32_t part, int64_t log_s
 void sk_meta_pid(sk_buf *b, int64_t next_pid);
 void sk_meta_cluster(sk_buf *b, const char *cluster_id);
 void sk_meta_group(sk_buf *b, const void *body, size_t len);
+/* body: txns.h's */
+void sk_meta_txn(sk_buf *b, const void *body, size_t len);
 /* body: gconf.h's */
 void sk_meta_group_config(sk_buf *b, const void *body, size_t len);
 /* body: gconf.h's */
@@ -226,6 +229,6 @@ typedef struct sk_snapshot_visitor {
 int sk_snapshot_visit(const uint8_t *p, size_t n, const sk_snapshot_visitor *v);
 
 /* Kinds of extra snapshot sections. */
-enum { SK_SNAP_GROUPS = 1, SK_SNAP_GROUP_CONFIGS = 2, SK_SNAP_USER_CONFIGS = 3 };
+enum { SK_SNAP_GROUPS = 1, SK_SNAP_GROUP_CONFIGS = 2, SK_SNAP_USER_CONFIGS = 3, SK_SNAP_TXNS = 4 };
 
 #endif

@@ -21,6 +21,7 @@
 #include "fsession.h"
 #include "gconf.h"
 #include "groups.h"
+#include "txns.h"
 #include "handlers.h"
 #include "kbatch.h"
 #include "meta.h"
@@ -308,6 +309,10 @@ static int load_extra(void *arg, uint8_t kind, const uint8_t *body, size_t len)
         SK_ERROR("node", "corrupt group configs in the SQLite view");
         return SK_ERR_CORRUPT;
     }
+    if (kind == SK_SNAP_TXNS && n->txns && sk_txns_load(n->txns, body, len) != 0) {
+        SK_ERROR("node", "corrupt transaction state in the SQLite view");
+        return SK_ERR_CORRUPT;
+    }
     if (kind == SK_SNAP_USER_CONFIGS && !n->cluster && sk_uconf_load(n, body, len) != 0) {
         SK_ERROR("node", "corrupt user credentials in the SQLite view");
         return SK_ERR_CORRUPT;
@@ -507,7 +512,8 @@ static int open_single(sk_node *n, char *why, size_t whylen)
     }
     n->store_applied = sk_store_applied(n->store);
     n->groups = sk_groups_new(n);
-    if (!n->groups) {
+    n->txns = n->groups ? sk_txns_new(n) : NULL;
+    if (!n->groups || !n->txns) {
         snprintf(why, whylen, "out of memory");
         return SK_ERR_NOMEM;
     }
@@ -1000,6 +1006,8 @@ void sk_node_destroy(sk_node *n)
     n->payload = NULL;
     sk_tier_destroy(n->tier);
     n->tier = NULL;
+    sk_txns_destroy(n->txns);
+    n->txns = NULL;
     sk_groups_destroy(n->groups);
     n->groups = NULL;
     sk_fs_destroy(n->fsessions);

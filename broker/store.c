@@ -45,6 +45,8 @@ static const char *const schema =
     "CREATE TABLE IF NOT EXISTS consumer_groups(grp BLOB PRIMARY KEY, body BLOB NOT NULL)"
     "  WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS user_configs(usr BLOB PRIMARY KEY, body BLOB NOT NULL)"
+    "  WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS transactions(txn BLOB PRIMARY KEY, body BLOB NOT NULL)"
     "  WITHOUT ROWID;";
 
 /* Views of schema 2 (before the cluster) gain the columns of schema 3. */
@@ -92,6 +94,7 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_DEL_GROUP] = "DELETE FROM group_offsets WHERE grp = ?1",
     [ST_PUT_CGROUP] = "INSERT OR REPLACE INTO consumer_groups(grp, body) VALUES(?1, ?2)",
     [ST_DEL_CGROUP] = "DELETE FROM consumer_groups WHERE grp = ?1",
+    [ST_PUT_TXN] = "INSERT OR REPLACE INTO transactions(txn, body) VALUES(?1, ?2)",
     [ST_PUT_GCONF] = "INSERT OR REPLACE INTO group_configs(grp, body) VALUES(?1,?2)",
     [ST_DEL_GCONF] = "DELETE FROM group_configs WHERE grp = ?1",
     [ST_PUT_UCONF] = "INSERT OR REPLACE INTO user_configs(usr, body) VALUES(?1,?2)",
@@ -312,7 +315,7 @@ int sk_store_reset(sk_store *s)
 {
     int rc = store_exec(s->db, "BEGIN IMMEDIATE; DELETE FROM topics; DELETE FROM partitions;"
                          "DELETE FROM batches; DELETE FROM producers; DELETE FROM group_offsets;"
-                         "DELETE FROM consumer_groups;"
+                         "DELETE FROM consumer_groups; DELETE FROM transactions;"
                          "DELETE FROM objects; DELETE FROM object_ranges; DELETE FROM handoffs;"
                          "DELETE FROM group_configs; DELETE FROM user_configs; DELETE FROM kv WHERE k <> 'schema';"
                          "COMMIT");
@@ -651,6 +654,21 @@ static int apply_config_set(sk_store *s, const uint8_t *body, size_t len, int pu
     return store_step_done(s, st);
 }
 
+/* A transactional id's state is one row: its last record (txns.h). */
+static int apply_txn(sk_store *s, const uint8_t *body, size_t len)
+{
+    sk_rd rd;
+    sk_rd_init(&rd, body, len);
+    size_t idlen;
+    const uint8_t *id = sk_rd_str(&rd, &idlen);
+    if (sk_rd_failed(&rd))
+        return SK_ERR_CORRUPT;
+    sqlite3_stmt *st = sk_store_stmt(s, ST_PUT_TXN);
+    sqlite3_bind_blob(st, 1, idlen ? (const void *)id : "", (int)idlen, SQLITE_STATIC);
+    sqlite3_bind_blob(st, 2, body, (int)len, SQLITE_STATIC);
+    return store_step_done(s, st);
+}
+
 static int apply_group_config(sk_store *s, const uint8_t *body, size_t len)
 {
     return apply_config_set(s, body, len, ST_PUT_GCONF, ST_DEL_GCONF);
@@ -735,6 +753,8 @@ static int apply_meta(sk_store *s, const sk_store_rec *r)
         return apply_group(s, m.body, m.body_len);
     case SK_META_GROUP_CONFIG:
         return apply_group_config(s, m.body, m.body_len);
+    case SK_META_TXN:
+        return apply_txn(s, m.body, m.body_len);
     case SK_META_USER_CONFIG:
         return apply_user_config(s, m.body, m.body_len);
     case SK_META_HANDOFF:
@@ -809,6 +829,8 @@ static int snap_extra(void *arg, uint8_t kind, const uint8_t *body, size_t len)
         return apply_group_config(arg, body, len);
     if (kind == SK_SNAP_USER_CONFIGS)
         return apply_user_config(arg, body, len);
+    if (kind == SK_SNAP_TXNS)
+        return apply_txn(arg, body, len);
     return kind == SK_SNAP_GROUPS ? apply_group(arg, body, len) : 0;
 }
 
@@ -888,6 +910,7 @@ static int load_config_sets(sk_store *s, const sk_snapshot_visitor *v, const cha
 static int load_group_configs(sk_store *s, const sk_snapshot_visitor *v)
 {
     int rc = load_config_sets(s, v, "SELECT body FROM group_configs", SK_SNAP_GROUP_CONFIGS);
+    rc = rc ? rc : load_config_sets(s, v, "SELECT body FROM transactions", SK_SNAP_TXNS);
     return rc ? rc : load_config_sets(s, v, "SELECT body FROM user_configs", SK_SNAP_USER_CONFIGS);
 }
 

@@ -43,6 +43,7 @@ enum {
     ST_DEL_GROUP,
     ST_PUT_CGROUP,
     ST_DEL_CGROUP,
+    ST_PUT_TXN,
     ST_DEL_TOPIC_GOFFS,
     ST_PUT_GCONF,
     ST_DEL_GCONF,

@@ -36,6 +36,7 @@ typedef struct sk_pstate sk_pstate;
 typedef struct sk_store sk_store;
 typedef struct sk_waiter sk_waiter;
 typedef struct sk_groups sk_groups;
+typedef struct sk_txns sk_txns;
 
 /* ---- topic configuration ---- */
 
@@ -204,6 +205,7 @@ struct sk_node {
     sk_store *store;     /* the own log's (sk_vlog_store), for short */
     sk_workq *readers; /* reads of storage and the SQLite view */
     sk_groups *groups;
+    sk_txns *txns; /* the transaction coordinator; NULL in a cluster */
     struct sk_fs_cache *fsessions; /* fetch sessions (fsession.h), made at first use */
     struct zone_map *zones;
     struct sk_xzone *xzone; /* cross-zone accounting (xzone.h) */

@@ -1,0 +1,392 @@
+/* Transactions (docs/transactions.md): InitProducerId with a transactional
+ * id, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn and TxnOffsetCommit,
+ * answered by the node's transaction coordinator (txns.h) once the change
+ * is durable. A cluster has none: it refuses transactional ids. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmeta.h"
+#include "dispatch.h"
+#include "handlers.h"
+#include "kmsg.h"
+#include "node.h"
+#include "plog.h"
+#include "sk_arena.h"
+#include "sk_err.h"
+#include "sk_log.h"
+#include "sk_time.h"
+#include "tcoord.h"
+#include "txns.h"
+
+/* The one mapping of the coordinator's errors: tcoord answers Kafka codes,
+ * the WAL and memory internal ones. */
+static int16_t txn_error(int err)
+{
+    if (err >= 0)
+        return (int16_t)err;
+    const char *msg;
+    return sk_change_error(err, &msg);
+}
+
+static const char *cstr(sk_req *r, kc_str s)
+{
+    return sk_arena_strndup(r->arena, s.p ? s.p : "", s.len > 0 ? (size_t)s.len : 0);
+}
+
+/* ---- InitProducerId ---- */
+
+static void init_durable(void *arg, int err)
+{
+    sk_req *r = arg;
+    kp_InitProducerIdResponse *resp = r->resp;
+    if (err) {
+        resp->error_code = txn_error(err);
+        resp->producer_id = -1;
+        resp->producer_epoch = -1;
+    }
+    sk_req_respond(r);
+}
+
+static void aborted_for_init(void *arg, int err)
+{
+    sk_txns *tx = ((sk_node *)((void **)arg)[0])->txns;
+    const char *id = ((void **)arg)[1];
+    if (err == 0 && sk_txns_finish(tx, id, NULL, NULL) != 0)
+        SK_WARN("txn", "could not abort the open transaction of %s", id);
+    free(((void **)arg)[1]);
+    free(arg);
+}
+
+/* An init while a transaction is open: that transaction is aborted (with a
+ * fenced epoch) in the background, and the client retries. */
+static void abort_for_init(sk_node *n, const char *id)
+{
+    void **ctx = calloc(2, sizeof *ctx);
+    char *idc = strdup(id);
+    if (ctx && idc) {
+        ctx[0] = n;
+        ctx[1] = idc;
+        if (sk_txns_persist(n->txns, id, aborted_for_init, ctx) == 0)
+            return;
+    } else {
+        sk_tc_revert(sk_txns_tc(n->txns), id);
+    }
+    free(idc);
+    free(ctx);
+}
+
+static void txn_pid_taken(void *arg, int err, int64_t pid)
+{
+    sk_req *r = arg;
+    kp_InitProducerIdRequest *req = r->body;
+    kp_InitProducerIdResponse *resp = r->resp;
+    if (err) {
+        resp->error_code = txn_error(err);
+        sk_req_respond(r);
+        return;
+    }
+    const char *id = cstr(r, req->transactional_id);
+    sk_tc_init_args a = {id, req->transaction_timeout_ms,
+                         r->version >= 3 ? req->producer_id : -1,
+                         r->version >= 3 ? req->producer_epoch : -1, pid};
+    sk_tc_init_result res;
+    sk_tc_init_pid(sk_txns_tc(r->node->txns), &a, sk_now_ms(), &res);
+    if (res.aborting)
+        abort_for_init(r->node, id);
+    if (res.error) {
+        resp->error_code = res.error;
+        sk_req_respond(r);
+        return;
+    }
+    resp->producer_id = res.producer_id;
+    resp->producer_epoch = res.producer_epoch;
+    int rc = sk_txns_persist(r->node->txns, id, init_durable, r);
+    if (rc)
+        init_durable(r, rc);
+}
+
+void sk_init_txn_producer(sk_req *r)
+{
+    kp_InitProducerIdResponse *resp = r->resp;
+    if (!r->node->txns) {
+        /* A cluster has no transaction coordinator: fatal for the client,
+         * as FindCoordinator's answer. */
+        resp->error_code = SK_KAFKA_TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+        sk_req_respond(r);
+        return;
+    }
+    int rc = sk_cmeta_alloc_pid(r->node, txn_pid_taken, r);
+    if (rc)
+        txn_pid_taken(r, rc, -1);
+}
+
+/* ---- AddPartitionsToTxn (v0-3) ---- */
+
+typedef kp_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult add_topic_res;
+typedef kp_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult add_part_res;
+
+/* Every partition's code: `err`, or for unknown ones UNKNOWN_TOPIC_OR_PARTITION
+ * (the others then OPERATION_NOT_ATTEMPTED, as Kafka). */
+static void add_results(sk_req *r, int16_t err)
+{
+    kp_AddPartitionsToTxnRequest *req = r->body;
+    kp_AddPartitionsToTxnResponse *resp = r->resp;
+    int32_t nt = req->v3_and_below_topics.n > 0 ? req->v3_and_below_topics.n : 0;
+    add_topic_res *ts = sk_req_array(r, &kp_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_desc, nt);
+    if (nt && !ts) {
+        sk_req_close(r, "out of memory");
+        return;
+    }
+    for (int32_t i = 0; i < nt; i++) {
+        const kp_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic *t = &req->v3_and_below_topics.v[i];
+        int32_t np = t->partitions.n > 0 ? t->partitions.n : 0;
+        add_part_res *ps =
+            sk_req_array(r, &kp_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult_desc, np);
+        if (np && !ps) {
+            sk_req_close(r, "out of memory");
+            return;
+        }
+        sk_topic *tp = t->name.len > 0 ? sk_topic_get(r->node, t->name.p, (size_t)t->name.len) : NULL;
+        for (int32_t k = 0; k < np; k++) {
+            int32_t idx = t->partitions.v[k];
+            bool known = tp && idx >= 0 && idx < tp->nparts;
+            ps[k].partition_index = idx;
+            ps[k].partition_error_code =
+                err == SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION && known ? SK_KAFKA_OPERATION_NOT_ATTEMPTED
+                                                                   : err;
+        }
+        ts[i].name = t->name;
+        ts[i].results_by_partition.n = np;
+        ts[i].results_by_partition.v = ps;
+    }
+    resp->results_by_topic_v3_and_below.n = nt;
+    resp->results_by_topic_v3_and_below.v = ts;
+    sk_req_respond(r);
+}
+
+static void add_durable(void *arg, int err)
+{
+    add_results(arg, txn_error(err));
+}
+
+/* The partitions asked for, or -1 when one is unknown. */
+static int add_parts(sk_req *r, sk_tc_part **out)
+{
+    kp_AddPartitionsToTxnRequest *req = r->body;
+    int n = 0;
+    for (int32_t i = 0; i < req->v3_and_below_topics.n; i++)
+        n += req->v3_and_below_topics.v[i].partitions.n > 0 ? req->v3_and_below_topics.v[i].partitions.n : 0;
+    sk_tc_part *v = sk_arena_calloc(r->arena, (size_t)n + 1, sizeof *v);
+    if (!v)
+        return -1;
+    int k = 0;
+    for (int32_t i = 0; i < req->v3_and_below_topics.n; i++) {
+        const kp_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic *t = &req->v3_and_below_topics.v[i];
+        sk_topic *tp = t->name.len > 0 ? sk_topic_get(r->node, t->name.p, (size_t)t->name.len) : NULL;
+        for (int32_t j = 0; j < t->partitions.n; j++) {
+            if (!tp || t->partitions.v[j] < 0 || t->partitions.v[j] >= tp->nparts)
+                return -1;
+            v[k].topic = tp->name;
+            v[k++].partition = t->partitions.v[j];
+        }
+    }
+    *out = v;
+    return k;
+}
+
+void h_add_partitions_to_txn(sk_req *r)
+{
+    kp_AddPartitionsToTxnRequest *req = r->body;
+    if (!r->node->txns) {
+        add_results(r, SK_KAFKA_TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
+        return;
+    }
+    sk_tc_part *parts = NULL;
+    int n = add_parts(r, &parts);
+    if (n < 0) {
+        add_results(r, SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION);
+        return;
+    }
+    const char *id = cstr(r, req->v3_and_below_transactional_id);
+    sk_tc *tc = sk_txns_tc(r->node->txns);
+    int err = sk_tc_add_partitions(tc, id, req->v3_and_below_producer_id,
+                                   req->v3_and_below_producer_epoch, n, parts, sk_now_ms());
+    if (err || !sk_tc_is_pending(tc, id)) {
+        add_results(r, txn_error(err));
+        return;
+    }
+    err = sk_txns_persist(r->node->txns, id, add_durable, r);
+    if (err)
+        add_results(r, txn_error(err));
+}
+
+/* ---- AddOffsetsToTxn ---- */
+
+static void simple_durable(void *arg, int err)
+{
+    sk_req *r = arg;
+    /* AddOffsetsToTxn and EndTxn answers start with throttle, error. */
+    if (r->entry->key == 25)
+        ((kp_AddOffsetsToTxnResponse *)r->resp)->error_code = txn_error(err);
+    else
+        ((kp_EndTxnResponse *)r->resp)->error_code = txn_error(err);
+    sk_req_respond(r);
+}
+
+void h_add_offsets_to_txn(sk_req *r)
+{
+    kp_AddOffsetsToTxnRequest *req = r->body;
+    kp_AddOffsetsToTxnResponse *resp = r->resp;
+    if (!r->node->txns) {
+        resp->error_code = SK_KAFKA_TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+        sk_req_respond(r);
+        return;
+    }
+    const char *id = cstr(r, req->transactional_id);
+    sk_tc *tc = sk_txns_tc(r->node->txns);
+    int err = req->group_id.len > 0 ? sk_tc_add_group(tc, id, req->producer_id, req->producer_epoch,
+                                                      cstr(r, req->group_id), sk_now_ms())
+                                    : SK_KAFKA_INVALID_GROUP_ID;
+    if (err == 0 && sk_tc_is_pending(tc, id))
+        err = sk_txns_persist(r->node->txns, id, simple_durable, r);
+    else if (err == 0)
+        simple_durable(r, 0);
+    if (err)
+        simple_durable(r, err);
+}
+
+/* ---- EndTxn ---- */
+
+static void prepared(void *arg, int err)
+{
+    sk_req *r = arg;
+    kp_EndTxnRequest *req = r->body;
+    if (err == 0)
+        err = sk_txns_finish(r->node->txns, cstr(r, req->transactional_id), simple_durable, r);
+    if (err)
+        simple_durable(r, err);
+}
+
+void h_end_txn(sk_req *r)
+{
+    kp_EndTxnRequest *req = r->body;
+    kp_EndTxnResponse *resp = r->resp;
+    resp->producer_id = -1;
+    resp->producer_epoch = -1;
+    if (!r->node->txns) {
+        resp->error_code = SK_KAFKA_TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+        sk_req_respond(r);
+        return;
+    }
+    const char *id = cstr(r, req->transactional_id);
+    bool markers = false;
+    int err = sk_tc_end(sk_txns_tc(r->node->txns), id, req->producer_id, req->producer_epoch,
+                        req->committed, sk_now_ms(), &markers);
+    if (err == 0 && markers)
+        err = sk_txns_persist(r->node->txns, id, prepared, r);
+    else if (err == 0)
+        simple_durable(r, 0);
+    if (err)
+        simple_durable(r, err);
+}
+
+/* ---- TxnOffsetCommit ---- */
+
+typedef kp_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic toc_topic;
+typedef kp_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition toc_part;
+
+/* Every partition's code; with `known`, unknown topics get theirs. */
+static void toc_results(sk_req *r, int16_t err, bool known)
+{
+    kp_TxnOffsetCommitRequest *req = r->body;
+    kp_TxnOffsetCommitResponse *resp = r->resp;
+    int32_t nt = req->topics.n > 0 ? req->topics.n : 0;
+    toc_topic *ts = sk_req_array(r, &kp_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_desc, nt);
+    if (nt && !ts) {
+        sk_req_close(r, "out of memory");
+        return;
+    }
+    for (int32_t i = 0; i < nt; i++) {
+        const kp_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic *t = &req->topics.v[i];
+        int32_t np = t->partitions.n > 0 ? t->partitions.n : 0;
+        toc_part *ps = sk_req_array(r, &kp_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition_desc, np);
+        if (np && !ps) {
+            sk_req_close(r, "out of memory");
+            return;
+        }
+        sk_topic *tp = t->name.len > 0 ? sk_topic_get(r->node, t->name.p, (size_t)t->name.len) : NULL;
+        for (int32_t k = 0; k < np; k++) {
+            int32_t idx = t->partitions.v[k].partition_index;
+            ps[k].partition_index = idx;
+            ps[k].error_code = known && (!tp || idx < 0 || idx >= tp->nparts)
+                                   ? SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION
+                                   : err;
+        }
+        ts[i].name = t->name;
+        ts[i].partitions.n = np;
+        ts[i].partitions.v = ps;
+    }
+    resp->topics.n = nt;
+    resp->topics.v = ts;
+    sk_req_respond(r);
+}
+
+static void toc_durable(void *arg, int err)
+{
+    toc_results(arg, txn_error(err), false);
+}
+
+/* The offsets of known partitions; -1 when one is unknown. */
+static int toc_offsets(sk_req *r, const char *group, sk_txoff **out)
+{
+    kp_TxnOffsetCommitRequest *req = r->body;
+    int n = 0;
+    for (int32_t i = 0; i < req->topics.n; i++)
+        n += req->topics.v[i].partitions.n > 0 ? req->topics.v[i].partitions.n : 0;
+    sk_txoff *v = sk_arena_calloc(r->arena, (size_t)n + 1, sizeof *v);
+    if (!v)
+        return -1;
+    int k = 0;
+    for (int32_t i = 0; i < req->topics.n; i++) {
+        const kp_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic *t = &req->topics.v[i];
+        sk_topic *tp = t->name.len > 0 ? sk_topic_get(r->node, t->name.p, (size_t)t->name.len) : NULL;
+        for (int32_t j = 0; j < t->partitions.n; j++) {
+            const kp_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition *p = &t->partitions.v[j];
+            if (!tp || p->partition_index < 0 || p->partition_index >= tp->nparts)
+                return -1;
+            v[k].group = (char *)group;
+            v[k].topic = tp->name;
+            v[k].part = p->partition_index;
+            v[k].offset = p->committed_offset;
+            v[k].leader_epoch = r->version >= 2 ? p->committed_leader_epoch : -1;
+            v[k++].meta = (char *)cstr(r, p->committed_metadata);
+        }
+    }
+    *out = v;
+    return k;
+}
+
+void h_txn_offset_commit(sk_req *r)
+{
+    kp_TxnOffsetCommitRequest *req = r->body;
+    if (!r->node->txns) {
+        toc_results(r, SK_KAFKA_TRANSACTIONAL_ID_AUTHORIZATION_FAILED, false);
+        return;
+    }
+    const char *id = cstr(r, req->transactional_id);
+    const char *group = cstr(r, req->group_id);
+    sk_txoff *offs = NULL;
+    int n = toc_offsets(r, group, &offs);
+    if (n < 0) {
+        toc_results(r, 0, true);
+        return;
+    }
+    int err = sk_tc_check_group(sk_txns_tc(r->node->txns), id, req->producer_id,
+                                req->producer_epoch, group);
+    if (err == 0)
+        err = sk_txns_add_offsets(r->node->txns, id, n, offs, toc_durable, r);
+    if (err == SK_ERR_AGAIN)
+        err = SK_KAFKA_CONCURRENT_TRANSACTIONS;
+    if (err)
+        toc_results(r, txn_error(err), false);
+}
