@@ -229,6 +229,17 @@ typedef struct sk_snapshot_visitor {
 int sk_snapshot_visit(const uint8_t *p, size_t n, const sk_snapshot_visitor *v);
 
 /* Kinds of extra snapshot sections. */
-enum { SK_SNAP_GROUPS = 1, SK_SNAP_GROUP_CONFIGS = 2, SK_SNAP_USER_CONFIGS = 3, SK_SNAP_TXNS = 4 };
+enum {
+    SK_SNAP_GROUPS = 1,
+    SK_SNAP_GROUP_CONFIGS = 2,
+    SK_SNAP_USER_CONFIGS = 3,
+    SK_SNAP_TXNS = 4,  /* a transactional id's state (txns.h) */
+    SK_SNAP_TXIDX = 5, /* an entry of a partition's transaction index (txidx.h) */
+};
+/* SK_SNAP_TXIDX body: 16-byte topic id | u32 partition | u64 producer id |
+ * u64 first offset | u64 abort marker offset (all ones: open). */
+void sk_txidx_section_put(sk_buf *b, const kc_uuid *id, int32_t part, const sk_txidx_ent *e);
+int sk_txidx_section_get(const uint8_t *p, size_t n, kc_uuid *id, int32_t *part,
+                         sk_txidx_ent *e);
 
 #endif

@@ -309,6 +309,17 @@ static int load_extra(void *arg, uint8_t kind, const uint8_t *body, size_t len)
         SK_ERROR("node", "corrupt group configs in the SQLite view");
         return SK_ERR_CORRUPT;
     }
+    if (kind == SK_SNAP_TXIDX) {
+        kc_uuid id;
+        int32_t part;
+        sk_txidx_ent e;
+        if (sk_txidx_section_get(body, len, &id, &part, &e) != 0)
+            return SK_ERR_CORRUPT;
+        sk_part *p = sk_part_get(sk_topic_get_id(n, &id), part);
+        if (p && sk_txidx_load(&p->txidx, &e) != 0)
+            return SK_ERR_NOMEM;
+        return 0;
+    }
     if (kind == SK_SNAP_TXNS && n->txns && sk_txns_load(n->txns, body, len) != 0) {
         SK_ERROR("node", "corrupt transaction state in the SQLite view");
         return SK_ERR_CORRUPT;

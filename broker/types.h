@@ -15,6 +15,7 @@
 
 #include "kc.h"
 #include "progress.h"
+#include "txidx.h"
 #include "wal.h"
 
 struct event;
@@ -130,6 +131,7 @@ struct sk_part {
     sk_cbatch **cq;
     uint32_t cq_head, cq_len, cq_cap;
     sk_map *producers; /* pid (int64) -> sk_pstate */
+    sk_txidx txidx;    /* open and aborted transactions (txidx.h) */
     struct sk_obj_loc *obj_hint; /* the object range the last read from objects used */
     /* parked fetches to wake when hw moves */
     sk_waiter **waiters;
