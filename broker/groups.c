@@ -23,6 +23,7 @@
 #include "sk_log.h"
 #include "sk_map.h"
 #include "sk_time.h"
+#include "txns.h"
 
 #define MAX_METADATA 4096 /* Kafka's offset.metadata.max.bytes */
 
@@ -1394,6 +1395,15 @@ static void ofetch_topic_id(sk_req *r, const kp_OffsetFetchRequest_OffsetFetchRe
         out->partitions.v[k].error_code = SK_KAFKA_UNKNOWN_TOPIC_ID;
 }
 
+/* RequireStable (KIP-447): an offset a transaction has yet to commit makes
+ * the consumer wait (it retries), so that it never starts from an older one. */
+static bool unstable(sk_req *r, kc_str group, kc_str topic, int32_t part)
+{
+    return group.len > 0 && topic.len > 0 &&
+           sk_txns_offset_pending(r->node->txns, group.p, (size_t)group.len, topic.p,
+                                  (size_t)topic.len, part);
+}
+
 void h_offset_fetch(sk_req *r)
 {
     kp_OffsetFetchRequest *req = r->body;
@@ -1427,6 +1437,11 @@ void h_offset_fetch(sk_req *r)
                 ps[k].committed_offset = ot[i].parts[k].offset;
                 ps[k].committed_leader_epoch = ot[i].parts[k].epoch;
                 ps[k].metadata = ot[i].parts[k].meta;
+                if (req->require_stable &&
+                    unstable(r, req->group_id, ot[i].name, ps[k].partition_index)) {
+                    ps[k].error_code = SK_KAFKA_UNSTABLE_OFFSET_COMMIT;
+                    ps[k].committed_offset = -1;
+                }
             }
             ts[i].name = ot[i].name;
             ts[i].partitions.n = ot[i].n;
@@ -1489,6 +1504,11 @@ void h_offset_fetch(sk_req *r)
                 ps[k].committed_offset = ot[i].parts[k].offset;
                 ps[k].committed_leader_epoch = ot[i].parts[k].epoch;
                 ps[k].metadata = ot[i].parts[k].meta;
+                if (req->require_stable &&
+                    unstable(r, rg->group_id, ot[i].name, ps[k].partition_index)) {
+                    ps[k].error_code = SK_KAFKA_UNSTABLE_OFFSET_COMMIT;
+                    ps[k].committed_offset = -1;
+                }
             }
             ts[i].name = ot[i].name;
             ts[i].partitions.n = ot[i].n;

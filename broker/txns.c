@@ -203,6 +203,23 @@ static void aux_set_offs(aux *a, int n, sk_txoff *offs)
     a->offs = offs;
 }
 
+static bool same(const char *s, const char *p, size_t n)
+{
+    return strlen(s) == n && memcmp(s, p, n) == 0;
+}
+
+bool sk_txns_offset_pending(const sk_txns *tx, const char *group, size_t glen,
+                            const char *topic, size_t tlen, int32_t part)
+{
+    for (int i = 0; tx && i < tx->naux; i++)
+        for (int j = 0; j < tx->auxv[i].noffs; j++) {
+            const sk_txoff *o = &tx->auxv[i].offs[j];
+            if (o->part == part && same(o->group, group, glen) && same(o->topic, topic, tlen))
+                return true;
+        }
+    return false;
+}
+
 /* ---- durability ---- */
 
 typedef struct pjob {

@@ -70,6 +70,11 @@ int sk_txns_finish(sk_txns *tx, const char *txn_id, sk_txns_done_fn fn, void *ar
 int sk_txns_add_offsets(sk_txns *tx, const char *txn_id, int n, const sk_txoff *offs,
                         sk_txns_done_fn fn, void *arg) __attribute__((warn_unused_result));
 
+/* Whether an open transaction holds an offset of (group, topic, part) not
+ * yet committed: OffsetFetch with RequireStable answers UNSTABLE_OFFSET_COMMIT. */
+bool sk_txns_offset_pending(const sk_txns *tx, const char *group, size_t glen,
+                            const char *topic, size_t tlen, int32_t part);
+
 /* Record codec. */
 void sk_txrec_put(sk_buf *b, const sk_tc_entry *e, int noffs, const sk_txoff *offs);
 /* Fills e (owned: sk_tc_entry_clear) and offs (owned: sk_txoffs_free). */

@@ -19,6 +19,7 @@ INVALID_TXN_STATE = 48
 INVALID_PRODUCER_ID_MAPPING = 49
 INVALID_TRANSACTION_TIMEOUT = 50
 CONCURRENT_TRANSACTIONS = 51
+UNSTABLE_OFFSET_COMMIT = 88
 PRODUCER_FENCED = 90
 ATTR_TXN = 0x10
 LATEST = -1
@@ -216,6 +217,11 @@ def test_offsets_visible_at_commit(broker, topic_name):
     assert [p["ErrorCode"] for tp in r["Topics"] for p in tp["Partitions"]] == [NONE], r
     _, offs = kg.fetch_offsets(c, group, {topic_name: [0]})
     assert offs[(topic_name, 0)][0] == -1, offs
+    # A consumer asking for stable offsets (KIP-447) is told to wait.
+    r = c.request(9, 7, {"GroupId": group, "RequireStable": True,
+                         "Topics": [{"Name": topic_name, "PartitionIndexes": [0]}]})
+    assert [(p["CommittedOffset"], p["ErrorCode"]) for t in r["Topics"]
+            for p in t["Partitions"]] == [(-1, UNSTABLE_OFFSET_COMMIT)], r
     assert t.end(True) == NONE
     # Kafka makes them visible when its marker reaches the group's offsets partition,
     # just after answering; Skiff before answering.
