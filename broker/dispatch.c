@@ -64,6 +64,8 @@ static sk_api_entry table[] = {
     {43, 0, 2, 0, 0, h_elect_leaders, NULL},
     {55, 0, 2, 0, 0, h_describe_quorum, NULL},
     {61, 0, 0, 0, 0, h_describe_producers, NULL},
+    {65, 0, 0, 0, 0, h_describe_transactions, NULL},
+    {66, 0, 1, 0, 0, h_list_transactions, NULL},
     {68, 0, 1, 0, 0, h_consumer_group_heartbeat, NULL},
     {69, 0, 1, 0, 0, h_consumer_group_describe, NULL},
     {75, 0, 0, 0, 0, h_describe_topic_partitions, NULL},

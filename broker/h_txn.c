@@ -203,8 +203,9 @@ void h_add_partitions_to_txn(sk_req *r)
     }
     sk_tc_part *parts = NULL;
     int n = add_parts(r, &parts);
-    if (n < 0) {
-        add_results(r, SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION);
+    if (n <= 0) {
+        /* Nothing to add (an empty request) changes nothing. */
+        add_results(r, n < 0 ? SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION : 0);
         return;
     }
     const char *id = cstr(r, req->v3_and_below_transactional_id);
@@ -389,4 +390,150 @@ void h_txn_offset_commit(sk_req *r)
         err = SK_KAFKA_CONCURRENT_TRANSACTIONS;
     if (err)
         toc_results(r, txn_error(err), false);
+}
+
+/* ---- ListTransactions, DescribeTransactions (kafka-transactions.sh) ---- */
+
+static bool state_wanted(const kp_ListTransactionsRequest *req, sk_tc_state st)
+{
+    if (req->state_filters.n <= 0)
+        return true;
+    const char *name = sk_tc_state_name(st);
+    for (int32_t i = 0; i < req->state_filters.n; i++) {
+        kc_str f = req->state_filters.v[i];
+        if (f.len >= 0 && strlen(name) == (size_t)f.len && memcmp(name, f.p, (size_t)f.len) == 0)
+            return true;
+    }
+    return false;
+}
+
+static bool pid_wanted(const kp_ListTransactionsRequest *req, int64_t pid)
+{
+    if (req->producer_id_filters.n <= 0)
+        return true;
+    for (int32_t i = 0; i < req->producer_id_filters.n; i++)
+        if (req->producer_id_filters.v[i] == pid)
+            return true;
+    return false;
+}
+
+/* State filters naming no state Kafka knows are answered back. */
+static void unknown_filters(sk_req *r, const kp_ListTransactionsRequest *req,
+                            kp_ListTransactionsResponse *resp)
+{
+    static const char *kafka_states[] = {"Empty",          "Ongoing",       "PrepareCommit",
+                                         "PrepareAbort",   "CompleteCommit", "CompleteAbort",
+                                         "Dead",           "PrepareEpochFence"};
+    int32_t n = req->state_filters.n > 0 ? req->state_filters.n : 0, k = 0;
+    kc_str *v = sk_arena_calloc(r->arena, (size_t)n + 1, sizeof *v);
+    for (int32_t i = 0; v && i < n; i++) {
+        kc_str f = req->state_filters.v[i];
+        bool known = false;
+        for (size_t j = 0; j < sizeof kafka_states / sizeof kafka_states[0]; j++)
+            known |= f.len >= 0 && strlen(kafka_states[j]) == (size_t)f.len &&
+                     memcmp(kafka_states[j], f.p, (size_t)f.len) == 0;
+        if (!known)
+            v[k++] = f;
+    }
+    resp->unknown_state_filters.n = v ? k : 0;
+    resp->unknown_state_filters.v = v;
+}
+
+void h_list_transactions(sk_req *r)
+{
+    kp_ListTransactionsRequest *req = r->body;
+    kp_ListTransactionsResponse *resp = r->resp;
+    unknown_filters(r, req, resp);
+    sk_tc *tc = r->node->txns ? sk_txns_tc(r->node->txns) : NULL;
+    int n = tc ? sk_tc_count(tc) : 0, k = 0;
+    kp_ListTransactionsResponse_TransactionState *v =
+        sk_req_array(r, &kp_ListTransactionsResponse_TransactionState_desc, n);
+    if (n && !v) {
+        sk_req_close(r, "out of memory");
+        return;
+    }
+    int64_t now = sk_now_ms();
+    for (int i = 0; i < n; i++) {
+        const sk_tc_entry *e = sk_tc_at(tc, i);
+        if (!e || !state_wanted(req, e->state) || !pid_wanted(req, e->producer_id))
+            continue;
+        if (r->version >= 1 && req->duration_filter >= 0 &&
+            (e->start_ms < 0 || now - e->start_ms < req->duration_filter))
+            continue;
+        v[k].transactional_id = sk_req_str(r, e->txn_id);
+        v[k].producer_id = e->producer_id;
+        v[k++].transaction_state = sk_req_str(r, sk_tc_state_name(e->state));
+    }
+    resp->transaction_states.n = k;
+    resp->transaction_states.v = v;
+    sk_req_respond(r);
+}
+
+typedef kp_DescribeTransactionsResponse_TopicData dt_topic;
+
+/* The transaction's partitions, one entry per topic. */
+static int describe_topics(sk_req *r, const sk_tc_entry *e, dt_topic **out)
+{
+    dt_topic *ts = sk_req_array(r, &kp_DescribeTransactionsResponse_TopicData_desc, e->nparts);
+    if (e->nparts && !ts)
+        return -1;
+    int nt = 0;
+    for (int i = 0; i < e->nparts; i++) {
+        int t = 0;
+        while (t < nt && strcmp(ts[t].topic.p, e->parts[i].topic) != 0)
+            t++;
+        if (t == nt) {
+            ts[nt].topic = sk_req_str(r, e->parts[i].topic);
+            ts[nt].partitions.v = sk_arena_calloc(r->arena, (size_t)e->nparts, sizeof(int32_t));
+            if (!ts[nt].partitions.v)
+                return -1;
+            nt++;
+        }
+        ts[t].partitions.v[ts[t].partitions.n++] = e->parts[i].partition;
+    }
+    *out = ts;
+    return nt;
+}
+
+void h_describe_transactions(sk_req *r)
+{
+    kp_DescribeTransactionsRequest *req = r->body;
+    kp_DescribeTransactionsResponse *resp = r->resp;
+    int32_t n = req->transactional_ids.n > 0 ? req->transactional_ids.n : 0;
+    kp_DescribeTransactionsResponse_TransactionState *v =
+        sk_req_array(r, &kp_DescribeTransactionsResponse_TransactionState_desc, n);
+    if (n && !v) {
+        sk_req_close(r, "out of memory");
+        return;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        kc_str id = req->transactional_ids.v[i];
+        const sk_tc_entry *e =
+            r->node->txns ? sk_tc_get(sk_txns_tc(r->node->txns), cstr(r, id)) : NULL;
+        v[i].transactional_id = id;
+        v[i].transaction_state = sk_req_str(r, e ? sk_tc_state_name(e->state) : "");
+        v[i].producer_id = -1;
+        v[i].producer_epoch = -1;
+        v[i].transaction_start_time_ms = -1;
+        if (!e) {
+            v[i].error_code = r->node->txns ? SK_KAFKA_TRANSACTIONAL_ID_NOT_FOUND
+                                            : SK_KAFKA_TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+            continue;
+        }
+        v[i].transaction_timeout_ms = e->timeout_ms;
+        v[i].transaction_start_time_ms = e->start_ms;
+        v[i].producer_id = e->producer_id;
+        v[i].producer_epoch = e->producer_epoch;
+        dt_topic *ts = NULL;
+        int nt = describe_topics(r, e, &ts);
+        if (nt < 0) {
+            sk_req_close(r, "out of memory");
+            return;
+        }
+        v[i].topics.n = nt;
+        v[i].topics.v = ts;
+    }
+    resp->transaction_states.n = n;
+    resp->transaction_states.v = v;
+    sk_req_respond(r);
 }

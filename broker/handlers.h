@@ -28,6 +28,8 @@ void h_add_partitions_to_txn(sk_req *r);
 void h_add_offsets_to_txn(sk_req *r);
 void h_end_txn(sk_req *r);
 void h_txn_offset_commit(sk_req *r);
+void h_describe_transactions(sk_req *r);
+void h_list_transactions(sk_req *r);
 void h_offset_for_leader_epoch(sk_req *r);
 void h_describe_configs(sk_req *r);
 void h_alter_configs(sk_req *r);

@@ -76,11 +76,12 @@ static char *get_str(sk_rd *r)
 {
     size_t n;
     const uint8_t *p = sk_rd_str(r, &n);
-    if (sk_rd_failed(r) || memchr(p, 0, n))
+    if (sk_rd_failed(r) || (n && memchr(p, 0, n)))
         return NULL;
     char *s = malloc(n + 1);
     if (s) {
-        memcpy(s, p, n);
+        if (n)
+            memcpy(s, p, n);
         s[n] = 0;
     }
     return s;

@@ -8,7 +8,7 @@ and to read exactly what the broker answers. This module gives:
 * a small schema-driven codec (non-flexible and flexible/compact encoding,
   tagged fields) with hand-written schemas for the requests the tests use:
   ApiVersions, Metadata, Produce, Fetch, ListOffsets, InitProducerId, AddPartitionsToTxn,
-  AddOffsetsToTxn, EndTxn, TxnOffsetCommit,
+  AddOffsetsToTxn, EndTxn, TxnOffsetCommit, DescribeTransactions, ListTransactions,
   CreateTopics, OffsetForLeaderEpoch, DescribeLogDirs, AlterConfigs,
   IncrementalAlterConfigs, DescribeTopicPartitions, ElectLeaders, DescribeProducers,
   AlterReplicaLogDirs, DescribeQuorum (one schema per API: tests add theirs here);
@@ -564,6 +564,27 @@ _api(28, 3,
       S("Topics", "0+", [F("Name", "string", "0+"),
                          S("Partitions", "0+", [F("PartitionIndex", "int32", "0+"),
                                                 F("ErrorCode", "int16", "0+")])])])
+
+_api(65, 0,
+     [F("TransactionalIds", "[]string", "0+")],
+     [F("ThrottleTimeMs", "int32", "0+"),
+      S("TransactionStates", "0+", [
+          F("ErrorCode", "int16", "0+"), F("TransactionalId", "string", "0+"),
+          F("TransactionState", "string", "0+"), F("TransactionTimeoutMs", "int32", "0+"),
+          F("TransactionStartTimeMs", "int64", "0+"), F("ProducerId", "int64", "0+"),
+          F("ProducerEpoch", "int16", "0+"),
+          S("Topics", "0+", [F("Topic", "string", "0+"),
+                             F("Partitions", "[]int32", "0+")])])])
+
+_api(66, 0,
+     [F("StateFilters", "[]string", "0+"), F("ProducerIdFilters", "[]int64", "0+"),
+      F("DurationFilter", "int64", "1+", default=-1),
+      F("TransactionalIdPattern", "string", "2+", nullable="2+")],
+     [F("ThrottleTimeMs", "int32", "0+"), F("ErrorCode", "int16", "0+"),
+      F("UnknownStateFilters", "[]string", "0+"),
+      S("TransactionStates", "0+", [F("TransactionalId", "string", "0+"),
+                                    F("ProducerId", "int64", "0+"),
+                                    F("TransactionState", "string", "0+")])])
 
 _api(19, 5,
      [S("Topics", "0+", [

@@ -185,3 +185,34 @@ def test_state_survives_sigkill(broker_factory, topic_name):
         p2, _ = read(c, topic_name, 1)
         assert (p2["LastStableOffset"], p2["AbortedTransactions"]) == \
             (4, p["AbortedTransactions"]), p2
+
+
+def test_list_and_describe_transactions(broker, topic_name):
+    """What kafka-transactions.sh list / describe show."""
+    c = new_topic(broker.bootstrap, topic_name, 2)
+    t = Txn(c, txn_id())
+    assert t.add(topic_name, parts=(0, 1)) == {(topic_name, 0): NONE, (topic_name, 1): NONE}
+    r = c.request(66, 1, {"StateFilters": ["Ongoing", "Bogus"], "ProducerIdFilters": [t.pid],
+                          "DurationFilter": -1})
+    assert r["ErrorCode"] == NONE and r["UnknownStateFilters"] == ["Bogus"], r
+    assert [(x["TransactionalId"], x["ProducerId"], x["TransactionState"])
+            for x in r["TransactionStates"]] == [(t.tid, t.pid, "Ongoing")], r
+    r = c.request(65, 0, {"TransactionalIds": [t.tid, txn_id()]})
+    known, unknown = r["TransactionStates"]
+    assert known["ErrorCode"] == NONE and known["TransactionState"] == "Ongoing", known
+    assert (known["ProducerId"], known["ProducerEpoch"], known["TransactionTimeoutMs"]) == \
+        (t.pid, t.epoch, 60000), known
+    assert known["TransactionStartTimeMs"] > 0, known
+    assert [(x["Topic"], sorted(x["Partitions"])) for x in known["Topics"]] == \
+        [(topic_name, [0, 1])], known
+    assert unknown["ErrorCode"] == 105, unknown  # TRANSACTIONAL_ID_NOT_FOUND
+    assert t.end(False) == NONE
+    deadline = time.time() + 15
+    while True:
+        r = c.request(66, 1, {"StateFilters": ["Ongoing"], "ProducerIdFilters": [t.pid],
+                              "DurationFilter": -1})
+        if not r["TransactionStates"] or time.time() > deadline:
+            break
+        time.sleep(0.1)
+    assert r["TransactionStates"] == [], r
+    c.close()
