@@ -224,6 +224,7 @@ int sk_node_set_log_start(sk_node *n, sk_part *p, int64_t offset, sk_durable_fn 
     int rc = append_meta(n, &b, fn, arg);
     if (rc == 0 && offset > p->log_start) {
         p->log_start = offset;
+        sk_txidx_trim(&p->txidx, offset); /* aborted ranges wholly gone */
         if (p->next_offset < offset)
             p->next_offset = p->hw = offset;
         if (p->max_ts_base >= 0 && p->max_ts_base < offset) {

@@ -102,6 +102,7 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_TXO_PUT] = "INSERT OR IGNORE INTO txn_open(topic, part, pid, first) VALUES(?1, ?2, ?3, ?4)",
     [ST_TXO_GET] = "SELECT first FROM txn_open WHERE topic = ?1 AND part = ?2 AND pid = ?3",
     [ST_TXO_DEL] = "DELETE FROM txn_open WHERE topic = ?1 AND part = ?2 AND pid = ?3",
+    [ST_TXA_DEL_BELOW] = "DELETE FROM txn_aborted WHERE topic = ?1 AND part = ?2 AND last < ?3",
     [ST_TXA_PUT] = "INSERT OR REPLACE INTO txn_aborted(topic, part, last, pid, first)"
                    " VALUES(?1, ?2, ?3, ?4, ?5)",
     [ST_PUT_GCONF] = "INSERT OR REPLACE INTO group_configs(grp, body) VALUES(?1,?2)",
@@ -782,7 +783,7 @@ static int apply_meta(sk_store *s, const sk_store_rec *r)
         /* The three statements take the same (topic, partition, offset) and
          * run in this order: move the start, then drop what fell below it. */
         static const int below[] = {ST_UPD_LOG_START, ST_DEL_BATCHES_BELOW,
-                                    ST_DEL_RANGES_BELOW};
+                                    ST_DEL_RANGES_BELOW, ST_TXA_DEL_BELOW};
         sqlite3_stmt *st;
         for (size_t i = 0; i < sizeof below / sizeof below[0]; i++) {
             st = sk_store_stmt(s, below[i]);

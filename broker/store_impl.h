@@ -48,6 +48,7 @@ enum {
     ST_TXO_GET,
     ST_TXO_DEL,
     ST_TXA_PUT,
+    ST_TXA_DEL_BELOW,
     ST_DEL_TOPIC_GOFFS,
     ST_PUT_GCONF,
     ST_DEL_GCONF,
