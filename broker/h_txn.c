@@ -47,32 +47,36 @@ static void init_durable(void *arg, int err)
     sk_req_respond(r);
 }
 
+/* An open transaction being aborted for a new producer instance. */
+struct init_abort {
+    sk_txns *tx;
+    char *id;
+};
+
 static void aborted_for_init(void *arg, int err)
 {
-    sk_txns *tx = ((sk_node *)((void **)arg)[0])->txns;
-    const char *id = ((void **)arg)[1];
-    if (err == 0 && sk_txns_finish(tx, id, NULL, NULL) != 0)
-        SK_WARN("txn", "could not abort the open transaction of %s", id);
-    free(((void **)arg)[1]);
-    free(arg);
+    struct init_abort *a = arg;
+    if (err == 0 && sk_txns_finish(a->tx, a->id, NULL, NULL) != 0)
+        SK_WARN("txn", "could not abort the open transaction of %s", a->id);
+    free(a->id);
+    free(a);
 }
 
 /* An init while a transaction is open: that transaction is aborted (with a
  * fenced epoch) in the background, and the client retries. */
 static void abort_for_init(sk_node *n, const char *id)
 {
-    void **ctx = calloc(2, sizeof *ctx);
-    char *idc = strdup(id);
-    if (ctx && idc) {
-        ctx[0] = n;
-        ctx[1] = idc;
-        if (sk_txns_persist(n->txns, id, aborted_for_init, ctx) == 0)
-            return;
+    struct init_abort *a = calloc(1, sizeof *a);
+    if (a && (a->id = strdup(id))) {
+        a->tx = n->txns;
+        if (sk_txns_persist(n->txns, id, aborted_for_init, a) == 0)
+            return; /* persist reverts the change itself when it fails */
     } else {
         sk_tc_revert(sk_txns_tc(n->txns), id);
     }
-    free(idc);
-    free(ctx);
+    if (a)
+        free(a->id);
+    free(a);
 }
 
 static void txn_pid_taken(void *arg, int err, int64_t pid)
