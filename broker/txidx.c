@@ -86,6 +86,12 @@ int64_t sk_txidx_lso(const sk_txidx *x, int64_t hw)
     return lso;
 }
 
+int64_t sk_txidx_open_first(const sk_txidx *x, int64_t pid)
+{
+    int i = find_open(x, pid);
+    return i >= 0 ? x->open[i].first : -1;
+}
+
 int sk_txidx_aborted(const sk_txidx *x, int64_t from, int64_t to, sk_txidx_ent *out, int max)
 {
     int n = 0;

@@ -40,6 +40,8 @@ int sk_txidx_batch(sk_txidx *x, int64_t pid, int64_t base, bool transactional, i
 /* Restores one entry (last -1: an open transaction). */
 int sk_txidx_load(sk_txidx *x, const sk_txidx_ent *e) __attribute__((warn_unused_result));
 int64_t sk_txidx_lso(const sk_txidx *x, int64_t hw);
+/* The first offset of pid's open transaction here, -1 when none. */
+int64_t sk_txidx_open_first(const sk_txidx *x, int64_t pid);
 /* The aborted transactions a read of [from, to) must know: those whose
  * marker is at or past `from` and whose first offset is below `to`. Fills
  * up to max, returns how many there are. */

@@ -206,6 +206,11 @@ def test_list_and_describe_transactions(broker, topic_name):
     assert [(x["Topic"], sorted(x["Partitions"])) for x in known["Topics"]] == \
         [(topic_name, [0, 1])], known
     assert unknown["ErrorCode"] == 105, unknown  # TRANSACTIONAL_ID_NOT_FOUND
+    # kafka-transactions.sh describe-producers: the open transaction's first offset.
+    assert t.send(topic_name, [b"x"], part=1) == (NONE, 0)
+    r = c.request(61, 0, {"Topics": [{"Name": topic_name, "PartitionIndexes": [1]}]})
+    ps = r["Topics"][0]["Partitions"][0]["ActiveProducers"]
+    assert [(x["ProducerId"], x["CurrentTxnStartOffset"]) for x in ps] == [(t.pid, 0)], r
     assert t.end(False) == NONE
     deadline = time.time() + 15
     while True:

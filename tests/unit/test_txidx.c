@@ -22,6 +22,8 @@ static void test_lso_and_aborted(void **st)
     assert_int_equal(sk_txidx_batch(&x, 8, 6, true, -1), 0);
     assert_int_equal(sk_txidx_batch(&x, 9, 7, false, -1), 0); /* not transactional */
     assert_int_equal(sk_txidx_lso(&x, 10), 3);
+    assert_int_equal(sk_txidx_open_first(&x, 7), 3);
+    assert_int_equal(sk_txidx_open_first(&x, 9), -1);
     assert_int_equal(sk_txidx_batch(&x, 7, 8, true, 0), 0); /* abort marker */
     assert_int_equal(sk_txidx_lso(&x, 10), 6);
     assert_int_equal(sk_txidx_batch(&x, 8, 9, true, 1), 0); /* commit marker */
