@@ -8,6 +8,7 @@
 #include "plog.h"
 #include "pstate.h"
 #include "sk_err.h"
+#include "sk_log.h"
 #include "sk_time.h"
 
 /* From the append until the record is durable. The partition is found
@@ -54,7 +55,9 @@ static void after_append(sk_node *n, sk_part *p, sk_cbatch *cb, const kb_header 
         p->max_ts = h->max_timestamp;
         p->max_ts_base = cb->base;
     }
-    if (h->producer_id >= 0) {
+    /* A transaction marker ends a transaction; it is no batch of the
+     * producer's sequence. */
+    if (h->producer_id >= 0 && !(h->attributes & KB_ATTR_CONTROL)) {
         sk_pstate *ps = sk_part_pstate(p, h->producer_id, true);
         if (ps) {
             sk_pbatch pb = {h->base_sequence, sk_seq_add(h->base_sequence, h->last_offset_delta),
@@ -63,6 +66,11 @@ static void after_append(sk_node *n, sk_part *p, sk_cbatch *cb, const kb_header 
             ps->last_ts = sk_now_ms();
         }
     }
+    if ((h->attributes & KB_ATTR_TRANSACTIONAL) &&
+        sk_txidx_batch(&p->txidx, h->producer_id, cb->base, true,
+                       (h->attributes & KB_ATTR_CONTROL) ? sk_txidx_control_type(cb->data, cb->len)
+                                                         : -1) != 0)
+        SK_WARN("append", "%s-%d: transaction index out of memory", p->topic->name, p->index);
     sk_cache_add(n, p, cb);
     n->n_produced_batches++;
     n->n_produced_bytes += cb->len;

@@ -619,6 +619,10 @@ const sk_prop sk_props[] = {
     {"group.initial.rebalance.delay.ms", SK_PROP_INT, OFF(group_initial_rebalance_delay_ms),
      "3000", 0, I32MAX, "Groups",
      "How long the first rebalance of an empty group waits for more members.", NULL, false},
+    {"transaction.max.timeout.ms", SK_PROP_INT, OFF(transaction_max_timeout_ms), "900000", 1,
+     I32MAX, "Transactions",
+     "Largest transaction timeout a transactional producer may ask for (InitProducerId); "
+     "larger ones get INVALID_TRANSACTION_TIMEOUT.", NULL, false},
     {"offsets.retention.minutes", SK_PROP_INT, OFF(offsets_retention_minutes), "10080", 1,
      I32MAX, "Groups",
      "Committed offsets of a group that has been empty this long are deleted.", NULL, true},

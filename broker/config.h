@@ -138,6 +138,7 @@ typedef struct sk_config {
     /* groups */
     int32_t group_min_session_timeout_ms;
     int32_t group_max_session_timeout_ms;
+    int32_t transaction_max_timeout_ms;
     int32_t group_initial_rebalance_delay_ms;
     int32_t offsets_retention_minutes;
     int64_t offsets_retention_check_interval_ms;

@@ -25,6 +25,7 @@
 #include "sk_log.h"
 #include "sk_map.h"
 #include "sk_time.h"
+#include "txns.h"
 
 #define MAX_METADATA 4096 /* Kafka's offset.metadata.max.bytes */
 
@@ -1444,6 +1445,15 @@ static void ofetch_topic_id(sk_req *r, const kp_OffsetFetchRequest_OffsetFetchRe
         out->partitions.v[k].error_code = SK_KAFKA_UNKNOWN_TOPIC_ID;
 }
 
+/* RequireStable (KIP-447): an offset a transaction has yet to commit makes
+ * the consumer wait (it retries), so that it never starts from an older one. */
+static bool unstable(sk_req *r, kc_str group, kc_str topic, int32_t part)
+{
+    return group.len > 0 && topic.len > 0 &&
+           sk_txns_offset_pending(r->node->txns, group.p, (size_t)group.len, topic.p,
+                                  (size_t)topic.len, part);
+}
+
 void h_offset_fetch(sk_req *r)
 {
     kp_OffsetFetchRequest *req = r->body;
@@ -1480,6 +1490,11 @@ void h_offset_fetch(sk_req *r)
                 ps[k].metadata = ot[i].parts[k].meta;
                 if (ot[i].parts[k].err)
                     ps[k].error_code = ot[i].parts[k].err;
+                if (req->require_stable &&
+                    unstable(r, req->group_id, ot[i].name, ps[k].partition_index)) {
+                    ps[k].error_code = SK_KAFKA_UNSTABLE_OFFSET_COMMIT;
+                    ps[k].committed_offset = -1;
+                }
             }
             ts[i].name = ot[i].name;
             ts[i].partitions.n = ot[i].n;
@@ -1549,6 +1564,11 @@ void h_offset_fetch(sk_req *r)
                 ps[k].metadata = ot[i].parts[k].meta;
                 if (ot[i].parts[k].err)
                     ps[k].error_code = ot[i].parts[k].err;
+                if (req->require_stable &&
+                    unstable(r, rg->group_id, ot[i].name, ps[k].partition_index)) {
+                    ps[k].error_code = SK_KAFKA_UNSTABLE_OFFSET_COMMIT;
+                    ps[k].committed_offset = -1;
+                }
             }
             ts[i].name = ot[i].name;
             ts[i].partitions.n = ot[i].n;

@@ -672,9 +672,7 @@ void h_init_producer_id(sk_req *r)
         return;
     }
     if (req->transactional_id.len > 0) {
-        /* No transaction coordinator: a fatal answer, as FindCoordinator's. */
-        resp->error_code = SK_KAFKA_TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
-        sk_req_respond(r);
+        sk_init_txn_producer(r);
         return;
     }
     if (!sk_authorize_cluster(r, sk_authz_op(r)) &&

@@ -327,6 +327,47 @@ static void disk_done(void *arg)
 
 /* ---- evaluation ---- */
 
+/* The bytes of the whole batches of buf that begin below `end` (the last
+ * stable offset falls on a batch's start). */
+static int64_t below(const uint8_t *buf, int64_t len, int64_t end)
+{
+    int64_t pos = 0;
+    while (pos + KB_HEADER_SIZE <= len) {
+        kb_header h;
+        if (kb_parse_header(buf + pos, (size_t)(len - pos), &h) != 0 || h.base_offset >= end)
+            break;
+        int64_t size = kb_total_size(buf + pos, (size_t)(len - pos));
+        if (size <= 0 || pos + size > len)
+            break;
+        pos += size;
+    }
+    return pos;
+}
+
+/* read_committed: the aborted transactions of [from, end), as Kafka lists
+ * them (producer id, first offset). */
+static void aborted_list(sk_req *r, const sk_part *p, int64_t from, int64_t end,
+                         kp_FetchResponse_PartitionData *pd)
+{
+    sk_txidx_ent tmp[1];
+    int n = sk_txidx_aborted(&p->txidx, from, end, tmp, 0);
+    pd->aborted_transactions.n = 0;
+    if (n == 0)
+        return;
+    sk_txidx_ent *es = sk_arena_calloc(r->arena, (size_t)n, sizeof *es);
+    kp_FetchResponse_AbortedTransaction *v =
+        sk_req_array(r, &kp_FetchResponse_AbortedTransaction_desc, n);
+    if (!es || !v)
+        return;
+    n = sk_txidx_aborted(&p->txidx, from, end, es, n);
+    for (int i = 0; i < n; i++) {
+        v[i].producer_id = es[i].pid;
+        v[i].first_offset = es[i].first;
+    }
+    pd->aborted_transactions.n = n;
+    pd->aborted_transactions.v = v;
+}
+
 static int16_t check_epoch(const sk_part *p, int32_t current)
 {
     if (current < 0 || current == p->leader_epoch)
@@ -471,10 +512,14 @@ static void fetch_eval(sk_fwait *w)
                 continue;
             }
             pd->high_watermark = p->hw;
-            pd->last_stable_offset = p->hw;
-            pd->log_start_offset = p->log_start;
-            if (req->isolation_level == 1)
+            /* read_committed reads up to the last stable offset. */
+            int64_t end = sk_txidx_lso(&p->txidx, p->hw);
+            pd->last_stable_offset = end;
+            if (req->isolation_level != 1)
+                end = p->hw;
+            else
                 pd->aborted_transactions.n = 0;
+            pd->log_start_offset = p->log_start;
             int16_t ee = check_epoch(p, fp->current_leader_epoch);
             if (ee) {
                 pd->error_code = ee;
@@ -487,8 +532,10 @@ static void fetch_eval(sk_fwait *w)
                 any_error = true;
                 continue;
             }
-            if (off >= p->hw)
+            if (off >= end)
                 continue;
+            if (req->isolation_level == 1)
+                aborted_list(r, p, off, end, pd);
             int64_t limit = fp->partition_max_bytes > 0 ? fp->partition_max_bytes : 0;
             if (budget - total < limit)
                 limit = budget - total;
@@ -496,22 +543,23 @@ static void fetch_eval(sk_fwait *w)
                 continue;
             /* Storage results first: they hold exactly the old batches. */
             if (d->have && d->err == 0 && d->len > 0 && off >= d->first_base && off < d->end) {
-                if (!first_data && d->len > limit)
+                int64_t dlen = below(d->buf, d->len, end);
+                if (dlen == 0 || (!first_data && dlen > limit))
                     continue;
                 kc_bytes *seg = sk_arena_alloc(r->arena, sizeof *seg);
                 if (!seg)
                     continue;
                 seg->p = d->buf;
-                seg->len = (int32_t)d->len;
-                pd->records = (kc_records){NULL, (int32_t)d->len, 1, seg};
-                total += d->len;
+                seg->len = (int32_t)dlen;
+                pd->records = (kc_records){NULL, (int32_t)dlen, 1, seg};
+                total += dlen;
                 first_data = false;
                 continue;
             }
             kc_bytes found[MAX_SEGS];
             int64_t bytes;
             bool miss;
-            int ns = sk_part_cached(p, off, p->hw, limit > 0 ? limit : 1, found, MAX_SEGS, &bytes,
+            int ns = sk_part_cached(p, off, end, limit > 0 ? limit : 1, found, MAX_SEGS, &bytes,
                                     &miss);
             if (miss) {
                 if (w->disk_tried && d->have && d->err != 0) {

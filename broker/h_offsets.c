@@ -497,7 +497,8 @@ void h_list_offsets(sk_req *r)
             }
             out->leader_epoch = p->leader_epoch;
             if (lp->timestamp == LATEST) {
-                out->offset = p->hw; /* also the LSO: no transactions */
+                /* read_committed: the last stable offset (txidx.h). */
+                out->offset = req->isolation_level == 1 ? sk_txidx_lso(&p->txidx, p->hw) : p->hw;
                 continue;
             }
             if (lp->timestamp == EARLIEST) {

@@ -256,8 +256,8 @@ static void dp_fill(sk_req *r, sk_part *p, dp_part *o)
         v[k].producer_epoch = ps->epoch;
         v[k].last_sequence = b ? b->last_seq : -1;
         v[k].last_timestamp = b && b->timestamp >= 0 ? b->timestamp : ps->last_ts;
-        v[k].coordinator_epoch = -1; /* no transaction coordinator */
-        v[k].current_txn_start_offset = -1;
+        v[k].coordinator_epoch = -1; /* a single node's coordinator has no epochs */
+        v[k].current_txn_start_offset = sk_txidx_open_first(&p->txidx, ps->pid);
         k++;
     }
     o->active_producers.n = (int32_t)k;

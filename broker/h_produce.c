@@ -26,6 +26,8 @@
 #include "sk_err.h"
 #include "sk_log.h"
 #include "sk_time.h"
+#include "tcoord.h"
+#include "txns.h"
 #include "xzone.h"
 
 /* One partition's append in flight, waited for by its request. Allocated
@@ -297,6 +299,32 @@ static bool recompress(sk_req *r, sk_topic *t, kp_ProduceRequest_PartitionProduc
     return kb_parse_header(kept, len, hp) == 0;
 }
 
+/* A transactional batch: its request names the transactional id (else
+ * Kafka's refusal), and the partition is in that id's open transaction
+ * with the same producer (txns.h). */
+static bool txn_member(sk_req *r, sk_topic *t, kp_ProduceRequest_PartitionProduceData *pd,
+                       kp_ProduceResponse_PartitionProduceResponse *pr, const kb_header *hp)
+{
+    kp_ProduceRequest *req = r->body;
+    if (req->transactional_id.len < 0) {
+        set_error(r, pr, SK_KAFKA_TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                  "a transactional batch needs a transactional id");
+        return false;
+    }
+    if (!r->node->txns) {
+        set_error(r, pr, SK_KAFKA_INVALID_TXN_STATE, "a Skiff cluster has no transactions");
+        return false;
+    }
+    const char *id = sk_arena_strndup(r->arena, req->transactional_id.p ? req->transactional_id.p : "",
+                                      (size_t)req->transactional_id.len);
+    int err = id ? sk_tc_check_part(sk_txns_tc(r->node->txns), id, hp->producer_id,
+                                    hp->producer_epoch, t->name, pd->index)
+                 : SK_KAFKA_UNKNOWN_SERVER_ERROR;
+    if (err)
+        set_error(r, pr, (int16_t)err, "the partition is not in the producer's transaction");
+    return err == 0;
+}
+
 /* Checks a partition's batch as Kafka does; fills h, or pr with the error. */
 static bool validate(sk_req *r, sk_topic *t, kp_ProduceRequest_PartitionProduceData *pd,
                      kp_ProduceResponse_PartitionProduceResponse *pr, kb_header *hp)
@@ -332,16 +360,8 @@ static bool validate(sk_req *r, sk_topic *t, kp_ProduceRequest_PartitionProduceD
                  sk_err_name(code));
         return false;
     }
-    if (hp->attributes & KB_ATTR_TRANSACTIONAL) {
-        /* Kafka refuses a transactional batch outside a transactional
-         * request this way; Skiff has no transactions at all. */
-        kp_ProduceRequest *req = r->body;
-        set_error(r, pr,
-                  req->transactional_id.len < 0 ? SK_KAFKA_TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-                                                : SK_KAFKA_INVALID_TXN_STATE,
-                  "transactions are not supported");
+    if ((hp->attributes & KB_ATTR_TRANSACTIONAL) && !txn_member(r, t, pd, pr, hp))
         return false;
-    }
     return recompress(r, t, pd, pr, hp);
 }
 

@@ -21,6 +21,15 @@ void h_create_topics(sk_req *r);
 void h_delete_topics(sk_req *r);
 void h_create_partitions(sk_req *r);
 void h_init_producer_id(sk_req *r);
+/* Transactions (h_txn.c); sk_init_txn_producer: InitProducerId with a
+ * transactional id. */
+void sk_init_txn_producer(sk_req *r);
+void h_add_partitions_to_txn(sk_req *r);
+void h_add_offsets_to_txn(sk_req *r);
+void h_end_txn(sk_req *r);
+void h_txn_offset_commit(sk_req *r);
+void h_describe_transactions(sk_req *r);
+void h_list_transactions(sk_req *r);
 void h_offset_for_leader_epoch(sk_req *r);
 void h_describe_configs(sk_req *r);
 void h_alter_configs(sk_req *r);

@@ -7,6 +7,7 @@
 #include "groups.h"
 #include "sk_err.h"
 #include "sk_map.h"
+#include "txns.h"
 
 #define META_VERSION 1
 #define DATA_VERSION 1
@@ -208,6 +209,58 @@ void sk_meta_group(sk_buf *b, const void *body, size_t len)
     sk_buf_put(b, body, len);
 }
 
+void sk_txidx_section_put(sk_buf *b, const kc_uuid *id, int32_t part, const sk_txidx_ent *e)
+{
+    sk_buf_put(b, id->b, 16);
+    sk_buf_u32(b, (uint32_t)part);
+    sk_buf_u64(b, (uint64_t)e->pid);
+    sk_buf_u64(b, (uint64_t)e->first);
+    sk_buf_u64(b, (uint64_t)e->last);
+}
+
+int sk_txidx_section_get(const uint8_t *p, size_t n, kc_uuid *id, int32_t *part,
+                         sk_txidx_ent *e)
+{
+    sk_rd r;
+    sk_rd_init(&r, p, n);
+    const uint8_t *ib = sk_rd_bytes(&r, 16);
+    if (ib)
+        memcpy(id->b, ib, 16);
+    *part = (int32_t)sk_rd_u32(&r);
+    e->pid = (int64_t)sk_rd_u64(&r);
+    e->first = (int64_t)sk_rd_u64(&r);
+    e->last = (int64_t)sk_rd_u64(&r);
+    return sk_rd_failed(&r) || sk_rd_left(&r) ? SK_ERR_CORRUPT : 0;
+}
+
+/* The index entries of every partition, as snapshot sections. */
+static uint32_t txidx_snapshot(const sk_node *n, sk_buf *b)
+{
+    uint32_t k = 0;
+    size_t it = 0;
+    void *v;
+    while (sk_map_next(n->topics_by_id, &it, NULL, NULL, &v)) {
+        const sk_topic *t = v;
+        for (int32_t i = 0; i < t->nparts; i++) {
+            const sk_txidx *x = &t->parts[i]->txidx;
+            for (int j = 0; j < x->nopen + x->naborted; j++) {
+                const sk_txidx_ent *e = j < x->nopen ? &x->open[j] : &x->aborted[j - x->nopen];
+                sk_buf_u8(b, SK_SNAP_TXIDX);
+                sk_buf_u32(b, 16 + 4 + 24);
+                sk_txidx_section_put(b, &t->id, i, e);
+                k++;
+            }
+        }
+    }
+    return k;
+}
+
+void sk_meta_txn(sk_buf *b, const void *body, size_t len)
+{
+    head(b, SK_META_TXN);
+    sk_buf_put(b, body, len);
+}
+
 int sk_meta_decode(const uint8_t *p, size_t n, sk_meta *m)
 {
     memset(m, 0, sizeof *m);
@@ -268,6 +321,7 @@ int sk_meta_decode(const uint8_t *p, size_t n, sk_meta *m)
     case SK_META_GROUP_CONFIG:
     case SK_META_USER_CONFIG:
     case SK_META_ACL:
+    case SK_META_TXN:
     case SK_META_HANDOFF:
     case SK_META_ADOPT:
         m->body = r.p;
@@ -364,6 +418,9 @@ int sk_snapshot_encode(const sk_node *n, uint8_t **out, uint32_t *len)
     sk_buf extra;
     sk_buf_init(&extra, 0);
     uint32_t nextra = n->groups ? sk_groups_snapshot(n->groups, &extra) : 0;
+    if (n->txns)
+        nextra += sk_txns_snapshot(n->txns, &extra);
+    nextra += txidx_snapshot(n, &extra);
     /* A cluster keeps group configs in etcd, a single node in its log. */
     if (!n->cluster)
         nextra += sk_gconf_snapshot(n, &extra) + sk_acls_snapshot(n, &extra);

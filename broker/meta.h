@@ -64,6 +64,7 @@ enum sk_meta_kind {
     SK_META_GROUP_CONFIG = 15, /* a group's complete config override set (gconf.h) */
     SK_META_USER_CONFIG = 16,  /* a user's complete set of SCRAM credentials (gconf.h) */
     SK_META_ACL = 17,          /* an ACL binding created or deleted (acls.h) */
+    SK_META_TXN = 18,          /* a transactional id's whole state (txns.h owns the body) */
 };
 
 typedef struct sk_meta {
@@ -112,6 +113,8 @@ void sk_meta_log_start(sk_buf *b, const kc_uuid *id, int32_t part, int64_t log_s
 void sk_meta_pid(sk_buf *b, int64_t next_pid);
 void sk_meta_cluster(sk_buf *b, const char *cluster_id);
 void sk_meta_group(sk_buf *b, const void *body, size_t len);
+/* body: txns.h's */
+void sk_meta_txn(sk_buf *b, const void *body, size_t len);
 /* body: gconf.h's */
 void sk_meta_group_config(sk_buf *b, const void *body, size_t len);
 /* body: gconf.h's */
@@ -228,6 +231,18 @@ typedef struct sk_snapshot_visitor {
 int sk_snapshot_visit(const uint8_t *p, size_t n, const sk_snapshot_visitor *v);
 
 /* Kinds of extra snapshot sections. */
-enum { SK_SNAP_GROUPS = 1, SK_SNAP_GROUP_CONFIGS = 2, SK_SNAP_USER_CONFIGS = 3, SK_SNAP_ACLS = 4 };
+enum {
+    SK_SNAP_GROUPS = 1,
+    SK_SNAP_GROUP_CONFIGS = 2,
+    SK_SNAP_USER_CONFIGS = 3,
+    SK_SNAP_ACLS = 4,  /* an ACL binding (acls.h) */
+    SK_SNAP_TXNS = 5,  /* a transactional id's state (txns.h) */
+    SK_SNAP_TXIDX = 6, /* an entry of a partition's transaction index (txidx.h) */
+};
+/* SK_SNAP_TXIDX body: 16-byte topic id | u32 partition | u64 producer id |
+ * u64 first offset | u64 abort marker offset (all ones: open). */
+void sk_txidx_section_put(sk_buf *b, const kc_uuid *id, int32_t part, const sk_txidx_ent *e);
+int sk_txidx_section_get(const uint8_t *p, size_t n, kc_uuid *id, int32_t *part,
+                         sk_txidx_ent *e);
 
 #endif

@@ -22,6 +22,7 @@
 #include "acls.h"
 #include "gconf.h"
 #include "groups.h"
+#include "txns.h"
 #include "handlers.h"
 #include "kbatch.h"
 #include "meta.h"
@@ -224,6 +225,7 @@ int sk_node_set_log_start(sk_node *n, sk_part *p, int64_t offset, sk_durable_fn 
     int rc = append_meta(n, &b, fn, arg);
     if (rc == 0 && offset > p->log_start) {
         p->log_start = offset;
+        sk_txidx_trim(&p->txidx, offset); /* aborted ranges wholly gone */
         if (p->next_offset < offset)
             p->next_offset = p->hw = offset;
         if (p->max_ts_base >= 0 && p->max_ts_base < offset) {
@@ -311,6 +313,21 @@ static int load_extra(void *arg, uint8_t kind, const uint8_t *body, size_t len)
     }
     if (kind == SK_SNAP_ACLS && !n->cluster && sk_acls_load(n, body, len) != 0) {
         SK_ERROR("node", "corrupt ACLs in the SQLite view");
+        return SK_ERR_CORRUPT;
+    }
+    if (kind == SK_SNAP_TXIDX) {
+        kc_uuid id;
+        int32_t part;
+        sk_txidx_ent e;
+        if (sk_txidx_section_get(body, len, &id, &part, &e) != 0)
+            return SK_ERR_CORRUPT;
+        sk_part *p = sk_part_get(sk_topic_get_id(n, &id), part);
+        if (p && sk_txidx_load(&p->txidx, &e) != 0)
+            return SK_ERR_NOMEM;
+        return 0;
+    }
+    if (kind == SK_SNAP_TXNS && n->txns && sk_txns_load(n->txns, body, len) != 0) {
+        SK_ERROR("node", "corrupt transaction state in the SQLite view");
         return SK_ERR_CORRUPT;
     }
     if (kind == SK_SNAP_USER_CONFIGS && !n->cluster && sk_uconf_load(n, body, len) != 0) {
@@ -512,7 +529,8 @@ static int open_single(sk_node *n, char *why, size_t whylen)
     }
     n->store_applied = sk_store_applied(n->store);
     n->groups = sk_groups_new(n);
-    if (!n->groups) {
+    n->txns = n->groups ? sk_txns_new(n) : NULL;
+    if (!n->groups || !n->txns) {
         snprintf(why, whylen, "out of memory");
         return SK_ERR_NOMEM;
     }
@@ -1005,6 +1023,8 @@ void sk_node_destroy(sk_node *n)
     n->payload = NULL;
     sk_tier_destroy(n->tier);
     n->tier = NULL;
+    sk_txns_destroy(n->txns);
+    n->txns = NULL;
     sk_groups_destroy(n->groups);
     n->groups = NULL;
     sk_fs_destroy(n->fsessions);

@@ -19,6 +19,7 @@ static void part_free(sk_part *p)
     while (sk_map_next(p->producers, &it, NULL, NULL, &v))
         free(v);
     sk_map_destroy(p->producers);
+    sk_txidx_clear(&p->txidx);
     free(p->cq);
     free(p->waiters);
     free(p->obj_hint);

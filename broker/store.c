@@ -46,7 +46,13 @@ static const char *const schema =
     "  WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS user_configs(usr BLOB PRIMARY KEY, body BLOB NOT NULL)"
     "  WITHOUT ROWID;"
-    "CREATE TABLE IF NOT EXISTS acls(acl BLOB PRIMARY KEY, body BLOB NOT NULL) WITHOUT ROWID;";
+    "CREATE TABLE IF NOT EXISTS acls(acl BLOB PRIMARY KEY, body BLOB NOT NULL) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS transactions(txn BLOB PRIMARY KEY, body BLOB NOT NULL)"
+    "  WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS txn_open(topic BLOB, part INTEGER, pid INTEGER, first INTEGER,"
+    "  PRIMARY KEY(topic, part, pid)) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS txn_aborted(topic BLOB, part INTEGER, last INTEGER, pid INTEGER,"
+    "  first INTEGER, PRIMARY KEY(topic, part, last)) WITHOUT ROWID;";
 
 /* Views of schema 2 (before the cluster) gain the columns of schema 3. */
 static const char *const migrate_2_3 =
@@ -93,6 +99,13 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_DEL_GROUP] = "DELETE FROM group_offsets WHERE grp = ?1",
     [ST_PUT_CGROUP] = "INSERT OR REPLACE INTO consumer_groups(grp, body) VALUES(?1, ?2)",
     [ST_DEL_CGROUP] = "DELETE FROM consumer_groups WHERE grp = ?1",
+    [ST_PUT_TXN] = "INSERT OR REPLACE INTO transactions(txn, body) VALUES(?1, ?2)",
+    [ST_TXO_PUT] = "INSERT OR IGNORE INTO txn_open(topic, part, pid, first) VALUES(?1, ?2, ?3, ?4)",
+    [ST_TXO_GET] = "SELECT first FROM txn_open WHERE topic = ?1 AND part = ?2 AND pid = ?3",
+    [ST_TXO_DEL] = "DELETE FROM txn_open WHERE topic = ?1 AND part = ?2 AND pid = ?3",
+    [ST_TXA_DEL_BELOW] = "DELETE FROM txn_aborted WHERE topic = ?1 AND part = ?2 AND last < ?3",
+    [ST_TXA_PUT] = "INSERT OR REPLACE INTO txn_aborted(topic, part, last, pid, first)"
+                   " VALUES(?1, ?2, ?3, ?4, ?5)",
     [ST_PUT_GCONF] = "INSERT OR REPLACE INTO group_configs(grp, body) VALUES(?1,?2)",
     [ST_DEL_GCONF] = "DELETE FROM group_configs WHERE grp = ?1",
     [ST_PUT_UCONF] = "INSERT OR REPLACE INTO user_configs(usr, body) VALUES(?1,?2)",
@@ -315,7 +328,8 @@ int sk_store_reset(sk_store *s)
 {
     int rc = store_exec(s->db, "BEGIN IMMEDIATE; DELETE FROM topics; DELETE FROM partitions;"
                          "DELETE FROM batches; DELETE FROM producers; DELETE FROM group_offsets;"
-                         "DELETE FROM consumer_groups;"
+                         "DELETE FROM consumer_groups; DELETE FROM transactions;"
+                         "DELETE FROM txn_open; DELETE FROM txn_aborted;"
                          "DELETE FROM objects; DELETE FROM object_ranges; DELETE FROM handoffs;"
                          "DELETE FROM group_configs; DELETE FROM user_configs; DELETE FROM acls; DELETE FROM kv WHERE k <> 'schema';"
                          "COMMIT");
@@ -345,6 +359,8 @@ int sk_store_rec_parse(sk_store_rec *rec, wal_lsn lsn, uint8_t type, const uint8
             kb_parse_header(batch, blen, &h))
             return SK_ERR_CORRUPT;
         sk_store_rec_data(rec, &id, part, &h, (uint32_t)blen);
+        if (rec->control == -2)
+            rec->control = (int8_t)sk_txidx_control_type(batch, blen);
         rec->lsn = lsn;
         rec->end = lsn + WAL_RECORD_HEADER + len;
         return 0;
@@ -384,12 +400,58 @@ void sk_store_rec_data(sk_store_rec *rec, const kc_uuid *id, int32_t part, const
     rec->pid = h->producer_id;
     rec->epoch = h->producer_epoch;
     rec->base_seq = h->base_sequence;
+    rec->txn = (h->attributes & KB_ATTR_TRANSACTIONAL) != 0;
+    rec->control = (h->attributes & KB_ATTR_CONTROL) ? -2 : -1;
 }
 
 void sk_store_rec_free(sk_store_rec *rec)
 {
     free(rec->payload);
     rec->payload = NULL;
+}
+
+static sqlite3_stmt *txidx_stmt(sk_store *s, int which, const kc_uuid *id, int32_t part,
+                                int64_t pid)
+{
+    sqlite3_stmt *st = sk_store_stmt(s, which);
+    sqlite3_bind_blob(st, 1, id->b, 16, SQLITE_STATIC);
+    sqlite3_bind_int(st, 2, part);
+    sqlite3_bind_int64(st, 3, pid);
+    return st;
+}
+
+/* One row of the transaction index (txidx.h): an open transaction, or an
+ * aborted one (last >= 0). */
+static int put_txidx(sk_store *s, const kc_uuid *id, int32_t part, const sk_txidx_ent *e)
+{
+    if (e->last < 0) {
+        sqlite3_stmt *st = txidx_stmt(s, ST_TXO_PUT, id, part, e->pid);
+        sqlite3_bind_int64(st, 4, e->first);
+        return store_step_done(s, st);
+    }
+    sqlite3_stmt *st = txidx_stmt(s, ST_TXA_PUT, id, part, e->last);
+    sqlite3_bind_int64(st, 4, e->pid);
+    sqlite3_bind_int64(st, 5, e->first);
+    return store_step_done(s, st);
+}
+
+/* The transaction index follows the batches as the node's copy does. */
+static int apply_txidx(sk_store *s, const sk_store_rec *r)
+{
+    if (r->control == -1) {
+        sk_txidx_ent e = {r->pid, r->base, -1};
+        return put_txidx(s, &r->id, r->part, &e);
+    }
+    sqlite3_stmt *st = txidx_stmt(s, ST_TXO_GET, &r->id, r->part, r->pid);
+    bool open = sqlite3_step(st) == SQLITE_ROW;
+    int64_t first = open ? sqlite3_column_int64(st, 0) : -1;
+    sqlite3_reset(st);
+    if (!open)
+        return 0;
+    if (store_step_done(s, txidx_stmt(s, ST_TXO_DEL, &r->id, r->part, r->pid)))
+        return SK_ERR_IO;
+    sk_txidx_ent e = {r->pid, first, r->base};
+    return r->control == 0 ? put_txidx(s, &r->id, r->part, &e) : 0;
 }
 
 static int apply_data(sk_store *s, const sk_store_rec *r)
@@ -413,7 +475,10 @@ static int apply_data(sk_store *s, const sk_store_rec *r)
     sqlite3_bind_int64(st, 6, r->base);
     if (store_step_done(s, st))
         return SK_ERR_IO;
-    if (r->pid < 0)
+    if (r->txn && r->pid >= 0 && apply_txidx(s, r) != 0)
+        return SK_ERR_IO;
+    /* A marker is no batch of the producer's sequence. */
+    if (r->pid < 0 || r->control != -1)
         return 0;
     sk_pstate ps;
     memset(&ps, 0, sizeof ps);
@@ -654,6 +719,21 @@ static int apply_config_set(sk_store *s, const uint8_t *body, size_t len, int pu
     return store_step_done(s, st);
 }
 
+/* A transactional id's state is one row: its last record (txns.h). */
+static int apply_txn(sk_store *s, const uint8_t *body, size_t len)
+{
+    sk_rd rd;
+    sk_rd_init(&rd, body, len);
+    size_t idlen;
+    const uint8_t *id = sk_rd_str(&rd, &idlen);
+    if (sk_rd_failed(&rd))
+        return SK_ERR_CORRUPT;
+    sqlite3_stmt *st = sk_store_stmt(s, ST_PUT_TXN);
+    sqlite3_bind_blob(st, 1, idlen ? (const void *)id : "", (int)idlen, SQLITE_STATIC);
+    sqlite3_bind_blob(st, 2, body, (int)len, SQLITE_STATIC);
+    return store_step_done(s, st);
+}
+
 static int apply_group_config(sk_store *s, const uint8_t *body, size_t len)
 {
     return apply_config_set(s, body, len, ST_PUT_GCONF, ST_DEL_GCONF);
@@ -711,7 +791,7 @@ static int apply_meta(sk_store *s, const sk_store_rec *r)
         /* The three statements take the same (topic, partition, offset) and
          * run in this order: move the start, then drop what fell below it. */
         static const int below[] = {ST_UPD_LOG_START, ST_DEL_BATCHES_BELOW,
-                                    ST_DEL_RANGES_BELOW};
+                                    ST_DEL_RANGES_BELOW, ST_TXA_DEL_BELOW};
         sqlite3_stmt *st;
         for (size_t i = 0; i < sizeof below / sizeof below[0]; i++) {
             st = sk_store_stmt(s, below[i]);
@@ -743,6 +823,8 @@ static int apply_meta(sk_store *s, const sk_store_rec *r)
         return apply_group(s, m.body, m.body_len);
     case SK_META_GROUP_CONFIG:
         return apply_group_config(s, m.body, m.body_len);
+    case SK_META_TXN:
+        return apply_txn(s, m.body, m.body_len);
     case SK_META_USER_CONFIG:
         return apply_user_config(s, m.body, m.body_len);
     case SK_META_ACL:
@@ -821,6 +903,16 @@ static int snap_extra(void *arg, uint8_t kind, const uint8_t *body, size_t len)
         return apply_user_config(arg, body, len);
     if (kind == SK_SNAP_ACLS)
         return apply_acl(arg, body, len);
+    if (kind == SK_SNAP_TXNS)
+        return apply_txn(arg, body, len);
+    if (kind == SK_SNAP_TXIDX) {
+        kc_uuid id;
+        int32_t part;
+        sk_txidx_ent e;
+        if (sk_txidx_section_get(body, len, &id, &part, &e))
+            return SK_ERR_CORRUPT;
+        return put_txidx(arg, &id, part, &e);
+    }
     return kind == SK_SNAP_GROUPS ? apply_group(arg, body, len) : 0;
 }
 
@@ -897,11 +989,44 @@ static int load_config_sets(sk_store *s, const sk_snapshot_visitor *v, const cha
     return rc;
 }
 
-static int load_group_configs(sk_store *s, const sk_snapshot_visitor *v)
+/* The transaction index, as snapshot sections. */
+static int load_txidx(sk_store *s, const sk_snapshot_visitor *v)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(s->db,
+                           "SELECT topic, part, pid, first, -1 FROM txn_open UNION ALL "
+                           "SELECT topic, part, pid, first, last FROM txn_aborted",
+                           -1, &st, NULL))
+        return store_db_err(s->db, "load the transaction index");
+    int rc = 0;
+    while (rc == 0 && sqlite3_step(st) == SQLITE_ROW) {
+        if (sqlite3_column_bytes(st, 0) != 16) {
+            rc = SK_ERR_CORRUPT;
+            break;
+        }
+        kc_uuid id;
+        memcpy(id.b, sqlite3_column_blob(st, 0), 16);
+        sk_txidx_ent e = {sqlite3_column_int64(st, 2), sqlite3_column_int64(st, 3),
+                          sqlite3_column_int64(st, 4)};
+        sk_buf b;
+        sk_buf_init(&b, 0);
+        sk_txidx_section_put(&b, &id, sqlite3_column_int(st, 1), &e);
+        rc = sk_buf_failed(&b) ? SK_ERR_NOMEM : v->extra(v->arg, SK_SNAP_TXIDX, b.data, b.len);
+        sk_buf_free(&b);
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* The snapshot sections kept one row per body: group configs, users' credentials,
+ * ACLs, transactional ids, and the partitions' transaction indexes. */
+static int load_sections(sk_store *s, const sk_snapshot_visitor *v)
 {
     int rc = load_config_sets(s, v, "SELECT body FROM group_configs", SK_SNAP_GROUP_CONFIGS);
     rc = rc ? rc : load_config_sets(s, v, "SELECT body FROM user_configs", SK_SNAP_USER_CONFIGS);
-    return rc ? rc : load_config_sets(s, v, "SELECT body FROM acls", SK_SNAP_ACLS);
+    rc = rc ? rc : load_config_sets(s, v, "SELECT body FROM acls", SK_SNAP_ACLS);
+    rc = rc ? rc : load_config_sets(s, v, "SELECT body FROM transactions", SK_SNAP_TXNS);
+    return rc ? rc : load_txidx(s, v);
 }
 
 /* Hands every group's committed offsets to the visitor as one commit
@@ -1068,7 +1193,7 @@ int sk_store_load(sk_store *s, const sk_snapshot_visitor *v)
         return rc;
     rc = load_groups(s, v);
     rc = rc ? rc : load_consumer_groups(s->db, v);
-    return rc ? rc : load_group_configs(s, v);
+    return rc ? rc : load_sections(s, v);
 }
 
 /* ---- transactions from the loop ---- */

@@ -38,6 +38,8 @@ typedef struct sk_store_rec {
     int64_t pid;
     int16_t epoch;
     int32_t base_seq;
+    bool txn;       /* a transactional batch */
+    int8_t control; /* a marker: 1 commit, 0 abort; -1 data, -2 unknown */
     uint8_t *payload; /* META/PREAMBLE, owned (malloc'd) */
     uint32_t plen;
 } sk_store_rec;

@@ -15,6 +15,7 @@
 
 #include "kc.h"
 #include "progress.h"
+#include "txidx.h"
 #include "wal.h"
 
 struct event;
@@ -36,6 +37,7 @@ typedef struct sk_pstate sk_pstate;
 typedef struct sk_store sk_store;
 typedef struct sk_waiter sk_waiter;
 typedef struct sk_groups sk_groups;
+typedef struct sk_txns sk_txns;
 
 /* ---- topic configuration ---- */
 
@@ -129,6 +131,7 @@ struct sk_part {
     sk_cbatch **cq;
     uint32_t cq_head, cq_len, cq_cap;
     sk_map *producers; /* pid (int64) -> sk_pstate */
+    sk_txidx txidx;    /* open and aborted transactions (txidx.h) */
     struct sk_obj_loc *obj_hint; /* the object range the last read from objects used */
     /* parked fetches to wake when hw moves */
     sk_waiter **waiters;
@@ -204,6 +207,7 @@ struct sk_node {
     sk_store *store;     /* the own log's (sk_vlog_store), for short */
     sk_workq *readers; /* reads of storage and the SQLite view */
     sk_groups *groups;
+    sk_txns *txns; /* the transaction coordinator; NULL in a cluster */
     struct sk_fs_cache *fsessions; /* fetch sessions (fsession.h), made at first use */
     struct zone_map *zones;
     struct sk_xzone *xzone; /* cross-zone accounting (xzone.h) */

@@ -300,6 +300,8 @@ int sk_vlog_append_data(sk_vlog *v, sk_part *p, const uint8_t *batch, uint32_t l
         return SK_ERR_NOMEM;
     uint8_t head[SK_DATA_HEADER], lrec[SK_LINK_SIZE];
     sk_store_rec_data(&pe->rec, &p->topic->id, p->index, h, len);
+    if (pe->rec.control == -2)
+        pe->rec.control = (int8_t)sk_txidx_control_type(batch, len);
     struct iovec iov[2];
     int iovcnt = 1;
     if (link) {

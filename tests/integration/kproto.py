@@ -7,7 +7,8 @@ and to read exactly what the broker answers. This module gives:
 * framing and request header v1/v2, response header v0/v1;
 * a small schema-driven codec (non-flexible and flexible/compact encoding,
   tagged fields) with hand-written schemas for the requests the tests use:
-  ApiVersions, Metadata, Produce, Fetch, ListOffsets, InitProducerId,
+  ApiVersions, Metadata, Produce, Fetch, ListOffsets, InitProducerId, AddPartitionsToTxn,
+  AddOffsetsToTxn, EndTxn, TxnOffsetCommit, DescribeTransactions, ListTransactions,
   CreateTopics, OffsetForLeaderEpoch, DescribeLogDirs, AlterConfigs,
   IncrementalAlterConfigs, DescribeTopicPartitions, ElectLeaders, DescribeProducers,
   AlterReplicaLogDirs, DescribeQuorum (one schema per API: tests add theirs here);
@@ -529,6 +530,65 @@ _api(22, 2,
       F("ProducerId", "int64", "0+", default=-1), F("ProducerEpoch", "int16", "0+"),
       F("OngoingTxnProducerId", "int64", "6+", default=-1),
       F("OngoingTxnProducerEpoch", "int16", "6+", default=-1)])
+
+# Transactions (client forms): AddPartitionsToTxn v0-3, AddOffsetsToTxn, EndTxn,
+# TxnOffsetCommit.
+_api(24, 3,
+     [F("TransactionalId", "string", "0-3"), F("ProducerId", "int64", "0-3"),
+      F("ProducerEpoch", "int16", "0-3"),
+      S("Topics", "0-3", [F("Name", "string", "0+"), F("Partitions", "[]int32", "0+")])],
+     [F("ThrottleTimeMs", "int32", "0+"),
+      S("Results", "0-3", [F("Name", "string", "0+"),
+                           S("Partitions", "0+", [F("PartitionIndex", "int32", "0+"),
+                                                  F("ErrorCode", "int16", "0+")])])])
+
+_api(25, 3,
+     [F("TransactionalId", "string", "0+"), F("ProducerId", "int64", "0+"),
+      F("ProducerEpoch", "int16", "0+"), F("GroupId", "string", "0+")],
+     [F("ThrottleTimeMs", "int32", "0+"), F("ErrorCode", "int16", "0+")])
+
+_api(26, 3,
+     [F("TransactionalId", "string", "0+"), F("ProducerId", "int64", "0+"),
+      F("ProducerEpoch", "int16", "0+"), F("Committed", "bool", "0+")],
+     [F("ThrottleTimeMs", "int32", "0+"), F("ErrorCode", "int16", "0+"),
+      F("ProducerId", "int64", "5+", default=-1), F("ProducerEpoch", "int16", "5+", default=-1)])
+
+_api(28, 3,
+     [F("TransactionalId", "string", "0+"), F("GroupId", "string", "0+"),
+      F("ProducerId", "int64", "0+"), F("ProducerEpoch", "int16", "0+"),
+      F("GenerationId", "int32", "3+", default=-1), F("MemberId", "string", "3+", default=""),
+      F("GroupInstanceId", "string", "3+", nullable="3+"),
+      S("Topics", "0+", [F("Name", "string", "0+"),
+                         S("Partitions", "0+", [
+                             F("PartitionIndex", "int32", "0+"),
+                             F("CommittedOffset", "int64", "0+"),
+                             F("CommittedLeaderEpoch", "int32", "2+", default=-1),
+                             F("CommittedMetadata", "string", "0+", nullable="0+")])])],
+     [F("ThrottleTimeMs", "int32", "0+"),
+      S("Topics", "0+", [F("Name", "string", "0+"),
+                         S("Partitions", "0+", [F("PartitionIndex", "int32", "0+"),
+                                                F("ErrorCode", "int16", "0+")])])])
+
+_api(65, 0,
+     [F("TransactionalIds", "[]string", "0+")],
+     [F("ThrottleTimeMs", "int32", "0+"),
+      S("TransactionStates", "0+", [
+          F("ErrorCode", "int16", "0+"), F("TransactionalId", "string", "0+"),
+          F("TransactionState", "string", "0+"), F("TransactionTimeoutMs", "int32", "0+"),
+          F("TransactionStartTimeMs", "int64", "0+"), F("ProducerId", "int64", "0+"),
+          F("ProducerEpoch", "int16", "0+"),
+          S("Topics", "0+", [F("Topic", "string", "0+"),
+                             F("Partitions", "[]int32", "0+")])])])
+
+_api(66, 0,
+     [F("StateFilters", "[]string", "0+"), F("ProducerIdFilters", "[]int64", "0+"),
+      F("DurationFilter", "int64", "1+", default=-1),
+      F("TransactionalIdPattern", "string", "2+", nullable="2+")],
+     [F("ThrottleTimeMs", "int32", "0+"), F("ErrorCode", "int16", "0+"),
+      F("UnknownStateFilters", "[]string", "0+"),
+      S("TransactionStates", "0+", [F("TransactionalId", "string", "0+"),
+                                    F("ProducerId", "int64", "0+"),
+                                    F("TransactionState", "string", "0+")])])
 
 _api(19, 5,
      [S("Topics", "0+", [

@@ -20,7 +20,6 @@ from kgroup import (FENCED_INSTANCE_ID, ILLEGAL_GENERATION, INCONSISTENT_GROUP_P
                     INVALID_GROUP_ID, INVALID_SESSION_TIMEOUT, MEMBER_ID_REQUIRED,
                     REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID)
 
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 FAST = {"group.initial.rebalance.delay.ms": "0"}
 
 
@@ -53,16 +52,13 @@ def test_find_coordinator_every_version(gbroker):
         r = c.request(10, v, {"KeyType": 0, "CoordinatorKeys": keys})
         got = [(x["Key"], x["ErrorCode"], x["Host"], x["Port"]) for x in r["Coordinators"]]
         assert got == [(k, 0, gbroker.host, gbroker.port) for k in keys], (v, r)
-    # Transactions: Skiff has no transaction coordinator (Kafka has one); the answer is
-    # one that clients take as fatal at once, with a message saying why.
-    if not harness.external():
-        for v in (1, 3):
-            r = kg.find_coordinator(c, "txn-" + gid(), 1, v)
-            assert r["ErrorCode"] == TRANSACTIONAL_ID_AUTHORIZATION_FAILED, (v, r)
-            assert r["NodeId"] == -1 and "not supported" in r["ErrorMessage"], (v, r)
-        r = kg.find_coordinator(c, "txn-" + gid(), 1, 4)
-        assert [x["ErrorCode"] for x in r["Coordinators"]] == \
-            [TRANSACTIONAL_ID_AUTHORIZATION_FAILED], r
+    # Transactions: this node coordinates transactional ids too (a single node).
+    for v in (1, 3):
+        r = kg.find_coordinator(c, "txn-" + gid(), 1, v)
+        assert r["ErrorCode"] == 0 and (r["Host"], r["Port"]) == (gbroker.host, gbroker.port), (v, r)
+    r = kg.find_coordinator(c, "txn-" + gid(), 1, 4)
+    assert [(x["ErrorCode"], x["Host"], x["Port"]) for x in r["Coordinators"]] == \
+        [(0, gbroker.host, gbroker.port)], r
     # Share groups (key type 2) are not enabled: INVALID_REQUEST, as Kafka 4.3.1 answers.
     r = kg.find_coordinator(c, gid(), 2, 6)
     assert [x["ErrorCode"] for x in r["Coordinators"]] == [kg.INVALID_REQUEST], r
