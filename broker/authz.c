@@ -131,6 +131,12 @@ bool sk_authz_group(const sk_req *r, kc_str group, int8_t op)
                         group.len > 0 ? (size_t)group.len : 0, op);
 }
 
+bool sk_authz_txn(const sk_req *r, kc_str id, int8_t op)
+{
+    return sk_authorize(r, SK_ACL_RES_TXN_ID, id.len > 0 ? id.p : "",
+                        id.len > 0 ? (size_t)id.len : 0, op);
+}
+
 int16_t sk_authz_config(const sk_req *r, int8_t config_type, kc_str name, int8_t op)
 {
     switch (config_type) {

@@ -57,6 +57,10 @@ bool sk_authorize_any(const sk_req *r, int8_t rtype, int8_t op);
 bool sk_authz_topic(const sk_req *r, const struct sk_topic *t, kc_str name, int8_t op);
 /* A group named by a request. */
 bool sk_authz_group(const sk_req *r, kc_str group, int8_t op);
+/* A transactional id named by a request (Kafka's TRANSACTIONAL_ID resource):
+ * WRITE to use it (InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn,
+ * EndTxn, Produce), DESCRIBE to find its coordinator or describe it. */
+bool sk_authz_txn(const sk_req *r, kc_str id, int8_t op);
 /* A resource of DescribeConfigs / AlterConfigs / IncrementalAlterConfigs
  * (config resource type 2 topic, 4 broker, 8 broker logger, 32 group): 0
  * when op is allowed on it, else Kafka's error code for its type. */

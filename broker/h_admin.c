@@ -672,6 +672,11 @@ void h_init_producer_id(sk_req *r)
         return;
     }
     if (req->transactional_id.len > 0) {
+        if (!sk_authz_txn(r, req->transactional_id, SK_ACL_OP_WRITE)) {
+            resp->error_code = SK_KAFKA_TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+            sk_req_respond(r);
+            return;
+        }
         sk_init_txn_producer(r);
         return;
     }

@@ -363,6 +363,16 @@ static int16_t coordinator_of(sk_req *r, kc_str key, sk_broker *out)
     return 0;
 }
 
+/* DESCRIBE on the group, or on the transactional id, the key names. */
+static int16_t key_authorized(const sk_req *r, int8_t key_type, kc_str key)
+{
+    if (key_type == 1)
+        return sk_authz_txn(r, key, SK_ACL_OP_DESCRIBE)
+                   ? 0
+                   : SK_KAFKA_TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+    return sk_authz_group(r, key, sk_authz_op(r)) ? 0 : SK_KAFKA_GROUP_AUTHORIZATION_FAILED;
+}
+
 void h_find_coordinator(sk_req *r)
 {
     kp_FindCoordinatorRequest *req = r->body;
@@ -385,8 +395,8 @@ void h_find_coordinator(sk_req *r)
     }
     if (r->version < 4) {
         sk_broker c = {0};
-        if (!err && req->key_type == 0 && !sk_authz_group(r, req->key, sk_authz_op(r)))
-            err = SK_KAFKA_GROUP_AUTHORIZATION_FAILED;
+        if (!err)
+            err = key_authorized(r, req->key_type, req->key);
         if (!err)
             err = coordinator_of(r, req->key, &c);
         resp->error_code = err;
@@ -406,10 +416,9 @@ void h_find_coordinator(sk_req *r)
     }
     for (int32_t i = 0; i < nk; i++) {
         sk_broker c = {0};
-        int16_t e = err ? err
-                    : !sk_authz_group(r, req->coordinator_keys.v[i], sk_authz_op(r))
-                        ? SK_KAFKA_GROUP_AUTHORIZATION_FAILED
-                        : coordinator_of(r, req->coordinator_keys.v[i], &c);
+        int16_t e = err ? err : key_authorized(r, req->key_type, req->coordinator_keys.v[i]);
+        if (!e)
+            e = coordinator_of(r, req->coordinator_keys.v[i], &c);
         cs[i].key = req->coordinator_keys.v[i];
         cs[i].error_code = e;
         cs[i].error_message = msg ? sk_req_str(r, msg) : (kc_str){NULL, -1};

@@ -311,6 +311,10 @@ static bool txn_member(sk_req *r, sk_topic *t, kp_ProduceRequest_PartitionProduc
                   "a transactional batch needs a transactional id");
         return false;
     }
+    if (!sk_authz_txn(r, req->transactional_id, SK_ACL_OP_WRITE)) {
+        set_error(r, pr, SK_KAFKA_TRANSACTIONAL_ID_AUTHORIZATION_FAILED, NULL);
+        return false;
+    }
     if (!r->node->txns) {
         set_error(r, pr, SK_KAFKA_INVALID_TXN_STATE, "a Skiff cluster has no transactions");
         return false;

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "acl.h"
+#include "authz.h"
 #include "cmeta.h"
 #include "dispatch.h"
 #include "handlers.h"
@@ -205,6 +207,10 @@ void h_add_partitions_to_txn(sk_req *r)
         add_results(r, SK_KAFKA_TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
         return;
     }
+    if (!sk_authz_txn(r, req->v3_and_below_transactional_id, SK_ACL_OP_WRITE)) {
+        add_results(r, SK_KAFKA_TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
+        return;
+    }
     sk_tc_part *parts = NULL;
     int n = add_parts(r, &parts);
     if (n <= 0) {
@@ -247,6 +253,16 @@ void h_add_offsets_to_txn(sk_req *r)
         sk_req_respond(r);
         return;
     }
+    int16_t denied = !sk_authz_txn(r, req->transactional_id, SK_ACL_OP_WRITE)
+                         ? SK_KAFKA_TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                     : !sk_authz_group(r, req->group_id, SK_ACL_OP_READ)
+                         ? SK_KAFKA_GROUP_AUTHORIZATION_FAILED
+                         : 0;
+    if (denied) {
+        resp->error_code = denied;
+        sk_req_respond(r);
+        return;
+    }
     const char *id = cstr(r, req->transactional_id);
     sk_tc *tc = sk_txns_tc(r->node->txns);
     int err = req->group_id.len > 0 ? sk_tc_add_group(tc, id, req->producer_id, req->producer_epoch,
@@ -279,6 +295,11 @@ void h_end_txn(sk_req *r)
     resp->producer_id = -1;
     resp->producer_epoch = -1;
     if (!r->node->txns) {
+        resp->error_code = SK_KAFKA_TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+        sk_req_respond(r);
+        return;
+    }
+    if (!sk_authz_txn(r, req->transactional_id, SK_ACL_OP_WRITE)) {
         resp->error_code = SK_KAFKA_TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
         sk_req_respond(r);
         return;
@@ -378,6 +399,10 @@ void h_txn_offset_commit(sk_req *r)
         toc_results(r, SK_KAFKA_TRANSACTIONAL_ID_AUTHORIZATION_FAILED, false);
         return;
     }
+    if (!sk_authz_group(r, req->group_id, SK_ACL_OP_READ)) {
+        toc_results(r, SK_KAFKA_GROUP_AUTHORIZATION_FAILED, false);
+        return;
+    }
     const char *id = cstr(r, req->transactional_id);
     const char *group = cstr(r, req->group_id);
     sk_txoff *offs = NULL;
@@ -459,7 +484,8 @@ void h_list_transactions(sk_req *r)
     int64_t now = sk_now_ms();
     for (int i = 0; i < n; i++) {
         const sk_tc_entry *e = sk_tc_at(tc, i);
-        if (!e || !state_wanted(req, e->state) || !pid_wanted(req, e->producer_id))
+        if (!e || !state_wanted(req, e->state) || !pid_wanted(req, e->producer_id) ||
+            !sk_authz_txn(r, sk_req_str(r, e->txn_id), SK_ACL_OP_DESCRIBE))
             continue;
         if (r->version >= 1 && req->duration_filter >= 0 &&
             (e->start_ms < 0 || now - e->start_ms < req->duration_filter))
@@ -512,16 +538,19 @@ void h_describe_transactions(sk_req *r)
     }
     for (int32_t i = 0; i < n; i++) {
         kc_str id = req->transactional_ids.v[i];
-        const sk_tc_entry *e =
-            r->node->txns ? sk_tc_get(sk_txns_tc(r->node->txns), cstr(r, id)) : NULL;
+        bool allowed = sk_authz_txn(r, id, SK_ACL_OP_DESCRIBE);
+        const sk_tc_entry *e = r->node->txns && allowed
+                                   ? sk_tc_get(sk_txns_tc(r->node->txns), cstr(r, id))
+                                   : NULL;
         v[i].transactional_id = id;
         v[i].transaction_state = sk_req_str(r, e ? sk_tc_state_name(e->state) : "");
         v[i].producer_id = -1;
         v[i].producer_epoch = -1;
         v[i].transaction_start_time_ms = -1;
         if (!e) {
-            v[i].error_code = r->node->txns ? SK_KAFKA_TRANSACTIONAL_ID_NOT_FOUND
-                                            : SK_KAFKA_TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+            v[i].error_code = r->node->txns && allowed
+                                  ? SK_KAFKA_TRANSACTIONAL_ID_NOT_FOUND
+                                  : SK_KAFKA_TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
             continue;
         }
         v[i].transaction_timeout_ms = e->timeout_ms;

@@ -4,7 +4,8 @@ or refused with the error code Kafka 4.3 gives: produce, fetch, metadata (topics
 may not describe are hidden), create and delete topics, describe and alter configs,
 the group APIs (ListGroups lists only what may be described), ListOffsets,
 OffsetForLeaderEpoch, CreatePartitions, InitProducerId, the ACL and SCRAM credential APIs,
-DescribeLogDirs, AlterReplicaLogDirs. With
+DescribeLogDirs, AlterReplicaLogDirs, and transactions (WRITE on a transactional id to use
+it, READ on the group of its offsets). With
 SKIFF_TEST_AGAINST=kafka, the same against Apache Kafka configured alike."""
 
 import os
@@ -17,6 +18,7 @@ import cluster
 import harness
 import kgroup
 import kproto as k
+import ktxn
 import secnode
 
 AUTHZ = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
@@ -52,6 +54,7 @@ def test_matrix(secure_node, pki):
     configs(b)
     groups(b)
     acl_and_credential_apis(b)
+    transactions(b)
 
 
 def prepare(b):
@@ -188,3 +191,35 @@ def acl_and_credential_apis(b):
         assert c.request(35, 4, {"Topics": None})["ErrorCode"] == k.NONE
         resp = c.request(50, 0, {"Users": [{"Name": "alice"}]})
         assert resp["ErrorCode"] == k.NONE and resp["Results"][0]["ErrorCode"] == k.NONE
+
+
+TXAF = 53  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+
+def transactions(b):
+    with k.Conn(b.bootstrap) as c:
+        resp = c.request(30, 3, {"Creations": [acl(5, "tx-alice", "User:alice", 4)]})
+        assert resp["Results"][0]["ErrorCode"] == k.NONE, resp
+    deadline = time.time() + 30
+    while len(acl_list(b)) < 6 and time.time() < deadline:
+        time.sleep(0.2)
+    init = {"TransactionTimeoutMs": 60000, "ProducerId": -1, "ProducerEpoch": -1}
+    with login(b, "alice") as c:
+        # WRITE implies DESCRIBE: alice finds and uses her transactional id only.
+        tx = ktxn.Txn(c, "tx-alice")
+        assert kgroup.find_coordinator(c, "tx-other", 1)["ErrorCode"] == TXAF
+        assert c.request(22, 4, dict(init, TransactionalId="tx-other"))["ErrorCode"] == TXAF
+        assert tx.add("shared") == {("shared", 0): k.NONE}
+        assert tx.send("shared", [b"t1"])[0] == k.NONE
+        r = c.request(25, 3, {"TransactionalId": "tx-alice", "ProducerId": tx.pid,
+                              "ProducerEpoch": tx.epoch, "GroupId": "g2"})
+        assert r["ErrorCode"] == GAF, r
+        assert tx.end(False) == k.NONE
+    with login(b, "mallory") as c:
+        assert kgroup.find_coordinator(c, "tx-alice", 1)["ErrorCode"] == TXAF
+        assert c.request(22, 4, dict(init, TransactionalId="tx-alice"))["ErrorCode"] == TXAF
+        r = c.request(26, 3, {"TransactionalId": "tx-alice", "ProducerId": tx.pid,
+                              "ProducerEpoch": tx.epoch, "Committed": True})
+        assert r["ErrorCode"] == TXAF, r
+        r = c.request(65, 0, {"TransactionalIds": ["tx-alice"]})
+        assert r["TransactionStates"][0]["ErrorCode"] == TXAF, r
