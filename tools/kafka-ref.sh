@@ -138,7 +138,13 @@ EOF
       -cp "$(classpath)"
   if [ ! -f "$dir/data/meta.properties" ]; then
     rm -rf "$dir/data"
-    cid=$(python3 -c 'import base64,os; print(base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("="))')
+    # A cluster id that starts with '-' would be read as an option by the formatter.
+    cid=$(python3 -c 'import base64,os
+while True:
+    c = base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+    if not c.startswith("-"):
+        break
+print(c)')
     if ! "$@" kafka.tools.StorageTool format -t "$cid" -c "$dir/server.properties" \
           > "$dir/format.log" 2>&1; then
       cat "$dir/format.log" >&2
