@@ -867,10 +867,10 @@ static bool upload_wanted(sk_tier *t, bool by_time)
     /* Adopted batches keep another log's WAL alive: upload them soon. */
     if (t->foreign && sk_mono_ms() - t->last_upload_ms >= FOREIGN_UPLOAD_MS)
         return true;
-    wal_lsn durable = upload_end(t);
-    if (durable <= t->uploaded)
+    wal_lsn end = upload_end(t);
+    if (end <= t->uploaded)
         return false;
-    if (durable - t->uploaded >= (uint64_t)t->n->cfg->s3_upload_threshold)
+    if (end - t->uploaded >= (uint64_t)t->n->cfg->s3_upload_threshold)
         return true;
     return by_time &&
            sk_mono_ms() - t->last_upload_ms >= t->n->cfg->s3_upload_interval_ms;
