@@ -131,8 +131,9 @@ static int get_offs(sk_rd *r, int *noffs, sk_txoff **offs)
     *offs = NULL;
     if (get_count(r, 32, &n) || (n && !(*offs = calloc(n, sizeof **offs))))
         return -1;
-    for (; (uint32_t)*noffs < n; (*noffs)++) {
-        sk_txoff *o = &(*offs)[*noffs];
+    for (uint32_t i = 0; i < n; i++) {
+        sk_txoff *o = &(*offs)[i];
+        *noffs = (int)i + 1; /* counted before it is filled: a partial one is freed too */
         if (!(o->group = get_str(r)) || !(o->topic = get_str(r)))
             return -1;
         o->part = (int32_t)sk_rd_u32(r);
