@@ -209,7 +209,7 @@ typedef struct del {
 } del;
 
 /* The bindings one filter matches; each is deleted once per request. */
-static void match(sk_req *r, const sk_acl *f, f_res *out, bool *gone, del *todo, int *ntodo)
+static void match(sk_req *r, const sk_acl *f, f_res *out, bool *gone, del *dels, int *ndels)
 {
     sk_acl_set *s = sk_acls(r->node);
     int n = sk_acl_count(s);
@@ -227,7 +227,7 @@ static void match(sk_req *r, const sk_acl *f, f_res *out, bool *gone, del *todo,
                        sk_req_str(r, a->principal), sk_req_str(r, a->host), a->op, a->perm};
         if (!gone[i]) {
             gone[i] = true;
-            todo[(*ntodo)++] = (del){{a->rtype, a->pattern, m[k].resource_name.p,
+            dels[(*ndels)++] = (del){{a->rtype, a->pattern, m[k].resource_name.p,
                                       m[k].principal.p, m[k].host.p, a->op, a->perm},
                                      &m[k]};
         }
@@ -237,16 +237,16 @@ static void match(sk_req *r, const sk_acl *f, f_res *out, bool *gone, del *todo,
     out->matching_acls.v = m;
 }
 
-static void delete_all(sk_req *r, del *todo, int ntodo)
+static void delete_all(sk_req *r, del *dels, int ndels)
 {
-    for (int i = 0; i < ntodo; i++) {
-        sk_item *it = sk_item_new(r, &todo[i].out->error_code, &todo[i].out->error_message);
-        if (!it || !todo[i].a.name || !todo[i].a.principal || !todo[i].a.host) {
-            todo[i].out->error_code = UNKNOWN;
+    for (int i = 0; i < ndels; i++) {
+        sk_item *it = sk_item_new(r, &dels[i].out->error_code, &dels[i].out->error_message);
+        if (!it || !dels[i].a.name || !dels[i].a.principal || !dels[i].a.host) {
+            dels[i].out->error_code = UNKNOWN;
             continue;
         }
         r->pending++;
-        int rc = sk_cmeta_set_acl(r->node, &todo[i].a, false, sk_item_done, it);
+        int rc = sk_cmeta_set_acl(r->node, &dels[i].a, false, sk_item_done, it);
         if (rc)
             sk_item_done(it, rc);
     }
@@ -260,9 +260,9 @@ void h_delete_acls(sk_req *r)
     f_res *res = sk_req_array(r, &kp_DeleteAclsResponse_DeleteAclsFilterResult_desc, n ? n : 1);
     int nacl = sk_acl_count(sk_acls(r->node));
     bool *gone = sk_arena_alloc(r->arena, (size_t)(nacl ? nacl : 1));
-    del *todo = sk_arena_alloc(r->arena, sizeof *todo * (size_t)(nacl ? nacl : 1));
-    int ntodo = 0;
-    if (!res || !gone || !todo) {
+    del *dels = sk_arena_alloc(r->arena, sizeof *dels * (size_t)(nacl ? nacl : 1));
+    int ndels = 0;
+    if (!res || !gone || !dels) {
         sk_req_close(r, "out of memory");
         return;
     }
@@ -292,8 +292,8 @@ void h_delete_acls(sk_req *r)
             res[i].error_message = sk_req_str(r, why);
             continue;
         }
-        match(r, &f, &res[i], gone, todo, &ntodo);
+        match(r, &f, &res[i], gone, dels, &ndels);
     }
-    delete_all(r, todo, ntodo);
+    delete_all(r, dels, ndels);
     sk_item_done(&(sk_item){r, &(int16_t){0}, NULL}, 0);
 }
