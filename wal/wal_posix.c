@@ -28,6 +28,11 @@
 #include "sk_workq.h"
 #include "wal_storage.h"
 
+/* Trimmed segments kept for reuse, at most. */
+#define WAL_POSIX_SPARES 2
+/* Zeroed at the start of a spare: the segment header and then some. */
+#define SPARE_ZERO_BYTES 4096
+
 struct segfd {
     uint64_t seg;
     int fd;
@@ -43,9 +48,15 @@ struct posix {
     sk_workq *io;
     sk_workq *rm; /* removals, apart: freeing a large file's blocks takes tens of
                      milliseconds that commits must not wait behind */
-    pthread_mutex_t mu; /* guards segs */
+    pthread_mutex_t mu; /* guards segs and spares */
     struct segfd **segs;
     size_t nsegs, cap;
+    /* Recycling (docs/wal.md, "Recycled segments"): trimmed segments kept as
+     * <start>.spare files, their header zeroed, for the next creates. Only
+     * while holding the lock proves this process alone uses the directory. */
+    bool recycle;
+    uint64_t spares[WAL_POSIX_SPARES]; /* their former start LSNs, which name them */
+    size_t nspares;
 };
 
 struct op {
@@ -350,6 +361,120 @@ static int px_truncate(wal_storage *s, uint64_t seg, uint64_t size)
     return rc;
 }
 
+/* ---- recycled segments (docs/wal.md, "Recycled segments") ---- */
+
+static char *spare_name(uint64_t seg, char *buf, size_t len)
+{
+    snprintf(buf, len, "%020llu.spare", (unsigned long long)seg);
+    return buf;
+}
+
+/* Zeroes the start of spare `name` durably: renamed to a segment, it then
+ * reads as a segment whose first write never finished, never as the
+ * segment it was (whose header names another start). */
+static int spare_clean(struct posix *p, const char *name)
+{
+    static const uint8_t zeros[SPARE_ZERO_BYTES];
+    int fd = openat(p->dirfd, name, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return errno_to_sk(errno);
+    ssize_t n;
+    do
+        n = pwrite(fd, zeros, sizeof zeros, 0);
+    while (n < 0 && errno == EINTR);
+    int rc = n == (ssize_t)sizeof zeros && do_fsync(fd, true) == 0 ? 0 : SK_ERR_IO;
+    if (rc)
+        SK_WARN("wal_posix", "cannot clear spare %s/%s: %s", p->dir, name, strerror(errno));
+    close(fd);
+    return rc;
+}
+
+/* Keeps the renamed file `name` (once segment `seg`) as a spare, or deletes
+ * it when it cannot be cleared or the spares are full. */
+static void spare_keep(struct posix *p, uint64_t seg, const char *name)
+{
+    bool kept = false;
+    if (spare_clean(p, name) == 0) {
+        pthread_mutex_lock(&p->mu);
+        if (p->nspares < WAL_POSIX_SPARES) {
+            p->spares[p->nspares++] = seg;
+            kept = true;
+        }
+        pthread_mutex_unlock(&p->mu);
+    }
+    if (!kept && unlinkat(p->dirfd, name, 0) != 0 && errno != ENOENT)
+        SK_WARN("wal_posix", "unlink %s/%s: %s", p->dir, name, strerror(errno));
+}
+
+/* Renames a spare to segment `seg`'s name: true when the segment's file is
+ * now that spare. A spare that cannot be renamed is deleted. */
+static bool spare_take(struct posix *p, uint64_t seg)
+{
+    pthread_mutex_lock(&p->mu);
+    bool have = p->nspares > 0;
+    uint64_t sp = have ? p->spares[--p->nspares] : 0;
+    pthread_mutex_unlock(&p->mu);
+    if (!have)
+        return false;
+    char from[WAL_SEGMENT_NAME_MAX + 8], to[WAL_SEGMENT_NAME_MAX];
+    spare_name(sp, from, sizeof from);
+    wal_segment_name(seg, to, sizeof to);
+    if (renameat2(p->dirfd, from, p->dirfd, to, RENAME_NOREPLACE) == 0)
+        return true;
+    /* EEXIST: the create fails below as it would without spares. */
+    if (errno != EEXIST)
+        SK_WARN("wal_posix", "cannot reuse %s/%s: %s", p->dir, from, strerror(errno));
+    unlinkat(p->dirfd, from, 0);
+    return false;
+}
+
+/* At start-up, with the directory to itself: spares of an earlier run are
+ * cleared again (a crash may have come between a segment's rename and its
+ * clearing) and kept, up to the limit; the rest are deleted. */
+static void spares_load(struct posix *p)
+{
+    DIR *d = fdopendir(dup(p->dirfd));
+    struct dirent *de;
+    if (d)
+        rewinddir(d); /* the dup shares the directory's offset */
+    while (d && (de = readdir(d))) {
+        size_t l = strlen(de->d_name);
+        uint64_t seg = 0;
+        if (l != 26 || strcmp(de->d_name + 20, ".spare") != 0)
+            continue;
+        for (int i = 0; i < 20; i++)
+            seg = seg * 10 + (uint64_t)(de->d_name[i] - '0');
+        spare_keep(p, seg, de->d_name);
+    }
+    if (d)
+        closedir(d);
+}
+
+static int px_purge(wal_storage *s)
+{
+    struct posix *p = s->impl;
+    int rc = 0;
+    DIR *d = fdopendir(dup(p->dirfd));
+    struct dirent *de;
+    if (d)
+        rewinddir(d); /* the dup shares the directory's offset */
+    while (d && (de = readdir(d))) {
+        size_t l = strlen(de->d_name);
+        if (l > 6 && strcmp(de->d_name + l - 6, ".spare") == 0 &&
+            unlinkat(p->dirfd, de->d_name, 0) != 0 && errno != ENOENT) {
+            SK_ERROR("wal_posix", "unlink %s/%s: %s", p->dir, de->d_name, strerror(errno));
+            rc = SK_ERR_IO;
+        }
+    }
+    if (d)
+        closedir(d);
+    pthread_mutex_lock(&p->mu);
+    p->nspares = 0;
+    p->recycle = false;
+    pthread_mutex_unlock(&p->mu);
+    return rc ? rc : sync_dir(p);
+}
+
 /* ---- asynchronous operations (run on the IO thread) ---- */
 
 static void op_done(void *arg)
@@ -365,13 +490,20 @@ static void create_work(void *arg)
     struct op *o = arg;
     struct posix *p = o->p;
     struct segfd *e;
-    o->err = seg_get(p, o->seg, true, &e);
+    bool reused = spare_take(p, o->seg);
+    o->err = seg_get(p, o->seg, !reused, &e);
     if (o->err) {
         if (o->err == SK_ERR_EXIST)
             SK_ERROR("wal_posix", "segment %llu already exists in %s", (unsigned long long)o->seg,
                      p->dir);
         return;
     }
+    /* A reused file's blocks are written already: each later write+fdatasync
+     * is an overwrite, with no extent to convert in the journal. Its pages
+     * are read ahead, so that a write ending inside a page need not read
+     * the rest of it first. */
+    if (reused && o->hint > 0)
+        posix_fadvise(e->fd, 0, (off_t)o->hint, POSIX_FADV_WILLNEED);
     /* Reserved blocks make each later write+fdatasync an overwrite, which
      * needs no block allocation nor size change in the journal. A file
      * system that cannot reserve just gets appends. */
@@ -446,28 +578,35 @@ static void remove_work(void *arg)
         p->nsegs--;
         e->removed = true;
     }
+    bool drop = e && e->refs == 0;
+    /* A file a reader still reads is not rewritten under it. */
+    bool keep = p->recycle && p->nspares < WAL_POSIX_SPARES && (!e || drop);
     /* Rename under the lock, so that no reader reopens the name meanwhile;
      * unlink outside it, since freeing the blocks is the slow part. */
     wal_segment_name(o->seg, name, sizeof name);
     char gone[WAL_SEGMENT_NAME_MAX + 8];
-    snprintf(gone, sizeof gone, "%s.del", name);
+    if (keep)
+        spare_name(o->seg, gone, sizeof gone);
+    else
+        snprintf(gone, sizeof gone, "%s.del", name);
     bool renamed = renameat(p->dirfd, name, p->dirfd, gone) == 0;
     if (!renamed && errno != ENOENT) {
         SK_ERROR("wal_posix", "rename %s/%s: %s", p->dir, name, strerror(errno));
         o->err = SK_ERR_IO;
     }
-    bool drop = e && e->refs == 0;
     pthread_mutex_unlock(&p->mu);
-    if (renamed && unlinkat(p->dirfd, gone, 0) != 0 && errno != ENOENT) {
-        SK_ERROR("wal_posix", "unlink %s/%s: %s", p->dir, gone, strerror(errno));
-        o->err = SK_ERR_IO;
-    }
     if (drop) {
         close(e->fd);
         free(e);
     }
     if (!o->err)
         o->err = sync_dir(p);
+    if (renamed && keep) {
+        spare_keep(p, o->seg, gone);
+    } else if (renamed && unlinkat(p->dirfd, gone, 0) != 0 && errno != ENOENT) {
+        SK_ERROR("wal_posix", "unlink %s/%s: %s", p->dir, gone, strerror(errno));
+        o->err = SK_ERR_IO;
+    }
 }
 
 static struct op *op_new(struct posix *p, uint64_t seg, wal_io_cb cb, void *arg)
@@ -735,6 +874,10 @@ static int px_lock(wal_storage *s, bool *exclusive)
     }
     struct statfs sf;
     *exclusive = fstatfs(p->dirfd, &sf) == 0 && local_fs((long)sf.f_type);
+    if (*exclusive && !p->recycle) {
+        p->recycle = true;
+        spares_load(p);
+    }
     return 0;
 }
 
@@ -751,6 +894,7 @@ static const wal_storage_ops posix_ops = {
     .write = px_write,
     .remove = px_remove,
     .discard = px_discard,
+    .purge = px_purge,
     .owner_list = px_owner_list,
     .owner_read = px_owner_read,
     .owner_create = px_owner_create,

@@ -80,6 +80,10 @@ typedef struct wal_storage_ops {
     /* Blocking remove of a segment (recovery drops segments a fenced owner
      * left behind); a missing file is not an error. */
     int (*discard)(wal_storage *s, uint64_t seg);
+    /* Blocking: deletes the files a backend keeps for reuse (the POSIX
+     * backend's spare segments), for a WAL that is gone for good. NULL when
+     * the backend keeps none. */
+    int (*purge)(wal_storage *s);
 
     /* Owner files. list: the epochs present, ascending (malloc'd). read:
      * SK_ERR_NOENT when absent. create: exclusive and durable, SK_ERR_EXIST

@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <event2/event.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <pthread.h>
@@ -918,6 +919,174 @@ static void test_trim_and_read(void **state)
     check_rec(u[k - 1], 59);
     rlog_free(&l);
     wal_close(w);
+}
+
+/* ---- recycled segments (docs/wal.md, "Recycled segments") ---- */
+
+/* The spares in the directory: their inodes, each checked cleared. */
+static int spares_of(struct fx *f, ino_t *inos, int cap)
+{
+    DIR *d = opendir(f->dir);
+    assert_non_null(d);
+    struct dirent *de;
+    int n = 0;
+    while ((de = readdir(d))) {
+        size_t l = strlen(de->d_name);
+        if (l < 6 || strcmp(de->d_name + l - 6, ".spare") != 0)
+            continue;
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s", f->dir, de->d_name);
+        size_t blen;
+        uint8_t *b = read_file(path, &blen);
+        assert_true(blen >= WAL_SEGMENT_HEADER);
+        for (size_t i = 0; i < WAL_SEGMENT_HEADER; i++)
+            assert_int_equal(b[i], 0);
+        free(b);
+        struct stat st;
+        assert_int_equal(stat(path, &st), 0);
+        assert_true(n < cap);
+        inos[n++] = st.st_ino;
+    }
+    closedir(d);
+    return n;
+}
+
+static bool ino_in(ino_t x, const ino_t *v, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (v[i] == x)
+            return true;
+    return false;
+}
+
+/* Replays the WAL and checks that its records are records [first, to). */
+static void expect_tail(struct fx *f, int first, int to)
+{
+    struct rlog l = {0};
+    struct pre p = {0};
+    wal *w = open_small(f, &p, NULL, NULL, &l, 0);
+    static struct rec *u[256];
+    size_t k = rlog_user(&l, u);
+    assert_int_equal(k, (size_t)(to - first));
+    for (size_t j = 0; j < k; j++)
+        check_rec(u[j], first + (int)j);
+    rlog_free(&l);
+    wal_close(w);
+}
+
+/* The first record of the segment holding lsn. */
+static int first_in_segment(const struct pre *p, const wal_lsn *lsns, int n, wal_lsn lsn)
+{
+    wal_lsn seg = 0;
+    for (int i = 0; i < p->calls && i < 256; i++)
+        if (p->starts[i] <= lsn)
+            seg = p->starts[i];
+    int i = 0;
+    while (i < n && lsns[i] < seg)
+        i++;
+    return i;
+}
+
+static void test_recycled_segments(void **state)
+{
+    struct fx *f = *state;
+    struct pre p = {0};
+    wal_lsn lsns[120];
+    wal *w = open_small(f, &p, NULL, NULL, NULL, 0);
+    append_range(f, w, 0, 60, lsns);
+    int nseg = p.calls;
+    assert_true(nseg >= 4);
+    wal_trim(w, lsns[59]);
+    wait_removed(f->base, w, nseg - 1);
+    spin(f->base);
+    ino_t sp[8];
+    assert_int_equal(spares_of(f, sp, 8), 2);
+
+    /* The next two segments are the spares, renamed and written over. */
+    append_range(f, w, 60, 120, lsns);
+    assert_true(p.calls >= nseg + 2);
+    for (int i = nseg; i < nseg + 2; i++) {
+        char path[512];
+        seg_path(f, p.starts[i], path, sizeof path);
+        struct stat st;
+        assert_int_equal(stat(path, &st), 0);
+        assert_true(ino_in(st.st_ino, sp, 2));
+    }
+    wal_close(w);
+    expect_tail(f, first_in_segment(&p, lsns, 120, lsns[59]), 120);
+}
+
+/* A crash may leave a spare whose header was not cleared yet, or a spare
+ * renamed to the next segment before that segment's first write. */
+static void test_recycled_crash_states(void **state)
+{
+    struct fx *f = *state;
+    struct pre p = {0};
+    wal_lsn lsns[120];
+    wal *w = open_small(f, &p, NULL, NULL, NULL, 0);
+    append_range(f, w, 0, 60, lsns);
+    char path[512], spare[512];
+    seg_path(f, p.starts[0], path, sizeof path);
+    size_t blen;
+    uint8_t *first = read_file(path, &blen);
+    int nseg = p.calls;
+    wal_trim(w, lsns[59]);
+    wait_removed(f->base, w, nseg - 1);
+    spin(f->base);
+    wal_lsn end = wal_end_lsn(w);
+    wal_close(w);
+    int keep = first_in_segment(&p, lsns, 60, lsns[59]);
+
+    /* A spare with a valid header of its earlier life. */
+    snprintf(spare, sizeof spare, "%s/%020llu.spare", f->dir, (unsigned long long)p.starts[0]);
+    write_file(spare, first, blen);
+    free(first);
+    /* And the other spare, renamed to the segment that would start at the
+     * end of the log: its header is cleared, the rest is an earlier life. */
+    ino_t sp[8];
+    DIR *d = opendir(f->dir);
+    struct dirent *de;
+    char other[512] = "";
+    while ((de = readdir(d))) {
+        size_t l = strlen(de->d_name);
+        if (l > 6 && strcmp(de->d_name + l - 6, ".spare") == 0 &&
+            strcmp(de->d_name, strrchr(spare, '/') + 1) != 0)
+            snprintf(other, sizeof other, "%s/%s", f->dir, de->d_name);
+    }
+    closedir(d);
+    assert_true(other[0]);
+    seg_path(f, end, path, sizeof path);
+    assert_int_equal(rename(other, path), 0);
+
+    struct pre p2 = {0};
+    w = open_small(f, &p2, NULL, NULL, NULL, 0);
+    assert_int_equal(wal_end_lsn(w), end);
+    assert_int_equal(spares_of(f, sp, 8), 1); /* cleared at start-up */
+    append_range(f, w, 60, 120, lsns);
+    assert_int_equal(p2.starts[0], end);
+    wal_close(w);
+    expect_tail(f, keep, 120);
+}
+
+/* A WAL deleted for good leaves no spare behind. */
+static void test_destroy_files_purges_spares(void **state)
+{
+    struct fx *f = *state;
+    struct pre p = {0};
+    wal_lsn lsns[60];
+    wal *w = open_small(f, &p, NULL, NULL, NULL, 0);
+    append_range(f, w, 0, 60, lsns);
+    wal_trim(w, lsns[59]);
+    wait_removed(f->base, w, p.calls - 1);
+    spin(f->base);
+    wal_close(w);
+    ino_t sp[8];
+    assert_int_equal(spares_of(f, sp, 8), 2);
+    char url[512], why[256] = "";
+    snprintf(url, sizeof url, "file://%s", f->dir);
+    assert_int_equal(wal_destroy_files(f->base, url, why, sizeof why), 0);
+    assert_int_equal(spares_of(f, sp, 8), 0);
+    assert_int_equal(count_segment_files(f), 0);
 }
 
 /* Fault tests: record 0 durable first, then records 1..3 meet the fault. */
@@ -2004,16 +2173,40 @@ static int cmp64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static void bench_run(struct fx *f, bool prealloc, int window)
+enum bench_mode { BENCH_PREALLOC, BENCH_APPEND, BENCH_RECYCLED };
+static const char *const bench_mode_name[] = {"preallocated", "appending", "recycled"};
+
+/* Fills and trims segments until the WAL has spares to reuse. */
+static void bench_make_spares(struct fx *f, wal *w, struct bench *b)
+{
+    wal_stats s;
+    wal_get_stats(w, &s);
+    uint64_t removed = s.segments_removed;
+    /* 12 MiB in 1 MiB steps (the staging cap is 4 MiB), trimming as we go. */
+    for (int step = 0; step < 12; step++) {
+        static struct dlog d;
+        memset(&d, 0, sizeof d);
+        wal_lsn last = 0;
+        for (int i = 0; i < 1024; i++)
+            assert_int_equal(wal_append(w, 9, b->payload, sizeof b->payload, done_cb, &d, &last), 0);
+        wait_done(f->base, &d, 1024);
+        wal_trim(w, last);
+    }
+    wait_removed(f->base, w, (int)removed + 2);
+}
+
+static void bench_run(struct fx *f, enum bench_mode mode, int window)
 {
     reset_dir(f);
-    wal_opts o = {.segment_bytes = 64 << 20, .max_pending_bytes = 4 << 20,
-                  .no_preallocate = !prealloc};
+    wal_opts o = {.segment_bytes = mode == BENCH_RECYCLED ? 4 << 20 : 64 << 20,
+                  .max_pending_bytes = 4 << 20, .no_preallocate = mode == BENCH_APPEND};
     wal *w = open_ok(f, &o, 0, NULL, NULL, NULL);
     struct bench *b = calloc(1, sizeof *b);
     b->w = w;
     b->ev = event_new(f->base, -1, 0, bench_turn, b);
     b->window = window;
+    if (mode == BENCH_RECYCLED)
+        bench_make_spares(f, w, b);
     const char *env = getenv("WAL_BENCH_MS");
     /* Short by default: unit runs should not write gigabytes. */
     int64_t ms = env ? atoi(env) : 200;
@@ -2039,14 +2232,14 @@ static void bench_run(struct fx *f, bool prealloc, int window)
     event_free(b->ev);
     uint64_t commits = s.commits - s0.commits;
     qsort(b->lat, (size_t)b->nlat, sizeof b->lat[0], cmp64);
-    char mode[64];
+    char how[64];
     if (window)
-        snprintf(mode, sizeof mode, "%d in flight", window);
+        snprintf(how, sizeof how, "%d in flight", window);
     else
-        snprintf(mode, sizeof mode, "at max rate");
+        snprintf(how, sizeof how, "at max rate");
     printf("[ wal bench ] posix %s, 1 KiB appends %s for %.2f s: %.0f commits/s, "
            "%.1f records/commit, %.1f MB/s, commit p50 %lld us, p99 %lld us\n",
-           prealloc ? "preallocated" : "appending", mode, secs, (double)commits / secs,
+           bench_mode_name[mode], how, secs, (double)commits / secs,
            commits ? (double)done / (double)commits : 0.0,
            (double)(s.bytes_written - s0.bytes_written) / secs / 1e6,
            b->nlat ? (long long)b->lat[b->nlat / 2] : 0LL,
@@ -2062,8 +2255,9 @@ static void test_bench(void **state)
         skip();
     const char *win = getenv("WAL_BENCH_WINDOW");
     int window = win ? atoi(win) : 0;
-    bench_run(f, true, window);
-    bench_run(f, false, window);
+    bench_run(f, BENCH_PREALLOC, window);
+    bench_run(f, BENCH_APPEND, window);
+    bench_run(f, BENCH_RECYCLED, window);
 }
 
 int main(void)
@@ -2081,6 +2275,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bad_crc_earlier_segment, setup, teardown),
         cmocka_unit_test_setup_teardown(test_roll_preamble_replay_from, setup, teardown),
         cmocka_unit_test_setup_teardown(test_trim_and_read, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_recycled_segments, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_recycled_crash_states, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_destroy_files_purges_spares, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fault_write_eio, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fault_sync_eio, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fault_short_write, setup, teardown),
