@@ -393,6 +393,11 @@ const sk_prop sk_props[] = {
      "Most WAL bytes kept on the volume: past it (uploads failing or slow) the node stops "
      "reading requests until uploads catch up.",
      NULL, false},
+    {"wal.direct.io", SK_PROP_BOOL, OFF(wal_direct_io), "true", 0, 0, "Storage",
+     "Write a WAL on a local file system with O_DIRECT, through one reused aligned buffer: "
+     "no copy into the page cache, which costs more CPU than the rest of the write path. "
+     "Kept off where the file system cannot (tmpfs) and for NFS, whatever this says.",
+     NULL, false},
     {"view.commit.interval.ms", SK_PROP_LONG, OFF(view_commit_interval_ms), "100", 1, 60000,
      "Storage",
      "Most often the SQLite view of the WAL commits a transaction of what became durable "

@@ -110,6 +110,7 @@ typedef struct sk_config {
     int64_t wal_lease_ms;
     int64_t view_commit_interval_ms;
     int64_t wal_io_timeout_ms;
+    bool wal_direct_io;
 
     /* topics */
     int32_t num_partitions;

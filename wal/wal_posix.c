@@ -32,10 +32,15 @@
 #define WAL_POSIX_SPARES 2
 /* Zeroed at the start of a spare: the segment header and then some. */
 #define SPARE_ZERO_BYTES 4096
+/* Direct I/O: offsets, lengths and buffers aligned to this (the largest
+ * logical block size in use), written through a bounce buffer this large. */
+#define DIO_ALIGN 4096
+#define BOUNCE_BYTES (1u << 20)
 
 struct segfd {
     uint64_t seg;
-    int fd;
+    int fd;        /* buffered: reads, truncation, preallocation */
+    int dfd;       /* O_DIRECT, for the writes of a direct-I/O WAL; -1 until then */
     int refs;      /* readers and the IO thread currently using fd */
     bool removed;  /* unlinked: close fd once refs drops to zero */
 };
@@ -57,6 +62,15 @@ struct posix {
     bool recycle;
     uint64_t spares[WAL_POSIX_SPARES]; /* their former start LSNs, which name them */
     size_t nspares;
+    /* Direct I/O (docs/wal.md, "Direct I/O"), IO thread only once writes
+     * begin: writes go out in DIO_ALIGN blocks through a bounce buffer, the
+     * block holding a write's end kept to start the next write with. */
+    bool direct;
+    uint8_t *bounce;       /* BOUNCE_BYTES, DIO_ALIGN-aligned */
+    uint64_t tail_seg;     /* the segment and offset of the kept block */
+    uint64_t tail_at;      /* UINT64_MAX: none */
+    size_t tail_len;       /* its bytes of data; the rest of it is zeros */
+    uint8_t tail[DIO_ALIGN];
 };
 
 struct op {
@@ -145,10 +159,19 @@ static struct segfd *seg_insert(struct posix *p, size_t at, uint64_t seg, int fd
         return NULL;
     e->seg = seg;
     e->fd = fd;
+    e->dfd = -1;
     memmove(&p->segs[at + 1], &p->segs[at], (p->nsegs - at) * sizeof *p->segs);
     p->segs[at] = e;
     p->nsegs++;
     return e;
+}
+
+static void segfd_free(struct segfd *e)
+{
+    close(e->fd);
+    if (e->dfd >= 0)
+        close(e->dfd);
+    free(e);
 }
 
 /* Takes a reference on seg's fd, opening the file when it has none yet.
@@ -198,10 +221,8 @@ static void seg_put(struct posix *p, struct segfd *e)
     pthread_mutex_lock(&p->mu);
     bool drop = --e->refs == 0 && e->removed;
     pthread_mutex_unlock(&p->mu);
-    if (drop) {
-        close(e->fd);
-        free(e);
-    }
+    if (drop)
+        segfd_free(e);
 }
 
 static int sync_dir(struct posix *p)
@@ -352,6 +373,8 @@ static int px_truncate(wal_storage *s, uint64_t seg, uint64_t size)
     int rc = seg_get(p, seg, false, &e);
     if (rc)
         return rc;
+    if (p->tail_seg == seg)
+        p->tail_at = UINT64_MAX;
     if (ftruncate(e->fd, (off_t)size) != 0 || do_fsync(e->fd, false) != 0) {
         SK_ERROR("wal_posix", "truncate segment %llu to %llu: %s", (unsigned long long)seg,
                  (unsigned long long)size, strerror(errno));
@@ -517,17 +540,9 @@ static void create_work(void *arg)
     seg_put(p, e);
 }
 
-static void write_work(void *arg)
+/* Writes iov at off through the page cache. */
+static int buffered_write(struct segfd *e, uint64_t off, struct iovec *iov, int cnt)
 {
-    struct op *o = arg;
-    struct posix *p = o->p;
-    struct segfd *e;
-    o->err = seg_get(p, o->seg, false, &e);
-    if (o->err)
-        return;
-    uint64_t off = o->off;
-    struct iovec *iov = o->iov;
-    int cnt = o->iovcnt;
     while (cnt > 0 && iov->iov_len == 0) {
         iov++;
         cnt--;
@@ -537,10 +552,9 @@ static void write_work(void *arg)
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0) {
-            SK_ERROR("wal_posix", "pwritev segment %llu at %llu: %s", (unsigned long long)o->seg,
+            SK_ERROR("wal_posix", "pwritev segment %llu at %llu: %s", (unsigned long long)e->seg,
                      (unsigned long long)off, n < 0 ? strerror(errno) : "wrote nothing");
-            o->err = SK_ERR_IO;
-            break;
+            return SK_ERR_IO;
         }
         /* A short write: skip what went out and write the rest. */
         off += (uint64_t)n;
@@ -555,7 +569,124 @@ static void write_work(void *arg)
             iov->iov_len -= left;
         }
     }
-    if (!o->err && o->sync && do_fsync(e->fd, true) != 0) {
+    return 0;
+}
+
+/* Opens seg's O_DIRECT fd. False, with direct I/O turned off for good,
+ * when the file system cannot do it with DIO_ALIGN (tmpfs, a device with
+ * larger blocks): writes then go through the page cache. */
+static bool direct_open(struct posix *p, struct segfd *e)
+{
+    char name[WAL_SEGMENT_NAME_MAX];
+    struct statx sx;
+    const char *why = NULL;
+    if (statx(e->fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) != 0 ||
+        !(sx.stx_mask & STATX_DIOALIGN) || sx.stx_dio_offset_align == 0)
+        why = "the file system does not support it";
+    else if (sx.stx_dio_offset_align > DIO_ALIGN || sx.stx_dio_mem_align > DIO_ALIGN)
+        why = "its blocks are larger than 4 KiB";
+    else if ((e->dfd = openat(p->dirfd, wal_segment_name(e->seg, name, sizeof name),
+                              O_WRONLY | O_DIRECT | O_CLOEXEC)) < 0)
+        why = strerror(errno);
+    if (!why)
+        return true;
+    SK_INFO("wal_posix", "no direct I/O for the WAL in %s (%s): writing through the page cache",
+            p->dir, why);
+    p->direct = false;
+    return false;
+}
+
+/* The bytes of [at, off) that the next direct write must write again: the
+ * kept block when it is that one, else read back from the file. */
+static int direct_prefix(struct posix *p, struct segfd *e, uint64_t at, size_t pre)
+{
+    if (p->tail_seg == e->seg && p->tail_at == at && p->tail_len == pre) {
+        memcpy(p->bounce, p->tail, pre);
+        return 0;
+    }
+    size_t done = 0;
+    while (done < pre) {
+        ssize_t n = pread(e->fd, p->bounce + done, pre - done, (off_t)(at + done));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            SK_ERROR("wal_posix", "read back segment %llu at %llu: %s", (unsigned long long)e->seg,
+                     (unsigned long long)(at + done), n < 0 ? strerror(errno) : "end of file");
+            return SK_ERR_IO;
+        }
+        done += (size_t)n;
+    }
+    return 0;
+}
+
+/* Writes iov at off with O_DIRECT: whole DIO_ALIGN blocks from the block
+ * holding off, the partial block at the end padded with zeros (recovery
+ * reads zeros as the end of the log) and written again, completed, by the
+ * next write. */
+static int direct_write(struct posix *p, struct segfd *e, uint64_t off, const struct iovec *iov,
+                        int cnt)
+{
+    uint64_t at = off & ~(uint64_t)(DIO_ALIGN - 1);
+    size_t fill = (size_t)(off - at);
+    int rc = direct_prefix(p, e, at, fill);
+    p->tail_at = UINT64_MAX;
+    int i = 0;
+    size_t in = 0; /* bytes of iov[i] already copied */
+    while (!rc) {
+        while (fill < BOUNCE_BYTES && i < cnt) {
+            size_t n = iov[i].iov_len - in;
+            if (n > BOUNCE_BYTES - fill)
+                n = BOUNCE_BYTES - fill;
+            memcpy(p->bounce + fill, (const uint8_t *)iov[i].iov_base + in, n);
+            fill += n;
+            in += n;
+            if (in == iov[i].iov_len) {
+                i++;
+                in = 0;
+            }
+        }
+        size_t len = (fill + DIO_ALIGN - 1) & ~(size_t)(DIO_ALIGN - 1);
+        memset(p->bounce + fill, 0, len - fill);
+        for (size_t done = 0; done < len && !rc;) {
+            ssize_t n = pwrite(e->dfd, p->bounce + done, len - done, (off_t)(at + done));
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0 || n % DIO_ALIGN) {
+                SK_ERROR("wal_posix", "direct write segment %llu at %llu: %s",
+                         (unsigned long long)e->seg, (unsigned long long)(at + done),
+                         n < 0 ? strerror(errno) : "short write");
+                rc = SK_ERR_IO;
+            }
+            done += n > 0 ? (size_t)n : 0;
+        }
+        if (rc || i == cnt) {
+            size_t keep = fill % DIO_ALIGN;
+            if (!rc && keep) {
+                p->tail_seg = e->seg;
+                p->tail_at = at + fill - keep;
+                p->tail_len = keep;
+                memcpy(p->tail, p->bounce + fill - keep, keep);
+            }
+            break;
+        }
+        at += fill; /* fill == BOUNCE_BYTES: aligned */
+        fill = 0;
+    }
+    return rc;
+}
+
+static void write_work(void *arg)
+{
+    struct op *o = arg;
+    struct posix *p = o->p;
+    struct segfd *e;
+    o->err = seg_get(p, o->seg, false, &e);
+    if (o->err)
+        return;
+    bool direct = p->direct && (e->dfd >= 0 || direct_open(p, e));
+    o->err = direct ? direct_write(p, e, o->off, o->iov, o->iovcnt)
+                    : buffered_write(e, o->off, o->iov, o->iovcnt);
+    if (!o->err && o->sync && do_fsync(direct ? e->dfd : e->fd, true) != 0) {
         SK_ERROR("wal_posix", "fdatasync segment %llu: %s", (unsigned long long)o->seg,
                  strerror(errno));
         o->err = SK_ERR_IO;
@@ -595,10 +726,8 @@ static void remove_work(void *arg)
         o->err = SK_ERR_IO;
     }
     pthread_mutex_unlock(&p->mu);
-    if (drop) {
-        close(e->fd);
-        free(e);
-    }
+    if (drop)
+        segfd_free(e);
     if (!o->err)
         o->err = sync_dir(p);
     if (renamed && keep) {
@@ -679,10 +808,10 @@ static void px_destroy(wal_storage *s)
     sk_workq_destroy(p->rm);
     sk_workq_destroy(p->io);
     for (size_t i = 0; i < p->nsegs; i++) {
-        close(p->segs[i]->fd);
-        free(p->segs[i]);
+        segfd_free(p->segs[i]);
     }
     free(p->segs);
+    free(p->bounce);
     if (p->lockfd >= 0)
         close(p->lockfd);
     close(p->dirfd);
@@ -715,10 +844,8 @@ static int px_discard(wal_storage *s, uint64_t seg)
     }
     bool drop = e && e->refs == 0;
     pthread_mutex_unlock(&p->mu);
-    if (drop) {
-        close(e->fd);
-        free(e);
-    }
+    if (drop)
+        segfd_free(e);
     return rc ? rc : sync_dir(p);
 }
 
@@ -874,11 +1001,24 @@ static int px_lock(wal_storage *s, bool *exclusive)
     }
     struct statfs sf;
     *exclusive = fstatfs(p->dirfd, &sf) == 0 && local_fs((long)sf.f_type);
-    if (*exclusive && !p->recycle) {
+    return 0;
+}
+
+static void px_sole_owner(wal_storage *s, bool direct_io)
+{
+    struct posix *p = s->impl;
+    if (!p->recycle) {
         p->recycle = true;
         spares_load(p);
     }
-    return 0;
+    if (direct_io && !p->bounce) {
+        void *b = NULL;
+        if (posix_memalign(&b, DIO_ALIGN, BOUNCE_BYTES) == 0)
+            p->bounce = b;
+        else
+            SK_WARN("wal_posix", "no memory for direct I/O: writing through the page cache");
+    }
+    p->direct = direct_io && p->bounce;
 }
 
 static void px_renew(wal_storage *s, uint64_t epoch, const void *buf, size_t len, wal_io_cb cb,
@@ -902,6 +1042,7 @@ static const wal_storage_ops posix_ops = {
     .owner_remove = px_owner_remove,
     .renew = px_renew,
     .lock = px_lock,
+    .sole_owner = px_sole_owner,
     .destroy = px_destroy,
 };
 
@@ -981,6 +1122,7 @@ wal_storage *wal_posix_new(struct event_base *base, const char *dir, int *err)
     }
     p->dirfd = dfd;
     p->lockfd = -1;
+    p->tail_at = UINT64_MAX;
     pthread_mutex_init(&p->mu, NULL);
     p->io = sk_workq_new(base, "wal-io", 1);
     p->rm = sk_workq_new(base, "wal-rm", 1);

@@ -106,6 +106,11 @@ typedef struct wal_storage_ops {
      * anywhere uses this WAL (a local file system), false when it proves
      * nothing (no lock, or a network file system). */
     int (*lock)(wal_storage *s, bool *exclusive);
+    /* Optional. Called, before any create or write, once a WAL owner has
+     * claimed the WAL and `lock` said exclusive: the backend may then use
+     * what is safe only for a process alone with its files (the POSIX
+     * backend: spare segments; O_DIRECT writes when direct_io). */
+    void (*sole_owner)(wal_storage *s, bool direct_io);
 
     void (*destroy)(wal_storage *s);
 } wal_storage_ops;
