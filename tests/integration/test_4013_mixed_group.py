@@ -239,6 +239,32 @@ def classic_join(c, group, member_id, topic, owned=None):
         "protocols": [("range", sub_v1([topic], owned)), ("cooperative-sticky", sub_v1([topic], owned))]})
 
 
+def share(c, group, mid, gen, topic, k):
+    """Drives classic member `mid` (at generation gen) beside consumer member k until
+    each owns half of the topic's 4 partitions; returns (generation, its assignment)."""
+    got = {}
+    for _ in range(200):
+        k.beat()
+        hbr = kg.heartbeat(c, group, gen, mid, version=4)
+        if hbr["ErrorCode"] == 27:  # REBALANCE_IN_PROGRESS: rejoin, owning what it got
+            r = classic_join(c, group, mid, topic, got)
+            assert r["ErrorCode"] == 0, r
+            gen = r["GenerationId"]
+        else:
+            assert hbr["ErrorCode"] == 0, hbr
+        s = kg.sync(c, group, gen, mid, version=5, protocol_type="consumer",
+                    protocol_name="range")
+        assert s["ErrorCode"] in (0, 27), s
+        if s["ErrorCode"] == 0:
+            ver, got = read_assignment(s["Assignment"])
+            assert ver == 1
+        if sum(len(v) for v in got.values()) == 2 and k.count() == 2 and \
+                describe(c, group)["GroupState"] == "Stable":
+            return gen, got
+        time.sleep(0.1)
+    raise AssertionError("never shared: %s %s" % (got, k.owned))
+
+
 def test_raw_classic_member_in_a_consumer_group(mbroker, topic_name):
     bs = mbroker.bootstrap
     c = kg.connect(bs)
@@ -262,28 +288,7 @@ def test_raw_classic_member_in_a_consumer_group(mbroker, topic_name):
     d = describe(c, group)
     mine = [m for m in d["Members"] if m["MemberId"] == mid]
     assert mine and mine[0]["MemberType"] == 0 and mine[0]["MemberEpoch"] == gen, d
-    # The consumer member gives partitions up on its heartbeats; the classic member
-    # rejoins when Heartbeat says so, and gets them in its SyncGroup.
-    got = {}
-    for _ in range(200):
-        k.beat()
-        hbr = kg.heartbeat(c, group, gen, mid, version=4)
-        if hbr["ErrorCode"] == 27:  # REBALANCE_IN_PROGRESS
-            r = classic_join(c, group, mid, topic_name, got)
-            assert r["ErrorCode"] == 0, r
-            gen = r["GenerationId"]
-        else:
-            assert hbr["ErrorCode"] == 0, hbr
-        s = kg.sync(c, group, gen, mid, version=5, protocol_type="consumer",
-                    protocol_name="range")
-        assert s["ErrorCode"] in (0, 27), s
-        if s["ErrorCode"] == 0:
-            ver, got = read_assignment(s["Assignment"])
-            assert ver == 1
-        if sum(len(v) for v in got.values()) == 2 and k.count() == 2 and \
-                describe(c, group)["GroupState"] == "Stable":
-            break
-        time.sleep(0.1)
+    gen, got = share(c, group, mid, gen, topic_name, k)
     assert sorted(got.get(topic_name, [])) and sum(len(v) for v in got.values()) == 2, got
     assert set(got[topic_name]).isdisjoint({p for _, p in k.parts()}), (got, k.owned)
     # A classic member commits with its generation.
