@@ -6,11 +6,14 @@ bidirectional), through io.skiff.clients.GroupConsume.
   consumer-protocol member joins: the group becomes a consumer group whose classic
   members keep their protocol, and the partitions spread over both kinds
   (ConsumerGroupDescribe: MemberType 0 and 1, each owning partitions);
-  kafka-consumer-groups --describe --members lists all three.
+  kafka-consumer-groups --describe --members lists all three, --describe every
+  partition with its member.
 - The consumer-protocol member leaves: the group is classic again (DescribeGroups
   shows it, ConsumerGroupDescribe does not), the two classic members share every
   partition, and in the end every produced record was consumed and every offset
   committed.
+- librdkafka: a classic member reads alone, a consumer-protocol member joins, gets
+  partitions and leaves; every record is read once and every offset committed.
 - Raw: a classic JoinGroup to a consumer group gets MEMBER_ID_REQUIRED, then the
   member epoch as its generation, the protocol type "consumer" and its first
   protocol; SyncGroup gives the partitions the coordinator assigned it, in the
@@ -20,6 +23,7 @@ bidirectional), through io.skiff.clients.GroupConsume.
 The same assertions hold against Apache Kafka 4.3 (SKIFF_TEST_AGAINST=kafka).
 """
 
+import json
 import os
 import struct
 import subprocess
@@ -168,8 +172,13 @@ def test_upgrade_then_downgrade_while_producing(mbroker, topic_name):
         procs.append(Proc(bs, topic_name, group, "k1", CONSUMER, stopdir))
         d = wait_mixed(c, group, parts, slow)
         classic_ids = {m["MemberId"] for m in d["Members"] if m["MemberType"] == 0}
-        (tool,) = jtools.tools(["groups", "--bootstrap-server", bs, "--describe", "--group",
-                                group, "--members"])
+        tool, offsets = jtools.tools(
+            ["groups", "--bootstrap-server", bs, "--describe", "--group", group, "--members"],
+            ["groups", "--bootstrap-server", bs, "--describe", "--group", group])
+        orows = {int(x["PARTITION"]): x for x in table(offsets["out"])}
+        assert sorted(orows) == list(range(parts)), jtools.show(offsets)
+        ids = {m["MemberId"] for m in d["Members"]}
+        assert {x["CONSUMER-ID"] for x in orows.values()} <= ids, jtools.show(offsets)
         rows = table(tool["out"])
         assert len(rows) == 3, jtools.show(tool)
         assert sum(int(r["#PARTITIONS"]) for r in rows) == parts, jtools.show(tool)
@@ -305,3 +314,55 @@ def test_raw_classic_member_in_a_consumer_group(mbroker, topic_name):
             break
         time.sleep(0.05)
     assert k.count() == 4, k.owned
+
+
+# ---------------------------------------------------------------- librdkafka
+
+RDK = os.path.join(os.path.dirname(__file__), "clients", "rdk_consumer_protocol.py")
+
+
+def test_librdkafka_classic_and_consumer_members(mbroker, topic_name):
+    """librdkafka (confluent-kafka of tests/.venv): m1 with group.protocol=classic reads
+    alone, m2 with =consumer joins (the group becomes a consumer group) and gets
+    partitions, then leaves (classic again) and m1 reads the rest: every record read
+    once, at its offset, and every offset committed."""
+    python = os.path.join(ktest.VENV, "bin", "python")
+    assert os.access(python, os.X_OK), "%s missing: run tools/install-deps.sh test" % python
+    bs, parts, n = mbroker.bootstrap, 4, 2000
+    c = kg.connect(bs)
+    kproto.create_topic(c, topic_name, parts)
+    kg.find_coordinator(c, "warm-up")
+    written = {}
+    for p in range(parts):
+        for first in range(0, n // parts, 250):
+            recs = [kproto.Record(key=b"k-%d" % (p * 100000 + first + j), value=b"v")
+                    for j in range(250)]
+            r = kproto.produce(c, topic_name, p, kproto.batch(records=recs))
+            assert r["ErrorCode"] == 0, r
+            for j in range(250):
+                written[p * 100000 + first + j] = (p, r["BaseOffset"] + j)
+    group = "g4013-rdk-" + uuid.uuid4().hex[:6]
+    proc = ktest.run([python, RDK, bs, topic_name, group, str(n), "classic,consumer"],
+                     timeout=150, check=False, what="rdk_consumer_protocol",
+                     env={"PYTHONPATH": ""})
+    lines = proc.stdout.decode(errors="replace").splitlines()
+    summary = [json.loads(x) for x in lines if x.startswith("{")]
+    diag = "exit %d\n%s\n%s" % (proc.returncode, summary, ktest.tail(proc.stderr))
+    assert proc.returncode == 0 and summary, diag
+    assert not [e for e in summary[-1]["errors"] if "commit" in e or "m2 read nothing" in e], \
+        diag
+    read, members = {}, set()
+    for ln in lines:
+        f = ln.split()
+        if f and f[0] == "REC":
+            members.add(f[1])
+            read.setdefault(int(f[4]), []).append((int(f[2]), int(f[3])))
+    missing = set(written) - set(read)
+    assert not missing, "%d records never read\n%s" % (len(missing), diag)
+    assert all(v == [written[k]] for k, v in read.items()), "records read twice or elsewhere"
+    assert members == {"m1", "m2"}, diag
+    top, offs = kg.fetch_offsets(c, group, None)
+    ends = {p: kproto.list_offsets(c, topic_name, p, -1)["Offset"] for p in range(parts)}
+    assert {p: offs[(topic_name, p)][0] for p in range(parts)} == ends, offs
+    # m2 left last-but-one: the group went back to the classic protocol.
+    assert describe(c, group)["ErrorCode"] == 69
