@@ -20,7 +20,12 @@ bidirectional), through io.skiff.clients.GroupConsume.
   consumer protocol's assignment format; Heartbeat answers REBALANCE_IN_PROGRESS
   once the group moved on.
 
-The same assertions hold against Apache Kafka 4.3 (SKIFF_TEST_AGAINST=kafka).
+- (skiffd only) group.consumer.migration.policy: without upgrade a consumer-protocol
+  member cannot join a classic group with members (GROUP_ID_NOT_FOUND, "Group … is
+  not a consumer group."); with upgrade only, the group stays a consumer group when
+  its last consumer-protocol member leaves.
+
+The others hold against Apache Kafka 4.3 too (SKIFF_TEST_AGAINST=kafka).
 """
 
 import json
@@ -41,7 +46,7 @@ import jtools  # noqa: E402
 import kgroup as kg  # noqa: E402
 import kproto  # noqa: E402
 import ktest  # noqa: E402
-from test_4010_consumer_group_raw import Member, describe  # noqa: E402
+from test_4010_consumer_group_raw import Member, describe, hb  # noqa: E402
 from test_4011_java_consumer_protocol import parse, table  # noqa: E402
 
 FAST = {"group.initial.rebalance.delay.ms": "0", "group.consumer.heartbeat.interval.ms": "500"}
@@ -366,3 +371,47 @@ def test_librdkafka_classic_and_consumer_members(mbroker, topic_name):
     assert {p: offs[(topic_name, p)][0] for p in range(parts)} == ends, offs
     # m2 left last-but-one: the group went back to the classic protocol.
     assert describe(c, group)["ErrorCode"] == 69
+
+
+# ---------------------------------------------------------------- migration policy
+
+
+def classic_group(c, group, topic):
+    """One raw classic member, Stable with all partitions: (member id, generation)."""
+    r = kg.join_two_step(c, group, 5, topics=[topic], session_ms=30000, rebalance_ms=30000)
+    assert r["ErrorCode"] == 0, r
+    mid, gen = r["MemberId"], r["GenerationId"]
+    s = kg.sync(c, group, gen, mid, {mid: kg.assignment({topic: [0, 1]})})
+    assert s["ErrorCode"] == 0, s
+    return mid, gen
+
+
+@pytest.mark.parametrize("policy", ["disabled", "downgrade"])
+def test_policy_without_upgrade_keeps_classic_groups(broker_factory, topic_name, policy):
+    b = broker_factory(dict(FAST, **{"group.consumer.migration.policy": policy}))
+    c = kg.connect(b.bootstrap)
+    kproto.create_topic(c, topic_name, 2)
+    group = "g4013-pol-" + uuid.uuid4().hex[:6]
+    mid, gen = classic_group(c, group, topic_name)
+    k = Member(c, group, [topic_name])
+    r = k.beat(expect=69)  # GROUP_ID_NOT_FOUND
+    assert r["ErrorMessage"] == "Group %s is not a consumer group." % group, r
+    assert kg.heartbeat(c, group, gen, mid)["ErrorCode"] == 0
+
+
+def test_upgrade_only_policy_keeps_the_consumer_group(broker_factory, topic_name):
+    b = broker_factory(dict(FAST, **{"group.consumer.migration.policy": "upgrade"}))
+    c = kg.connect(b.bootstrap)
+    kproto.create_topic(c, topic_name, 2)
+    group = "g4013-up-" + uuid.uuid4().hex[:6]
+    mid, gen = classic_group(c, group, topic_name)
+    k = Member(c, group, [topic_name])
+    k.beat()
+    d = describe(c, group)
+    assert d["ErrorCode"] == 0 and sorted(m["MemberType"] for m in d["Members"]) == [0, 1], d
+    # Upgraded at the classic generation: the classic member is still in step.
+    assert [m["MemberEpoch"] for m in d["Members"] if m["MemberType"] == 0] == [gen], d
+    assert kg.heartbeat(c, group, gen, mid)["ErrorCode"] == 27  # rejoin: the group moved on
+    assert hb(c, group, k.id, -1)["ErrorCode"] == 0  # the consumer member leaves
+    d = describe(c, group)
+    assert d["ErrorCode"] == 0 and [m["MemberType"] for m in d["Members"]] == [0], d
