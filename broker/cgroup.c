@@ -110,6 +110,10 @@ typedef struct cmember {
     /* A member of the classic protocol (JoinGroup/SyncGroup/Heartbeat) */
     bool classic;
     int32_t classic_session_ms;
+    /* Kafka's join and sync timeouts (0: none): a classic member told to
+     * rejoin must do so, and one that joined must sync, within its
+     * rebalance timeout. */
+    int64_t join_deadline, sync_deadline;
     int nprotos;
     sk_cg_proto *protos; /* names and metadata owned by the member */
 } cmember;
@@ -1169,6 +1173,8 @@ static int16_t classic_join(sk_cg *cg, const sk_cg_classic_args *a, const sk_cg_
         return SK_KAFKA_UNKNOWN_SERVER_ERROR;
     if (!reconcile(g, m, &h, now))
         return SK_KAFKA_UNKNOWN_SERVER_ERROR;
+    m->join_deadline = 0;
+    m->sync_deadline = now + m->rebalance_ms;
     out->member_id = m->id;
     out->generation = m->epoch;
     out->protocol_name = m->protos[0].name.p;
@@ -1209,8 +1215,11 @@ int16_t sk_cg_classic_heartbeat(sk_cg_group *g, kc_str member_id, kc_str instanc
     /* Rejoin when the group moved on, when partitions are to be given up,
      * or when the partitions it waits for are free. */
     if (m->epoch < g->epoch || m->state == M_UNREVOKED ||
-        (m->state == M_UNRELEASED && !waiting_on_unreleased(g, m)))
+        (m->state == M_UNRELEASED && !waiting_on_unreleased(g, m))) {
+        if (!m->join_deadline)
+            m->join_deadline = now + m->rebalance_ms;
         return SK_KAFKA_REBALANCE_IN_PROGRESS;
+    }
     return 0;
 }
 
@@ -1227,8 +1236,12 @@ int16_t sk_cg_classic_sync(sk_cg *cg, sk_cg_group *g, const sk_cg_classic_sync_a
     if ((a->protocol_type.len >= 0 && !str_is("consumer", a->protocol_type)) ||
         (a->protocol_name.len >= 0 && !str_is(m->protos[0].name.p, a->protocol_name)))
         return SK_KAFKA_INCONSISTENT_GROUP_PROTOCOL;
-    if (g->epoch > m->epoch && m->state != M_UNREVOKED)
+    if (g->epoch > m->epoch && m->state != M_UNREVOKED) {
+        if (!m->join_deadline)
+            m->join_deadline = now + m->rebalance_ms;
         return SK_KAFKA_REBALANCE_IN_PROGRESS;
+    }
+    m->sync_deadline = 0;
     m->session_deadline = now + m->classic_session_ms;
     if (!set_copy(&cg->scratch, &m->assigned))
         return SK_KAFKA_UNKNOWN_SERVER_ERROR;
@@ -1323,7 +1336,9 @@ int sk_cg_tick(sk_cg *cg, int64_t now)
         for (int k = 0; k < g->nmembers;) {
             cmember *m = g->members[k];
             if (now >= m->session_deadline ||
-                (m->revoke_deadline && m->state == M_UNREVOKED && now >= m->revoke_deadline)) {
+                (m->revoke_deadline && m->state == M_UNREVOKED && now >= m->revoke_deadline) ||
+                (m->join_deadline && now >= m->join_deadline) ||
+                (m->sync_deadline && now >= m->sync_deadline)) {
                 member_drop(g, m, true);
                 removed++;
                 continue;

@@ -1112,9 +1112,9 @@ sk_gc_protocol sk_gc_group_member_protocol(const sk_gc_group *g, int i, int k)
 
 static int adopt_member(sk_gc_group *g, const sk_gc_adopted *a, int64_t now)
 {
-    char id[256];
-    snprintf(id, sizeof id, "%.*s", a->member.member_id.len, a->member.member_id.p);
-    member *m = new_member(&a->member, id, now);
+    char *id = dupstr(a->member.member_id);
+    member *m = id ? new_member(&a->member, id, now) : NULL;
+    free(id);
     if (!m)
         return SK_ERR_NOMEM;
     m->rebalance_ms = a->member.rebalance_timeout_ms;

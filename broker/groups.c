@@ -921,23 +921,18 @@ void h_leave_group(sk_req *r)
     }
     resp->members.n = nm;
     resp->members.v = ms;
-    for (int32_t i = 0; ng && i < nm; i++) {
+    for (int32_t i = 0; i < nm; i++) {
         ms[i].member_id = req->members.v[i].member_id;
         ms[i].group_instance_id = req->members.v[i].group_instance_id;
     }
-    if (ng) {
+    if (ng) { /* classic members of a consumer group */
         h_leave_consumer_group(r, ng);
         return;
     }
     /* An unknown group: each member gets UNKNOWN_MEMBER_ID, as in Kafka. */
-    for (int32_t i = 0; i < nm; i++) {
-        kp_LeaveGroupRequest_MemberIdentity *mi = &req->members.v[i];
-        ms[i].member_id = mi->member_id;
-        ms[i].group_instance_id = mi->group_instance_id;
-        ms[i].error_code = sk_gc_leave(gc, req->group_id, mi->member_id, mi->group_instance_id, now);
-    }
-    resp->members.n = nm;
-    resp->members.v = ms;
+    for (int32_t i = 0; i < nm; i++)
+        ms[i].error_code = sk_gc_leave(gc, req->group_id, ms[i].member_id,
+                                       ms[i].group_instance_id, now);
     sk_req_respond(r);
 }
 

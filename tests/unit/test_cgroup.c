@@ -663,6 +663,33 @@ static void test_adopt_classic_then_leave(void **st)
     sk_cg_destroy(cg);
 }
 
+/* Kafka's join timeout: a classic member told to rejoin that keeps
+ * heartbeating without rejoining is removed after its rebalance timeout;
+ * one that joined and never syncs too. */
+static void test_classic_join_and_sync_timeouts(void **st)
+{
+    (void)st;
+    set_topics(4, 0);
+    sk_cg *cg = new_cg(NULL, 0);
+    mst k = {.id = "k1"}, c = {.id = "c1"}, d = {.id = "d1"};
+    assert_int_equal(beat(cg, &k, JOIN_A, 0), 0);
+    assert_int_equal(cjoin(cg, &c, "consumer", 0).error, 0);
+    assert_int_equal(csync(cg, &c, 0), 0);
+    assert_int_equal(cjoin(cg, &d, "consumer", 0).error, 0); /* never syncs */
+    sk_cg_group *g = sk_cg_find(cg, GROUP, 1);
+    for (int64_t t = 1000; t <= 29000; t += 7000) {
+        assert_int_equal(beat(cg, &k, ACK, t), 0);
+        assert_int_equal(cbeat(cg, &c, t), SK_KAFKA_REBALANCE_IN_PROGRESS);
+        int16_t e = cbeat(cg, &d, t); /* alive, whatever it is told */
+        assert_true(e == 0 || e == SK_KAFKA_REBALANCE_IN_PROGRESS);
+    }
+    assert_int_equal(sk_cg_tick(cg, 29500), 0);
+    assert_int_equal(sk_cg_tick(cg, 30000), 1); /* d: no SyncGroup in 30 s */
+    assert_int_equal(sk_cg_tick(cg, 31001), 1); /* c: told at 1000, never rejoined */
+    assert_int_equal(sk_cg_group_nmembers(g), 1);
+    sk_cg_destroy(cg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -680,6 +707,7 @@ int main(void)
         cmocka_unit_test(test_export_import),
         cmocka_unit_test(test_classic_member_in_consumer_group),
         cmocka_unit_test(test_adopt_classic_then_leave),
+        cmocka_unit_test(test_classic_join_and_sync_timeouts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
