@@ -9,7 +9,7 @@ bidirectional), through io.skiff.clients.GroupConsume.
   kafka-consumer-groups --describe --members lists all three, --describe every
   partition with its member.
 - The consumer-protocol member leaves: the group is classic again (DescribeGroups
-  shows it, ConsumerGroupDescribe does not), the two classic members share every
+  shows it, ConsumerGroupDescribe does not, ListGroups types it classic), the two classic members share every
   partition, and in the end every produced record was consumed and every offset
   committed.
 - librdkafka: a classic member reads alone, a consumer-protocol member joins, gets
@@ -153,6 +153,12 @@ class Producer(threading.Thread):
             self.error = e
 
 
+def listed(c, group, gtype):
+    """ListGroups v5 with a type filter: [(type, protocol type)] of this group."""
+    r = c.request(16, 5, {"StatesFilter": [], "TypesFilter": [gtype]})
+    return [(g["GroupType"], g["ProtocolType"]) for g in r["Groups"] if g["GroupId"] == group]
+
+
 def committed_all(c, group, topic, parts):
     _, offs = kg.fetch_offsets(c, group, {topic: list(range(parts))})
     ends = {p: kproto.list_offsets(c, topic, p, -1)["Offset"] for p in range(parts)}
@@ -176,6 +182,8 @@ def test_upgrade_then_downgrade_while_producing(mbroker, topic_name):
         wait_classic(c, group, 2, slow)
         procs.append(Proc(bs, topic_name, group, "k1", CONSUMER, stopdir))
         d = wait_mixed(c, group, parts, slow)
+        assert listed(c, group, "consumer") == [("consumer", "consumer")]
+        assert listed(c, group, "classic") == []
         classic_ids = {m["MemberId"] for m in d["Members"] if m["MemberType"] == 0}
         tool, offsets = jtools.tools(
             ["groups", "--bootstrap-server", bs, "--describe", "--group", group, "--members"],
@@ -194,6 +202,7 @@ def test_upgrade_then_downgrade_while_producing(mbroker, topic_name):
         assert {m["MemberId"] for m in d["Members"]} == classic_ids, d
         cd = describe(c, group)
         assert cd["ErrorCode"] == 69, cd  # GROUP_ID_NOT_FOUND: not a consumer group
+        assert listed(c, group, "classic") == [("classic", "consumer")]
         assert recs, "the consumer-protocol member consumed nothing"
 
         prod.stop_at = prod.next + 300
