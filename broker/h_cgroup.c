@@ -745,52 +745,69 @@ static bool upgrade(sk_req *r, sk_gc_group *cl)
 /* Online downgrade: a consumer group left with classic members only
  * becomes a classic group (their assignments: the target assignment) and
  * rebalances. With r, r->pending holds until the change is durable. */
-bool sk_groups_maybe_downgrade(sk_groups *gs, sk_node *n, sk_cg_group *g, sk_req *r)
+static kc_str cstr(const char *s)
 {
-    if (!policy_allows(n, "downgrade") || !sk_cg_all_classic(g))
-        return false;
+    return s ? (kc_str){s, (int32_t)strlen(s)} : (kc_str){NULL, -1};
+}
+
+/* One classic member of a consumer group as a member of the classic group
+ * a downgrade makes; its last assignment is its target. 0, or -1. */
+static int adopted_from_consumer(sk_node *n, sk_arena *a, const sk_cg_member_view *v, kc_str id,
+                                 sk_gc_adopted *out)
+{
+    sk_gc_join_args *j = &out->member;
+    j->group_id = id;
+    j->member_id = cstr(v->member_id);
+    j->instance_id = cstr(v->instance_id);
+    j->client_id = cstr(v->client_id ? v->client_id : "");
+    j->client_host = cstr(v->client_host ? v->client_host : "");
+    j->protocol_type = cstr("consumer");
+    j->session_timeout_ms = v->session_ms;
+    j->rebalance_timeout_ms = v->rebalance_ms;
+    sk_gc_protocol *ps = sk_arena_calloc(a, (size_t)v->nprotocols + 1, sizeof *ps);
+    if (!ps || v->nprotocols <= 0)
+        return -1;
+    for (int k = 0; k < v->nprotocols; k++)
+        ps[k] = (sk_gc_protocol){v->protocols[k].name, v->protocols[k].metadata};
+    j->nprotocols = v->nprotocols;
+    j->protocols = ps;
+    out->assignment = encode_assignment(n, a, v->target, v->ntarget, v->protocols[0].metadata.p,
+                                        v->protocols[0].metadata.len);
+    return out->assignment.len >= 0 ? 0 : -1;
+}
+
+/* Makes the classic group; false when it could not be made. */
+static bool downgrade(sk_groups *gs, sk_node *n, sk_cg_group *g, kc_str id)
+{
     int nm = sk_cg_group_nmembers(g);
     sk_arena *a = sk_arena_new(0);
     sk_gc_adopted *ms = a ? sk_arena_calloc(a, (size_t)nm + 1, sizeof *ms) : NULL;
     bool ok = ms != NULL;
-    kc_str id = {sk_cg_group_id(g), (int32_t)strlen(sk_cg_group_id(g))};
     int32_t generation = 0;
     for (int i = 0; ok && i < nm; i++) {
         sk_cg_member_view v;
         sk_cg_group_member(g, i, &v);
         if (v.member_epoch > generation)
             generation = v.member_epoch;
-        sk_gc_join_args *j = &ms[i].member;
-        j->group_id = id;
-        j->member_id = (kc_str){v.member_id, (int32_t)strlen(v.member_id)};
-        j->instance_id = v.instance_id ? (kc_str){v.instance_id, (int32_t)strlen(v.instance_id)}
-                                       : (kc_str){NULL, -1};
-        j->client_id = (kc_str){v.client_id ? v.client_id : "", v.client_id ? (int32_t)strlen(v.client_id) : 0};
-        j->client_host = (kc_str){v.client_host ? v.client_host : "",
-                                  v.client_host ? (int32_t)strlen(v.client_host) : 0};
-        j->protocol_type = (kc_str){"consumer", 8};
-        j->session_timeout_ms = v.session_ms;
-        j->rebalance_timeout_ms = v.rebalance_ms;
-        sk_gc_protocol *ps = sk_arena_calloc(a, (size_t)v.nprotocols + 1, sizeof *ps);
-        ok = ps && v.nprotocols > 0;
-        for (int k = 0; ok && k < v.nprotocols; k++)
-            ps[k] = (sk_gc_protocol){v.protocols[k].name, v.protocols[k].metadata};
-        j->nprotocols = v.nprotocols;
-        j->protocols = ps;
-        if (ok)
-            ms[i].assignment = encode_assignment(n, a, v.target, v.ntarget,
-                                                 v.protocols[0].metadata.p,
-                                                 v.protocols[0].metadata.len);
-        ok = ok && ms[i].assignment.len >= 0;
+        ok = adopted_from_consumer(n, a, &v, id, &ms[i]) == 0;
     }
     /* Kafka's classic group takes the epoch the members had before the
      * leaving member went: their generation, so that the commits they make
      * before rejoining are accepted. */
     ok = ok && sk_gc_adopt(sk_groups_gc(gs), id, generation, nm, ms, sk_mono_ms()) == 0;
     sk_arena_destroy(a);
-    if (!ok)
+    return ok;
+}
+
+bool sk_groups_maybe_downgrade(sk_groups *gs, sk_node *n, sk_cg_group *g, sk_req *r)
+{
+    if (!policy_allows(n, "downgrade") || !sk_cg_all_classic(g))
         return false;
-    SK_INFO("groups", "group %s: downgraded from consumer to classic (%d members)", id.p, nm);
+    kc_str id = cstr(sk_cg_group_id(g));
+    if (!downgrade(gs, n, g, id))
+        return false;
+    SK_INFO("groups", "group %s: downgraded from consumer to classic (%d members)", id.p,
+            sk_cg_group_nmembers(g));
     if (sk_groups_write_cgroup(gs, id.p, NULL, r) != 0)
         SK_WARN("groups", "group %s: could not record its downgrade", id.p);
     sk_cg_remove(sk_groups_cg(gs), g);
