@@ -124,6 +124,15 @@ static const char *check_assignors(const char *v)
     return n ? NULL : "name at least one assignor (uniform, range)";
 }
 
+static const char *check_migration_policy(const char *v)
+{
+    static const char *ok[] = {"bidirectional", "upgrade", "downgrade", "disabled"};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+        if (strcasecmp(v, ok[i]) == 0)
+            return NULL;
+    return "must be one of bidirectional, upgrade, downgrade, disabled";
+}
+
 static const char *check_etcd_prefix(const char *v)
 {
     size_t n = strlen(v);
@@ -658,6 +667,13 @@ const sk_prop sk_props[] = {
      "default. Known: uniform (as even as subscriptions allow, keeping partitions where they "
      "are) and range (contiguous ranges of each topic, in member id order).",
      check_assignors, false},
+    {"group.consumer.migration.policy", SK_PROP_STRING, OFF(group_consumer_migration_policy),
+     "bidirectional", 0, 0, "Groups",
+     "Whether a group converts between the classic and the consumer protocol while it has "
+     "members: upgrade (a consumer-protocol member joining a classic group of protocol type "
+     "consumer), downgrade (the last consumer-protocol member leaving a group whose other "
+     "members are classic), bidirectional (both) or disabled (neither).",
+     check_migration_policy, false},
 };
 const size_t sk_nprops = sizeof sk_props / sizeof sk_props[0];
 

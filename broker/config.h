@@ -147,6 +147,7 @@ typedef struct sk_config {
     int32_t group_consumer_heartbeat_interval_ms;
     int32_t group_consumer_max_size;
     char *group_consumer_assignors;
+    char *group_consumer_migration_policy; /* bidirectional, upgrade, downgrade, disabled */
 
     /* cluster */
     char *etcd_endpoints;
