@@ -18,8 +18,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "cluster.h"
 #include "config.h"
 #include "dispatch.h"
+#include "peer.h"
 #include "sasl.h"
 #include "sk_arena.h"
 #include "sk_err.h"
@@ -495,13 +497,27 @@ static bool needs_tls(const sk_config *cfg)
 typedef struct tls_reload {
     sk_node *n;
     SSL_CTX *ctx;
+    SSL_CTX *client; /* the node-to-node client's, when the inter-broker listener is TLS */
     char why[512];
 } tls_reload;
+
+static bool inter_tls(const sk_node *n)
+{
+    const sk_listener *inter = sk_config_inter_listener(n->cfg);
+    return n->cluster && inter && SK_SEC_IS_TLS(inter->protocol);
+}
 
 static void tls_reload_work(void *arg)
 {
     tls_reload *t = arg;
     t->ctx = sk_tls_load(t->n->cfg, t->why, sizeof t->why);
+    if (t->ctx && inter_tls(t->n)) {
+        t->client = sk_tls_load_client(t->n->cfg, t->why, sizeof t->why);
+        if (!t->client) {
+            sk_tls_free(t->ctx);
+            t->ctx = NULL;
+        }
+    }
 }
 
 static void tls_reload_done(void *arg)
@@ -510,6 +526,12 @@ static void tls_reload_done(void *arg)
     t->n->tls_reloading = false;
     if (t->ctx) {
         sk_tls_swap(&t->n->tls_ctx, t->ctx);
+        if (t->client) {
+            const sk_config *cfg = t->n->cfg;
+            rpc_client_set_tls(sk_cluster_rpc(t->n->cluster), t->client,
+                               *cfg->ssl_endpoint_identification_algorithm != 0);
+            sk_tls_free(t->client);
+        }
         SK_INFO("net", "TLS key, certificates and trust store reloaded; new connections use "
                 "them");
     } else {

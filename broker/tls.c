@@ -107,6 +107,47 @@ SSL_CTX *sk_tls_load(const sk_config *cfg, char *why, size_t whylen)
     return ctx;
 }
 
+/* The client side verifies the peer node's certificate: against the
+ * truststore when one is given, else the system's authorities. */
+static int client_trust(SSL_CTX *ctx, const sk_config *cfg, char *why, size_t whylen)
+{
+    const char *ts = cfg->ssl_truststore_location;
+    if (*ts ? SSL_CTX_load_verify_locations(ctx, ts, NULL) != 1
+            : SSL_CTX_set_default_verify_paths(ctx) != 1)
+        return fail(ctx, why, whylen, "ssl.truststore.location", *ts ? ts : "(system default)");
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+    return 0;
+}
+
+SSL_CTX *sk_tls_load_client(const sk_config *cfg, char *why, size_t whylen)
+{
+    ERR_clear_error();
+    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+    if (!ctx) {
+        snprintf(why, whylen, "cannot make a TLS context");
+        return NULL;
+    }
+    const char *ks = cfg->ssl_keystore_location;
+    SSL_CTX_set_default_passwd_cb(ctx, key_password_cb);
+    SSL_CTX_set_default_passwd_cb_userdata(ctx, cfg->ssl_key_password);
+    if (!tls_version_bounds(ctx, cfg->ssl_enabled_protocols)) {
+        fail(ctx, why, whylen, "ssl.enabled.protocols", cfg->ssl_enabled_protocols);
+        return NULL;
+    }
+    /* The node's own certificate is its identity towards the other nodes. */
+    if (*ks && (SSL_CTX_use_certificate_chain_file(ctx, ks) != 1 ||
+                SSL_CTX_use_PrivateKey_file(ctx, ks, SSL_FILETYPE_PEM) != 1 ||
+                SSL_CTX_check_private_key(ctx) != 1)) {
+        fail(ctx, why, whylen, "ssl.keystore.location: no usable key and certificate in", ks);
+        return NULL;
+    }
+    SSL_CTX_set_default_passwd_cb_userdata(ctx, NULL);
+    if (client_trust(ctx, cfg, why, whylen) != 0)
+        return NULL;
+    SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_TICKET);
+    return ctx;
+}
+
 void sk_tls_swap(SSL_CTX **slot, SSL_CTX *ctx)
 {
     /* SSL_CTX is reference-counted: connections accepted with the old one

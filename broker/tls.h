@@ -17,7 +17,10 @@
  * an RFC 2253 distinguished name (User:CN=alice,O=example), Kafka's DEFAULT
  * ssl.principal.mapping.rules; without, User:ANONYMOUS.
  *
- * Thread: sk_tls_load reads files and may run on any thread (start-up, or
+ * Client side: the node's own connections to other nodes (rpc/peer.h) use
+ * sk_tls_load_client's context, built from the same files.
+ *
+ * Thread: sk_tls_load and sk_tls_load_client read files and may run on any thread (start-up, or
  * a worker for a reload); every other function runs on the event loop.
  */
 #ifndef TLS_H
@@ -32,6 +35,11 @@ typedef struct ssl_st SSL;
 
 /* A new server context from cfg's files; NULL with a reason in why. */
 SSL_CTX *sk_tls_load(const sk_config *cfg, char *why, size_t whylen);
+/* A client context for connections to other nodes' SSL and SASL_SSL
+ * inter-broker listeners: the same keystore (the node's certificate is its
+ * principal there), the peer's certificate checked against the truststore
+ * (the system's authorities without one). NULL with a reason in why. */
+SSL_CTX *sk_tls_load_client(const sk_config *cfg, char *why, size_t whylen);
 /* Makes ctx (taken) the context of new connections; frees the previous one
  * once its last connection is gone. *slot may be NULL. */
 void sk_tls_swap(SSL_CTX **slot, SSL_CTX *ctx);
