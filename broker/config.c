@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "kbatch.h"
+#include "pmap.h"
 #include "sk_err.h"
 #include "sk_log.h"
 #include "zone.h"
@@ -246,7 +247,12 @@ static const char *check_client_auth(const char *v)
 
 static const char *check_mapping_rules(const char *v)
 {
-    return strcmp(v, "DEFAULT") == 0 ? NULL : "must be DEFAULT (the only rule served)";
+    static char why[200];
+    sk_pmap *m = NULL;
+    if (sk_pmap_parse(v, &m, why, sizeof why) != 0)
+        return why;
+    sk_pmap_free(m);
+    return NULL;
 }
 
 static const char *check_endpoint_id(const char *v)
@@ -352,8 +358,11 @@ const sk_prop sk_props[] = {
      check_client_auth, false},
     {"ssl.principal.mapping.rules", SK_PROP_STRING, OFF(ssl_principal_mapping_rules), "DEFAULT",
      0, 0, "Security",
-     "How a client certificate becomes a principal: DEFAULT, the subject's full "
-     "distinguished name (User:CN=alice,O=example).",
+     "How a client certificate becomes a principal, as in Kafka: rules tried in order, "
+     "separated by commas, the first that applies giving the user name: DEFAULT, the "
+     "subject's distinguished name (User:CN=alice,O=example), or "
+     "RULE:pattern/replacement/[LU] (pattern matching the whole name, $1.. its groups, "
+     "L or U to lower- or upper-case). A certificate no rule applies to is refused.",
      check_mapping_rules, false},
     {"ssl.endpoint.identification.algorithm", SK_PROP_STRING,
      OFF(ssl_endpoint_identification_algorithm), "https", 0, 0, "Security",

@@ -22,6 +22,7 @@
 #include "config.h"
 #include "dispatch.h"
 #include "peer.h"
+#include "pmap.h"
 #include "sasl.h"
 #include "sk_arena.h"
 #include "sk_err.h"
@@ -340,7 +341,15 @@ static void conn_event_cb(struct bufferevent *bev, short what, void *arg)
 {
     sk_conn *c = arg;
     if ((what & BEV_EVENT_CONNECTED) && c->tls) {
-        sk_tls_principal(bufferevent_openssl_get_ssl(bev), c->principal, sizeof c->principal);
+        char dn[256];
+        if (sk_tls_principal(bufferevent_openssl_get_ssl(bev), c->node->pmap, c->principal,
+                             sizeof c->principal, dn, sizeof dn) != 0) {
+            /* As Kafka: a certificate no rule maps fails authentication. */
+            SK_INFO("net", "%s: TLS: no ssl.principal.mapping.rules rule applies to %s; "
+                    "closing the connection", c->peer, dn);
+            conn_close(c);
+            return;
+        }
         SK_DEBUG("net", "%s: TLS established, principal %s", c->peer, c->principal);
         return;
     }
@@ -564,6 +573,9 @@ int sk_net_listen(sk_node *n, char *why, size_t whylen)
         n->tls_ctx = sk_tls_load(n->cfg, why, whylen);
         if (!n->tls_ctx)
             return SK_ERR_INVAL;
+        /* Checked with the configuration already: this only compiles. */
+        if (sk_pmap_parse(n->cfg->ssl_principal_mapping_rules, &n->pmap, why, whylen) != 0)
+            return SK_ERR_INVAL;
     }
     for (int i = 0; i < n->cfg->nlisteners; i++) {
         const sk_listener *l = &n->cfg->listeners[i];
@@ -647,6 +659,8 @@ void sk_net_destroy(sk_node *n)
     }
     sk_tls_free(n->tls_ctx);
     n->tls_ctx = NULL;
+    sk_pmap_free(n->pmap);
+    n->pmap = NULL;
 }
 
 void sk_net_stop_accepting(sk_node *n)

@@ -6,6 +6,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "pmap.h"
+#include "sk_err.h"
+
 void sk_tls_last_error(char *out, size_t len)
 {
     unsigned long e = ERR_get_error();
@@ -166,22 +169,43 @@ SSL *sk_tls_new_ssl(SSL_CTX *ctx)
     return ctx ? SSL_new(ctx) : NULL;
 }
 
-void sk_tls_principal(SSL *ssl, char *out, size_t len)
+/* The certificate's subject, RFC 2253 (Kafka's X500Principal.getName()). */
+static bool subject_of(X509 *cert, char *dn, size_t dnlen)
+{
+    bool ok = false;
+    BIO *b = BIO_new(BIO_s_mem());
+    if (b && X509_NAME_print_ex(b, X509_get_subject_name(cert), 0,
+                                XN_FLAG_RFC2253 & ~ASN1_STRFLGS_ESC_MSB) >= 0) {
+        char *p;
+        long n = BIO_get_mem_data(b, &p);
+        if (n > 0 && (size_t)n < dnlen) {
+            snprintf(dn, dnlen, "%.*s", (int)n, p);
+            ok = true;
+        }
+    }
+    BIO_free(b);
+    return ok;
+}
+
+int sk_tls_principal(SSL *ssl, const sk_pmap *map, char *out, size_t len, char *dn,
+                     size_t dnlen)
 {
     snprintf(out, len, "User:ANONYMOUS");
+    snprintf(dn, dnlen, "%s", "");
     X509 *cert = SSL_get1_peer_certificate(ssl);
     if (!cert)
-        return;
-    if (SSL_get_verify_result(ssl) == X509_V_OK) {
-        BIO *b = BIO_new(BIO_s_mem());
-        if (b && X509_NAME_print_ex(b, X509_get_subject_name(cert), 0,
-                                    XN_FLAG_RFC2253 & ~ASN1_STRFLGS_ESC_MSB) >= 0) {
-            char *p;
-            long n = BIO_get_mem_data(b, &p);
-            if (n > 0 && (size_t)n + 6 < len)
-                snprintf(out, len, "User:%.*s", (int)n, p);
-        }
-        BIO_free(b);
+        return 0;
+    int rc = 0;
+    char name[256];
+    if (SSL_get_verify_result(ssl) == X509_V_OK && subject_of(cert, dn, dnlen)) {
+        rc = map ? sk_pmap_apply(map, dn, name, sizeof name) : SK_ERR_NOENT;
+        if (rc == 0 && strlen(name) + 6 > len)
+            rc = SK_ERR_NOENT;
+        if (rc == 0)
+            snprintf(out, len, "User:%s", name);
+        else
+            rc = SK_ERR_NOENT;
     }
     X509_free(cert);
+    return rc;
 }
