@@ -506,7 +506,8 @@ static bool needs_tls(const sk_config *cfg)
 typedef struct tls_reload {
     sk_node *n;
     SSL_CTX *ctx;
-    SSL_CTX *client; /* the node-to-node client's, when the inter-broker listener is TLS */
+    bool want_client; /* the inter-broker listener is TLS: the client side too */
+    SSL_CTX *client;  /* the node-to-node client's new context */
     char why[512];
 } tls_reload;
 
@@ -520,7 +521,7 @@ static void tls_reload_work(void *arg)
 {
     tls_reload *t = arg;
     t->ctx = sk_tls_load(t->n->cfg, t->why, sizeof t->why);
-    if (t->ctx && inter_tls(t->n)) {
+    if (t->ctx && t->want_client) {
         t->client = sk_tls_load_client(t->n->cfg, t->why, sizeof t->why);
         if (!t->client) {
             sk_tls_free(t->ctx);
@@ -557,6 +558,7 @@ void sk_net_reload_tls(sk_node *n)
     if (!t)
         return;
     t->n = n;
+    t->want_client = inter_tls(n); /* read here: the worker touches no node state */
     if (sk_workq_submit(n->readers, tls_reload_work, tls_reload_done, t) != 0) {
         free(t);
         return;

@@ -17,6 +17,9 @@ certificate makes them User:CN=127.0.0.1, a super user.
   refused).
 - Plaintext bytes, and a TLS client without a certificate, on the INTERNAL listener are
   refused; the nodes go on serving.
+- In three zones with zone routing, the proxy path (Confirm and Follow RPCs) runs over
+  the same mutual TLS, each node checking that the other's certificate names the zone
+  address it dialled.
 """
 
 import os
@@ -257,3 +260,59 @@ def refusals(cl, live, topic, ctx, pki):
 @pytest.fixture(scope="module")
 def pki_7021():
     return certs.make(os.path.join(harness.WORK, "pki-7021"))
+
+
+def test_proxy_path_over_mutual_tls(zones, zone_cluster_factory, pki_7021):
+    """Zone routing (docs/zones.md) with the nodes on an SSL inter-broker listener whose
+    certificates name their zone addresses: a client of zone b writes, through the
+    zone-b proxy, to a partition whose main is in zone a (the proxy's Confirm RPC goes to
+    the main over mutual TLS, the address checked) and reads it back from the proxy (its
+    Follow RPCs, the same way); the main has the records."""
+    import zroute as zr
+    pki = pki_7021
+    addrs = [zones[z].addr for z in zones.names]
+    certs._cert(pki["dir"], "zone-node", "/CN=skiff-node", "ca",
+                ext="subjectAltName=" + ",".join("IP:" + a for a in addrs) + "\n")
+    keystore = os.path.join(pki["dir"], "zone-node-keystore.pem")
+    with open(keystore, "w") as out:
+        for part in ("zone-node.key", "zone-node.pem"):
+            with open(os.path.join(pki["dir"], part)) as f:
+                out.write(f.read())
+    cl = zone_cluster_factory(overrides=dict(zr.ROUTING))
+    for n in cl.nodes.values():
+        n.internal_port = harness.free_port()
+        ls = "PLAINTEXT://%s:%d,INTERNAL://%s:%d" % (n.host, n.port, n.host, n.internal_port)
+        n.overrides.update({
+            "listeners": ls, "advertised.listeners": ls,
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:SSL",
+            "inter.broker.listener.name": "INTERNAL",
+            "ssl.keystore.location": keystore, "ssl.truststore.location": pki["ca"],
+            "ssl.client.auth": "required",
+        })
+    cl.start()
+    cl.wait_balanced()
+    topic = "zone-tls"
+    cl.create_topic(topic, 3)
+    mains = cl.wait_balanced(topic)
+    main_a = cl.node_in("a").node_id
+    part = mains[main_a][0]
+    proxy = cl.node_in("b")
+    values = [b"z%d" % i for i in range(20)]
+    with zones["b"].conn(proxy.bootstrap, client_id=zr.client_id("b", "tls")) as c:
+        md = k.metadata(c, [topic], version=12, allow_auto=False)
+        leader = {p["PartitionIndex"]: p["LeaderId"] for p in md["Topics"][0]["Partitions"]}
+        assert leader[part] == proxy.node_id, md
+        pr = k.produce(c, topic, part, k.batch(values))
+        assert (pr["ErrorCode"], pr["BaseOffset"]) == (k.NONE, 0), pr
+        got = []
+        deadline = time.time() + 20
+        while len(got) < len(values) and time.time() < deadline:
+            _, p = k.fetch(c, topic, part, len(got), max_wait=500)
+            assert p["ErrorCode"] == k.NONE, p
+            got += [v for b in k.parse_batches(p["Records"]) for _, v in b.offsets_values()]
+        assert got == values
+    _, hw, batches = cl.read_partition(topic, part)
+    assert hw == len(values)
+    assert [v for b in batches for _, v in b.offsets_values()] == values
+    for n in cl.nodes.values():
+        assert "TLS:" not in n.log_since_start(), "node %d: a TLS failure" % n.node_id
