@@ -21,7 +21,10 @@
 #   9. runs bench/zones.sh: zone routing in three zones with an inter-zone delay,
 #      produce latency through a proxy, cross-zone bytes per produced byte beside
 #      Apache Kafka with RF=3 (BENCH_ZONES=0 skips it; SKIFF_BENCH_ONLY=zones runs
-#      only this part; skipped, saying why, without root or network namespaces).
+#      only this part; skipped, saying why, without root or network namespaces);
+#  10. runs bench/secure.sh: (a) and (b) over SASL_SSL beside PLAINTEXT, and beside
+#      Apache Kafka over SASL_SSL on the same machine (BENCH_SECURE=0 skips it;
+#      BENCH_SECURE_KAFKA=0 leaves Kafka out).
 #
 # Exit status: 0 when the figures were measured, whatever they are; 1 when
 # the harness failed (build, disk floor, skiffd start-up, skiffd died during
@@ -474,4 +477,20 @@ if [ -z "$EXTERNAL" ] && [ "${BENCH_ZONES:-1}" != 0 ]; then
     77) say "zones section skipped: no zones here (root, network namespaces and nftables are needed) or no etcd" ;;
     *) fail "zones section (bench/zones.sh exit $zrc)" ;;
   esac
+fi
+
+# ------------------------------------------------------------- 10. security
+# bench/secure.sh: what SASL_SSL costs, beside PLAINTEXT and beside Apache Kafka over
+# SASL_SSL. BENCH_SECURE=0 skips it.
+if [ -z "$EXTERNAL" ] && [ "${BENCH_SECURE:-1}" != 0 ]; then
+  if [ -n "$BROKER_PID" ]; then
+    kill -TERM "$BROKER_PID" 2>/dev/null || true
+    i=0
+    while kill -0 "$BROKER_PID" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+    kill -KILL "$BROKER_PID" 2>/dev/null || true
+    wait "$BROKER_PID" 2>/dev/null || true
+    BROKER_PID=""
+  fi
+  echo
+  SKIFF_BUILD=$BUILD BENCH_WORK=$WORK "$ROOT/bench/secure.sh" || fail "security section (bench/secure.sh)"
 fi

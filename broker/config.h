@@ -70,6 +70,8 @@ typedef struct sk_config {
     char *ssl_enabled_protocols;
     char *ssl_client_auth;
     char *ssl_principal_mapping_rules;
+    char *ssl_endpoint_identification_algorithm; /* "https" or "" */
+    char *security_inter_broker_protocol;        /* "" unless set */
     char *sasl_enabled_mechanisms;
     int64_t connections_max_reauth_ms;
     int32_t connection_failed_authentication_delay_ms;
@@ -209,8 +211,11 @@ int sk_config_finish(sk_config *c, char *why, size_t whylen);
 
 /* True when etcd.endpoints makes this node a cluster member. */
 bool sk_config_cluster(const sk_config *c);
-/* The advertised address other nodes use (inter.broker.listener.name). */
+/* The advertised address other nodes use (inter.broker.listener.name, else
+ * the listener named after security.inter.broker.protocol, else the first). */
 const sk_listener *sk_config_inter_listener(const sk_config *c);
+/* That listener's name (NULL: no listener at all). */
+const char *sk_config_inter_listener_name(const sk_config *c);
 
 const sk_prop *sk_config_find(const char *name);
 /* Current value of a property as text (into buf); "[hidden]" for a

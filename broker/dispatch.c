@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "authz.h"
 #include "groups.h"
 #include "handlers.h"
 #include "kmsg.h"
@@ -327,6 +328,30 @@ static void api_versions_unsupported(sk_req *r)
 
 /* ---- dispatch ---- */
 
+/* Every internal RPC, whatever its key, needs ClusterAction (authz.h): a
+ * refusal is answered before the body is even decoded, with
+ * CLUSTER_AUTHORIZATION_FAILED in the response's top-level ErrorCode, or
+ * by closing the connection when the response has none. */
+static bool refuse_internal(sk_req *r)
+{
+    int16_t err = sk_authz_internal(r);
+    if (err == 0)
+        return false;
+    SK_WARN("dispatch", "%s: %s refused to %s (no ClusterAction on the cluster)", r->conn->peer,
+            r->entry->api->name, r->conn->principal);
+    const kc_struct *d = r->entry->api->resp;
+    for (uint16_t i = 0; i < d->nfields; i++) {
+        const kc_field *f = &d->fields[i];
+        if (f->type == KC_INT16 && strcmp(f->name, "ErrorCode") == 0 && f->tag_min < 0) {
+            memcpy((uint8_t *)r->resp + f->offset, &err, sizeof err);
+            sk_req_respond(r);
+            return true;
+        }
+    }
+    sk_req_close(r, NULL);
+    return true;
+}
+
 void sk_dispatch(sk_req *r)
 {
     table_init();
@@ -414,6 +439,8 @@ void sk_dispatch(sk_req *r)
         sk_req_close(r, "out of memory");
         return;
     }
+    if (internal_api(key) && refuse_internal(r))
+        return;
     int rc = kc_decode(e->api->req, ver, r->flexible, &rd, r->body, r->arena);
     if (rc != 0) {
         SK_WARN("dispatch", "%s: %s v%d: cannot decode the request (%s at byte %zu of %zu); "
