@@ -720,7 +720,7 @@ static int apply_config_set(sk_store *s, const uint8_t *body, size_t len, int pu
 }
 
 /* A transactional id's state is one row: its last record (txns.h). */
-static int apply_txn(sk_store *s, const uint8_t *body, size_t len)
+int apply_txn(sk_store *s, const uint8_t *body, size_t len)
 {
     sk_rd rd;
     sk_rd_init(&rd, body, len);

@@ -167,6 +167,13 @@ void sk_tc_revert(sk_tc *tc, const char *txn_id)
     s->pending = false;
 }
 
+void sk_tc_forget(sk_tc *tc, const char *txn_id)
+{
+    slot *s = find(tc, txn_id);
+    if (s)
+        drop_slot(tc, s);
+}
+
 int sk_tc_restore(sk_tc *tc, const sk_tc_entry *e)
 {
     slot *s = find(tc, e->txn_id);

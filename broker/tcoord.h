@@ -82,6 +82,8 @@ bool sk_tc_is_pending(const sk_tc *tc, const char *txn_id);
 /* Makes the pending change of txn_id current (0), or drops it (revert). */
 int sk_tc_apply(sk_tc *tc, const char *txn_id) __attribute__((warn_unused_result));
 void sk_tc_revert(sk_tc *tc, const char *txn_id);
+/* Drops every state of an id (its coordination moved to another node). */
+void sk_tc_forget(sk_tc *tc, const char *txn_id);
 /* Loads a persisted entry (start-up): replaces any state of that id. */
 int sk_tc_restore(sk_tc *tc, const sk_tc_entry *e) __attribute__((warn_unused_result));
 

@@ -6,6 +6,7 @@
 #include <sys/uio.h>
 
 #include "append.h"
+#include "cluster.h"
 #include "config.h"
 #include "groups.h"
 #include "kbatch.h"
@@ -15,6 +16,7 @@
 #include "sk_err.h"
 #include "sk_log.h"
 #include "sk_time.h"
+#include "txpeer.h"
 
 #define TICK_MS 1000
 #define MAX_EXPIRED 64
@@ -33,6 +35,7 @@ struct sk_txns {
     int naux, capaux;
     aux *auxv;
     struct event *tick_ev;
+    sk_txpeer *peer; /* verification cache (cluster) */
 };
 
 /* ---- record codec ---- */
@@ -431,14 +434,30 @@ static void part_durable(void *arg, int err)
 }
 
 /* A control batch: key = version 0 | type (0 abort, 1 commit); value =
- * version 0 | coordinator epoch (0: a single node's coordinator). */
-static int marker(uint8_t *out, size_t cap, const sk_tc_entry *e, bool commit)
+ * version 0 | coordinator epoch (0). */
+static int marker(uint8_t *out, size_t cap, int64_t pid, int16_t epoch, bool commit)
 {
     uint8_t key[4] = {0, 0, 0, commit ? 1 : 0};
     uint8_t val[6] = {0};
     kb_build_rec rec = {{key, 4}, {val, 6}, sk_now_ms()};
-    return (int)kb_build(out, cap, &rec, 1, e->producer_id, e->producer_epoch, -1,
-                         KB_ATTR_TRANSACTIONAL | KB_ATTR_CONTROL);
+    return (int)kb_build(out, cap, &rec, 1, pid, epoch, -1, KB_ATTR_TRANSACTIONAL | KB_ATTR_CONTROL);
+}
+
+int sk_txns_append_marker(sk_node *n, sk_part *p, int64_t pid, int16_t epoch, bool commit,
+                          sk_durable_fn fn, void *arg)
+{
+    uint8_t buf[256];
+    int len = marker(buf, sizeof buf, pid, epoch, commit);
+    kb_header h;
+    if (len < 0 || kb_parse_header(buf, (size_t)len, &h) != 0)
+        return SK_ERR_INVAL;
+    sk_append_res res;
+    return sk_append(n, p, buf, (uint32_t)len, &h, NULL, fn, arg, &res);
+}
+
+static bool remote(sk_node *n, const sk_part *p)
+{
+    return n->cluster && !sk_part_serving(p);
 }
 
 static int write_marker(fjob *f, const sk_tc_entry *e, const sk_tc_part *tp, bool commit)
@@ -447,53 +466,62 @@ static int write_marker(fjob *f, const sk_tc_entry *e, const sk_tc_part *tp, boo
     sk_part *p = t ? sk_part_get(t, tp->partition) : NULL;
     if (!p)
         return 0; /* deleted since: nothing to mark */
-    uint8_t buf[256];
-    int len = marker(buf, sizeof buf, e, commit);
-    kb_header h;
-    if (len < 0 || kb_parse_header(buf, (size_t)len, &h) != 0)
-        return SK_ERR_INVAL;
-    sk_append_res res;
     f->pending++;
-    int rc = sk_append(f->tx->n, p, buf, (uint32_t)len, &h, NULL, part_durable, f, &res);
+    int rc = remote(f->tx->n, p)
+                 ? sk_txpeer_markers(f->tx->n, e, commit, p, NULL, 0, NULL, part_durable, f)
+                 : sk_txns_append_marker(f->tx->n, p, e->producer_id, e->producer_epoch, commit,
+                                         part_durable, f);
     if (rc)
         f->pending--;
     return rc;
 }
 
-/* Commits the transaction's offsets of one group, as an OffsetCommit. */
-static int commit_group(fjob *f, const aux *a, const char *group)
+int sk_txns_commit_offsets(sk_node *n, const char *group, int noffs, const sk_txoff *offs,
+                           sk_durable_fn fn, void *arg)
 {
-    uint32_t n = 0;
-    for (int i = 0; i < a->noffs; i++)
-        n += strcmp(a->offs[i].group, group) == 0;
-    if (n == 0)
-        return 0;
+    uint32_t k = 0;
+    for (int i = 0; i < noffs; i++)
+        k += strcmp(offs[i].group, group) == 0;
+    if (k == 0)
+        return SK_ERR_NOENT;
     sk_buf body, b;
     sk_buf_init(&body, 0);
-    sk_grec_begin(&body, SK_GREC_COMMIT, group, strlen(group), n);
-    for (int i = 0; i < a->noffs; i++) {
-        const sk_txoff *o = &a->offs[i];
+    sk_grec_begin(&body, SK_GREC_COMMIT, group, strlen(group), k);
+    for (int i = 0; i < noffs; i++) {
+        const sk_txoff *o = &offs[i];
         if (strcmp(o->group, group) != 0)
             continue;
-        sk_grec_ent ent = {o->topic,        strlen(o->topic), o->part,          o->offset,
-                           o->leader_epoch, o->meta,          strlen(o->meta),  sk_now_ms()};
+        const char *meta = o->meta ? o->meta : "";
+        sk_grec_ent ent = {o->topic,        strlen(o->topic), o->part,     o->offset,
+                           o->leader_epoch, meta,             strlen(meta), sk_now_ms()};
         sk_grec_put(&body, SK_GREC_COMMIT, &ent);
     }
     sk_buf_init(&b, 0);
     sk_meta_group(&b, body.data, body.len);
     int rc = sk_buf_failed(&b) || sk_buf_failed(&body) ? SK_ERR_NOMEM : 0;
     struct iovec iov = {b.data, b.len};
-    if (rc == 0) {
-        f->pending++;
-        rc = sk_node_append(f->tx->n, SK_WAL_META, &iov, 1, part_durable, f, NULL);
-        if (rc)
-            f->pending--;
-    }
-    if (rc == 0 && sk_groups_load(f->tx->n->groups, body.data, body.len) != 0)
+    if (rc == 0)
+        rc = sk_node_append(n, SK_WAL_META, &iov, 1, fn, arg, NULL);
+    if (rc == 0 && sk_groups_load(n->groups, body.data, body.len) != 0)
         SK_WARN("txns", "offsets of group %s not applied", group);
     sk_buf_free(&b);
     sk_buf_free(&body);
     return rc;
+}
+
+/* Commits the transaction's offsets of one group: here as an OffsetCommit,
+ * or through the group's coordinator in a cluster. */
+static int commit_group(fjob *f, const sk_tc_entry *e, const aux *a, const char *group)
+{
+    sk_node *n = f->tx->n;
+    sk_part *gp = n->cluster ? sk_cluster_group_part(n->cluster, group, strlen(group)) : NULL;
+    f->pending++;
+    int rc = gp && remote(n, gp)
+                 ? sk_txpeer_markers(n, e, true, gp, group, a->noffs, a->offs, part_durable, f)
+                 : sk_txns_commit_offsets(n, group, a->noffs, a->offs, part_durable, f);
+    if (rc)
+        f->pending--;
+    return rc == SK_ERR_NOENT ? 0 : rc;
 }
 
 int sk_txns_finish(sk_txns *tx, const char *txn_id, sk_txns_done_fn fn, void *arg)
@@ -517,7 +545,7 @@ int sk_txns_finish(sk_txns *tx, const char *txn_id, sk_txns_done_fn fn, void *ar
     for (int i = 0; rc == 0 && i < e->nparts; i++)
         rc = write_marker(f, e, &e->parts[i], commit);
     for (int i = 0; rc == 0 && commit && i < e->ngroups; i++)
-        rc = commit_group(f, a, e->groups[i]);
+        rc = commit_group(f, e, a, e->groups[i]);
     if (rc)
         f->err = rc;
     part_durable(f, 0);
@@ -590,6 +618,42 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
     sk_txns_recover(tx);
 }
 
+/* ---- coordination moving (cluster) ---- */
+
+static void aux_drop(sk_txns *tx, const char *id)
+{
+    for (int i = 0; i < tx->naux; i++) {
+        if (strcmp(tx->auxv[i].id, id) != 0)
+            continue;
+        free(tx->auxv[i].id);
+        sk_txoffs_free(tx->auxv[i].noffs, tx->auxv[i].offs);
+        tx->auxv[i] = tx->auxv[--tx->naux];
+        return;
+    }
+}
+
+void sk_txns_release(sk_txns *tx, bool (*in)(void *arg, const char *id, size_t len), void *arg)
+{
+    /* Collect first: forgetting reorders the table being walked. */
+    int n = sk_tc_count(tx->tc), k = 0;
+    char **gone = calloc((size_t)n + 1, sizeof *gone);
+    if (!gone)
+        return;
+    for (int i = 0; i < n; i++) {
+        const sk_tc_entry *e = sk_tc_at(tx->tc, i);
+        if (e && in(arg, e->txn_id, strlen(e->txn_id)))
+            gone[k++] = strdup(e->txn_id);
+    }
+    for (int i = 0; i < k; i++) {
+        if (!gone[i])
+            continue;
+        sk_tc_forget(tx->tc, gone[i]);
+        aux_drop(tx, gone[i]);
+        free(gone[i]);
+    }
+    free(gone);
+}
+
 /* ---- life ---- */
 
 sk_txns *sk_txns_new(sk_node *n)
@@ -600,9 +664,10 @@ sk_txns *sk_txns_new(sk_node *n)
     sk_tc_config cfg = {.max_timeout_ms = n->cfg->transaction_max_timeout_ms};
     tx->n = n;
     tx->tc = sk_tc_new(&cfg);
+    tx->peer = sk_txpeer_new();
     if (n->base)
         tx->tick_ev = event_new(n->base, -1, EV_PERSIST, tick_cb, tx);
-    if (!tx->tc || (n->base && !tx->tick_ev)) {
+    if (!tx->tc || !tx->peer || (n->base && !tx->tick_ev)) {
         sk_txns_destroy(tx);
         return NULL;
     }
@@ -625,7 +690,13 @@ void sk_txns_destroy(sk_txns *tx)
     }
     free(tx->auxv);
     sk_tc_free(tx->tc);
+    sk_txpeer_free(tx->peer);
     free(tx);
+}
+
+sk_txpeer *sk_txns_peer(sk_txns *tx)
+{
+    return tx->peer;
 }
 
 sk_tc *sk_txns_tc(sk_txns *tx)

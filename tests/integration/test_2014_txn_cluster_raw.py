@@ -1,0 +1,101 @@
+"""Transactions on the wire in a cluster (docs/transactions.md, "In a cluster"): every
+node names the id's coordinator, the others answer NOT_COORDINATOR; a transactional
+batch for a partition whose main is another node is verified with the coordinator
+(retriable NOT_ENOUGH_REPLICAS until the answer, then taken, or refused with the
+coordinator's code); AddPartitionsToTxn v4 VerifyOnly as Kafka's brokers send it; the
+commit marker reaches the other node's partition; the verification ends with it."""
+
+import time
+
+import pytest
+
+import kgroup as kg
+import kproto as k
+from ktxn import (INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE, NONE, Txn, marker_type, read,
+                  txn_id)
+
+pytestmark = pytest.mark.cluster
+
+NOT_ENOUGH_REPLICAS = 19
+NOT_COORDINATOR = 16
+
+
+def send_verified(t, c, topic, part, values, timeout=15):
+    """Produce through c until the main has its verification answer."""
+    deadline = time.time() + timeout
+    while True:
+        t.c, saved = c, t.c
+        try:
+            err, base = t.send(topic, values, part)
+        finally:
+            t.c = saved
+        if err != NOT_ENOUGH_REPLICAS or time.time() > deadline:
+            return err, base
+        time.sleep(0.05)
+
+
+def verify(c, tid, pid, epoch, topic, parts):
+    r = c.request(24, 4, {"Transactions": [{
+        "TransactionalId": tid, "ProducerId": pid, "ProducerEpoch": epoch, "VerifyOnly": True,
+        "Topics": [{"Name": topic, "Partitions": parts}]}]})
+    assert r["ErrorCode"] == NONE, r
+    [tr] = r["ResultsByTransaction"]
+    return {p["PartitionIndex"]: p["PartitionErrorCode"]
+            for t in tr["TopicResults"] for p in t["ResultsByPartition"]}
+
+
+def test_remote_partitions(cluster_factory, topic_name):
+    cl = cluster_factory(2, overrides={"leader.imbalance.check.interval.seconds": "1"}).start()
+    cl.wait_balanced()
+    cl.create_topic(topic_name, 4, via=1)
+    cl.wait_balanced(topic_name)
+    tid = txn_id("t2014")
+    coords = set()
+    for n in cl.live():
+        with n.conn() as c:
+            r = kg.find_coordinator(c, tid, 1, 3)
+            assert r["ErrorCode"] == NONE, r
+            coords.add(r["NodeId"])
+    assert len(coords) == 1, coords
+    coord = coords.pop()
+    other = next(i for i in cl.live_ids() if i != coord)
+    remote = cl.mains(topic_name).get(other, [])
+    if len(remote) < 2:
+        pytest.skip("the topic's partitions did not spread: %r" % cl.mains(topic_name))
+    with cl.node(other).conn() as c:
+        r = c.request(22, 4, {"TransactionalId": tid, "TransactionTimeoutMs": 60000,
+                              "ProducerId": -1, "ProducerEpoch": -1})
+        assert r["ErrorCode"] == NOT_COORDINATOR, r
+        # Idempotent producers are served by every node.
+        r = k.init_producer_id(c, 4)
+        assert r["ErrorCode"] == NONE and r["ProducerId"] >= 0, r
+    cc, oc = cl.node(coord).conn(), cl.node(other).conn()
+    try:
+        t = Txn(cc, tid)
+        p_in, p_out = remote[0], remote[1]
+        assert t.add(topic_name, [p_in]) == {(topic_name, p_in): NONE}
+        assert send_verified(t, oc, topic_name, p_in, [b"x0", b"x1"]) == (NONE, 0)
+        # A partition not in the transaction is refused once the coordinator answers.
+        assert send_verified(t, oc, topic_name, p_out, [b"y"])[0] == INVALID_TXN_STATE
+        # The batched form, as Kafka's brokers send it, to the coordinator only.
+        assert verify(cc, tid, t.pid, t.epoch, topic_name, [p_in, p_out]) == \
+            {p_in: NONE, p_out: INVALID_TXN_STATE}
+        assert verify(cc, tid, t.pid, t.epoch + 1, topic_name, [p_in]) == \
+            {p_in: INVALID_PRODUCER_EPOCH}
+        assert verify(oc, tid, t.pid, t.epoch, topic_name, [p_in]) == {p_in: NOT_COORDINATOR}
+        assert t.end(True) == NONE
+        # The coordinator's EndTxn answered once the other node's marker was durable.
+        p, batches = read(oc, topic_name, 1, part=p_in)
+        assert p["LastStableOffset"] == 3 and p["HighWatermark"] == 3, p
+        assert [(b.base_offset, b.is_control) for b in batches] == [(0, False), (2, True)]
+        assert marker_type(batches[1]) == (0, 1)
+        # The marker ended the verification: a new transaction must add it again.
+        r = cc.request(22, 4, {"TransactionalId": tid, "TransactionTimeoutMs": 60000,
+                               "ProducerId": t.pid, "ProducerEpoch": t.epoch})
+        assert r["ErrorCode"] == NONE, r
+        t.pid, t.epoch = r["ProducerId"], r["ProducerEpoch"]
+        t.seq = {}
+        assert send_verified(t, oc, topic_name, p_in, [b"z"])[0] == INVALID_TXN_STATE
+    finally:
+        cc.close()
+        oc.close()
