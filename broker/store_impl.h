@@ -44,6 +44,7 @@ enum {
     ST_PUT_CGROUP,
     ST_DEL_CGROUP,
     ST_PUT_TXN,
+    ST_DEL_TXN,
     ST_TXO_PUT,
     ST_TXO_GET,
     ST_TXO_DEL,

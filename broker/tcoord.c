@@ -553,6 +553,19 @@ int sk_tc_abort_expired(sk_tc *tc, const char *txn_id, int64_t now)
     return 0;
 }
 
+int sk_tc_idle(const sk_tc *tc, int64_t now, int64_t idle_ms, const char **ids, int max)
+{
+    int n = 0;
+    for (int i = 0; i < tc->n && n < max; i++) {
+        const slot *s = tc->v[i];
+        sk_tc_state st = s->has_cur ? s->cur.state : SK_TC_ONGOING;
+        bool ended = st == SK_TC_EMPTY || st == SK_TC_COMPLETE_COMMIT || st == SK_TC_COMPLETE_ABORT;
+        if (ended && !s->pending && now - s->cur.update_ms >= idle_ms)
+            ids[n++] = s->cur.txn_id;
+    }
+    return n;
+}
+
 int sk_tc_count(const sk_tc *tc)
 {
     return tc->n;

@@ -141,6 +141,11 @@ int sk_tc_expired(const sk_tc *tc, int64_t now, const char **ids, int max);
 int sk_tc_abort_expired(sk_tc *tc, const char *txn_id, int64_t now)
     __attribute__((warn_unused_result));
 
+/* Ids with no open transaction (Empty, CompleteCommit, CompleteAbort), not
+ * pending, last changed at least idle_ms before now (up to max):
+ * transactional.id.expiration.ms. */
+int sk_tc_idle(const sk_tc *tc, int64_t now, int64_t idle_ms, const char **ids, int max);
+
 /* Every id, applied state (listing, snapshots). */
 int sk_tc_count(const sk_tc *tc);
 const sk_tc_entry *sk_tc_at(const sk_tc *tc, int i);

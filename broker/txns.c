@@ -36,6 +36,7 @@ struct sk_txns {
     aux *auxv;
     struct event *tick_ev;
     sk_txpeer *peer; /* verification cache (cluster) */
+    int64_t last_cleanup_ms;
 };
 
 /* ---- record codec ---- */
@@ -599,6 +600,72 @@ void sk_txns_recover(sk_txns *tx)
     }
 }
 
+/* ---- transactional.id.expiration.ms ---- */
+
+static void aux_drop(sk_txns *tx, const char *id);
+
+typedef struct txgone {
+    sk_txns *tx;
+    char *id;
+    int64_t update_ms; /* the state expired; a change since keeps the id */
+} txgone;
+
+static void gone_durable(void *arg, int err)
+{
+    txgone *g = arg;
+    const sk_tc_entry *e = sk_tc_get(g->tx->tc, g->id);
+    if (err == 0 && e && e->update_ms == g->update_ms && !sk_tc_is_pending(g->tx->tc, g->id)) {
+        sk_tc_forget(g->tx->tc, g->id);
+        aux_drop(g->tx, g->id);
+    }
+    free(g->id);
+    free(g);
+}
+
+/* Forgets an id durably: a record, then memory once it is durable. */
+static void expire_id(sk_txns *tx, const char *id)
+{
+    const sk_tc_entry *e = sk_tc_get(tx->tc, id);
+    txgone *g = e ? calloc(1, sizeof *g) : NULL;
+    if (!g || !(g->id = strdup(id))) {
+        free(g);
+        return;
+    }
+    g->tx = tx;
+    g->update_ms = e->update_ms;
+    sk_buf b;
+    sk_buf_init(&b, 0);
+    sk_meta_txn_gone(&b, id, strlen(id));
+    struct iovec iov = {b.data, b.len};
+    int rc = sk_buf_failed(&b) ? SK_ERR_NOMEM
+                               : sk_node_append(tx->n, SK_WAL_META, &iov, 1, gone_durable, g, NULL);
+    sk_buf_free(&b);
+    if (rc) {
+        free(g->id);
+        free(g);
+        return;
+    }
+    SK_INFO("txns", "transactional id %s expired (transactional.id.expiration.ms)", id);
+}
+
+static void expire_idle(sk_txns *tx, int64_t now)
+{
+    const sk_config *cfg = tx->n->cfg;
+    if (now - tx->last_cleanup_ms < cfg->transaction_cleanup_interval_ms)
+        return;
+    tx->last_cleanup_ms = now;
+    const char *ids[MAX_EXPIRED];
+    char *copy[MAX_EXPIRED];
+    int n = sk_tc_idle(tx->tc, now, cfg->transactional_id_expiration_ms, ids, MAX_EXPIRED);
+    for (int i = 0; i < n; i++)
+        copy[i] = strdup(ids[i]);
+    for (int i = 0; i < n; i++) {
+        if (copy[i])
+            expire_id(tx, copy[i]);
+        free(copy[i]);
+    }
+}
+
 static void tick_cb(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -616,6 +683,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
         free(copy[i]);
     }
     sk_txns_recover(tx);
+    expire_idle(tx, now);
 }
 
 /* ---- coordination moving (cluster) ---- */

@@ -10,6 +10,7 @@ import time
 import pytest
 
 import kgroup as kg
+from cluster import wait_for
 import kproto as k
 from ktxn import (INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE, NONE, Txn, marker_type, read,
                   txn_id)
@@ -18,6 +19,7 @@ pytestmark = pytest.mark.cluster
 
 NOT_ENOUGH_REPLICAS = 19
 NOT_COORDINATOR = 16
+TRANSACTIONAL_ID_NOT_FOUND = 105
 
 
 def send_verified(t, c, topic, part, values, timeout=15):
@@ -99,3 +101,62 @@ def test_remote_partitions(cluster_factory, topic_name):
     finally:
         cc.close()
         oc.close()
+
+
+def describe(c, tid):
+    r = c.request(65, 0, {"TransactionalIds": [tid]})
+    [s] = r["TransactionStates"]
+    return s
+
+
+def test_transactional_id_expiration(cluster_factory, topic_name):
+    """transactional.id.expiration.ms: an id whose last transaction ended that long ago is
+    forgotten, durably (a failover of its coordinator does not bring it back), and its
+    next InitProducerId gets a new producer id; an id with an open transaction stays."""
+    cl = cluster_factory(2, overrides={
+        "leader.imbalance.check.interval.seconds": "1",
+        "transactional.id.expiration.ms": "1500",
+        "transaction.remove.expired.transaction.cleanup.interval.ms": "200"}).start()
+    cl.wait_balanced()
+    cl.create_topic(topic_name, 1, via=1)
+    cl.wait_leaders(topic_name, 1)
+    tid, open_tid = txn_id("t2014x"), None
+    with cl.any_conn() as c:
+        coord = kg.find_coordinator(c, tid, 1, 3)["NodeId"]
+    # A second id with the same coordinator keeps its transaction open.
+    while open_tid is None:
+        cand = txn_id("t2014o")
+        with cl.any_conn() as c:
+            if kg.find_coordinator(c, cand, 1, 3)["NodeId"] == coord:
+                open_tid = cand
+    leader = cl.leaders(topic_name)[0][0]
+    with cl.node(coord).conn() as cc, cl.node(leader).conn() as lc:
+        t = Txn(cc, tid)
+        assert t.add(topic_name, [0]) == {(topic_name, 0): NONE}
+        assert send_verified(t, lc, topic_name, 0, [b"e"])[0] == NONE
+        assert t.end(True) == NONE
+        o = Txn(cc, open_tid, timeout_ms=120000)
+        assert o.add(topic_name, [0]) == {(topic_name, 0): NONE}
+        assert describe(cc, tid)["TransactionState"] == "CompleteCommit"
+        deadline = time.time() + 15
+        while describe(cc, tid)["ErrorCode"] == NONE and time.time() < deadline:
+            time.sleep(0.2)
+        assert describe(cc, tid)["ErrorCode"] == TRANSACTIONAL_ID_NOT_FOUND
+        assert describe(cc, open_tid)["TransactionState"] == "Ongoing"
+        old_pid = t.pid
+    # SIGKILL the coordinator: its ids move with the HANDOFF of their partition, the
+    # expired one is not among them.
+    cl.kill(coord)
+    survivor = next(iter(cl.live_ids()))
+
+    def moved():
+        with cl.node(survivor).conn() as c:
+            r = kg.find_coordinator(c, tid, 1, 3)
+            return r["NodeId"] if r["ErrorCode"] == NONE and r["NodeId"] == survivor else None
+    assert wait_for(moved, 30, "the coordinator of %s to move" % tid) == survivor
+    with cl.node(survivor).conn() as c:
+        assert describe(c, open_tid)["TransactionState"] in ("Ongoing", "PrepareAbort",
+                                                             "CompleteAbort")
+        assert describe(c, tid)["ErrorCode"] == TRANSACTIONAL_ID_NOT_FOUND
+        t2 = Txn(c, tid)
+        assert t2.pid != old_pid and t2.epoch == 0, (t2.pid, t2.epoch, old_pid)
