@@ -11,6 +11,8 @@
 #include "cluster.h"
 #include "cmeta.h"
 #include "dispatch.h"
+#include "cgroup.h"
+#include "gcoord.h"
 #include "groups.h"
 #include "handlers.h"
 #include "kmsg.h"
@@ -574,6 +576,17 @@ static void toc_forward(sk_req *r)
         toc_results(r, SK_KAFKA_COORDINATOR_NOT_AVAILABLE, false);
 }
 
+static int16_t member_check(sk_req *r)
+{
+    kp_TxnOffsetCommitRequest *req = r->body;
+    sk_groups *gs = r->node->groups;
+    if (req->group_id.len > 0 &&
+        sk_cg_find(sk_groups_cg(gs), req->group_id.p, (size_t)req->group_id.len))
+        return 0; /* a consumer-protocol group: not checked */
+    return sk_gc_check_txn_commit(sk_groups_gc(gs), req->group_id, req->member_id,
+                                  req->group_instance_id, req->generation_id);
+}
+
 void h_txn_offset_commit(sk_req *r)
 {
     kp_TxnOffsetCommitRequest *req = r->body;
@@ -583,6 +596,14 @@ void h_txn_offset_commit(sk_req *r)
     }
     if (!sk_authz_group(r, req->group_id, SK_ACL_OP_READ)) {
         toc_results(r, SK_KAFKA_GROUP_AUTHORIZATION_FAILED, false);
+        return;
+    }
+    /* v3+: the member and generation, checked by the group's coordinator as
+     * Kafka 4.3 does (classic groups). */
+    bool group_here = !not_here(r, req->group_id);
+    int16_t gerr = group_here && r->version >= 3 ? member_check(r) : 0;
+    if (gerr) {
+        toc_results(r, gerr, false);
         return;
     }
     /* The client sends it to the group's coordinator; the offsets stay with

@@ -6,6 +6,7 @@ coordinator's code); AddPartitionsToTxn v4 VerifyOnly as Kafka's brokers send it
 commit marker reaches the other node's partition; the verification ends with it."""
 
 import time
+import uuid
 
 import pytest
 
@@ -15,7 +16,6 @@ import kproto as k
 from ktxn import (INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE, NONE, Txn, marker_type, read,
                   txn_id)
 
-pytestmark = pytest.mark.cluster
 
 NOT_ENOUGH_REPLICAS = 19
 NOT_COORDINATOR = 16
@@ -46,6 +46,7 @@ def verify(c, tid, pid, epoch, topic, parts):
             for t in tr["TopicResults"] for p in t["ResultsByPartition"]}
 
 
+@pytest.mark.cluster
 def test_remote_partitions(cluster_factory, topic_name):
     cl = cluster_factory(2, overrides={"leader.imbalance.check.interval.seconds": "1"}).start()
     cl.wait_balanced()
@@ -109,6 +110,7 @@ def describe(c, tid):
     return s
 
 
+@pytest.mark.cluster
 def test_transactional_id_expiration(cluster_factory, topic_name):
     """transactional.id.expiration.ms: an id whose last transaction ended that long ago is
     forgotten, durably (a failover of its coordinator does not bring it back), and its
@@ -160,3 +162,55 @@ def test_transactional_id_expiration(cluster_factory, topic_name):
         assert describe(c, tid)["ErrorCode"] == TRANSACTIONAL_ID_NOT_FOUND
         t2 = Txn(c, tid)
         assert t2.pid != old_pid and t2.epoch == 0, (t2.pid, t2.epoch, old_pid)
+
+
+ILLEGAL_GENERATION = 22
+UNKNOWN_MEMBER_ID = 25
+FENCED_INSTANCE_ID = 82
+
+
+def test_txn_offset_commit_member_checks(broker, topic_name):
+    """TxnOffsetCommit v3 carries the consumer's generation, member id and instance id
+    (KIP-447): the group coordinator checks them as Kafka 4.3 does for a transactional
+    commit (classic groups)."""
+    c = k.Conn(broker.bootstrap)
+    k.create_topic(c, topic_name, 1)
+    k.wait_topic(c, topic_name, 1)
+    group = "g2014-" + uuid.uuid4().hex[:8]
+    deadline = time.time() + 30
+    while True:  # Kafka loads its offsets partition after the first look-up
+        kg.find_coordinator(c, group)
+        j = kg.join_two_step(c, group, instance_id="i1", topics=(topic_name,))
+        if j["ErrorCode"] not in (14, 15, 16) or time.time() > deadline:
+            break
+        time.sleep(0.2)
+    assert j["ErrorCode"] == NONE, j
+    gen, member = j["GenerationId"], j["MemberId"]
+    assert kg.sync(c, group, gen, member, {member: b""}, instance_id="i1")["ErrorCode"] == NONE
+    t = Txn(c, txn_id("t2014g"))
+    absent = group + "-absent"
+    for g in (group, absent):
+        r = c.request(25, 3, {"TransactionalId": t.tid, "ProducerId": t.pid,
+                              "ProducerEpoch": t.epoch, "GroupId": g})
+        assert r["ErrorCode"] == NONE, r
+
+    def commit(g, generation, member_id, instance_id=None):
+        r = c.request(28, 3, {"TransactionalId": t.tid, "GroupId": g, "ProducerId": t.pid,
+                              "ProducerEpoch": t.epoch, "GenerationId": generation,
+                              "MemberId": member_id, "GroupInstanceId": instance_id,
+                              "Topics": [{"Name": topic_name, "Partitions": [
+                                  {"PartitionIndex": 0, "CommittedOffset": 3,
+                                   "CommittedLeaderEpoch": -1, "CommittedMetadata": ""}]}]})
+        return [p["ErrorCode"] for tp in r["Topics"] for p in tp["Partitions"]][0]
+
+    assert commit(group, gen, member, "i1") == NONE
+    assert commit(group, gen + 1, member, "i1") == ILLEGAL_GENERATION
+    assert commit(group, gen, "nobody") == UNKNOWN_MEMBER_ID
+    assert commit(group, gen, "nobody", "i1") == FENCED_INSTANCE_ID
+    # Without a generation or member: allowed even while the group has members.
+    assert commit(group, -1, "") == NONE
+    assert commit(absent, 4, "x") == ILLEGAL_GENERATION
+    assert commit(absent, -1, "") == NONE
+    assert t.end(True) == NONE
+    c.close()
+
