@@ -25,6 +25,7 @@
 #include "sk_time.h"
 #include "tcoord.h"
 #include "txns.h"
+#include "txpeer.h"
 
 /* The one mapping of the coordinator's errors: tcoord answers Kafka codes,
  * the WAL and memory internal ones. */
@@ -559,6 +560,8 @@ static void toc_forwarded(void *arg, int err, const void *resp)
      * client must not look for another group coordinator. */
     if (code == SK_KAFKA_NOT_COORDINATOR)
         code = SK_KAFKA_COORDINATOR_NOT_AVAILABLE;
+    if (!err && !code)
+        sk_txpeer_offsets_handed(r->node, r->body);
     toc_results(r, code, false);
 }
 

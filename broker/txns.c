@@ -217,6 +217,8 @@ static bool same(const char *s, const char *p, size_t n)
 bool sk_txns_offset_pending(const sk_txns *tx, const char *group, size_t glen,
                             const char *topic, size_t tlen, int32_t part)
 {
+    if (tx && sk_txpeer_offset_pending(tx->peer, group, glen, topic, tlen, part))
+        return true;
     for (int i = 0; tx && i < tx->naux; i++)
         for (int j = 0; j < tx->auxv[i].noffs; j++) {
             const sk_txoff *o = &tx->auxv[i].offs[j];
@@ -511,14 +513,18 @@ int sk_txns_commit_offsets(sk_node *n, const char *group, int noffs, const sk_tx
 }
 
 /* Commits the transaction's offsets of one group: here as an OffsetCommit,
- * or through the group's coordinator in a cluster. */
-static int commit_group(fjob *f, const sk_tc_entry *e, const aux *a, const char *group)
+ * or through the group's coordinator in a cluster, which also hears of an
+ * abort (it stops holding RequireStable for them). */
+static int commit_group(fjob *f, const sk_tc_entry *e, const aux *a, const char *group,
+                        bool commit)
 {
     sk_node *n = f->tx->n;
     sk_part *gp = n->cluster ? sk_cluster_group_part(n->cluster, group, strlen(group)) : NULL;
+    if (!commit && !(gp && remote(n, gp)))
+        return 0;
     f->pending++;
     int rc = gp && remote(n, gp)
-                 ? sk_txpeer_markers(n, e, true, gp, group, a->noffs, a->offs, part_durable, f)
+                 ? sk_txpeer_markers(n, e, commit, gp, group, a->noffs, a->offs, part_durable, f)
                  : sk_txns_commit_offsets(n, group, a->noffs, a->offs, part_durable, f);
     if (rc)
         f->pending--;
@@ -545,8 +551,8 @@ int sk_txns_finish(sk_txns *tx, const char *txn_id, sk_txns_done_fn fn, void *ar
     int rc = 0;
     for (int i = 0; rc == 0 && i < e->nparts; i++)
         rc = write_marker(f, e, &e->parts[i], commit);
-    for (int i = 0; rc == 0 && commit && i < e->ngroups; i++)
-        rc = commit_group(f, e, a, e->groups[i]);
+    for (int i = 0; rc == 0 && i < e->ngroups; i++)
+        rc = commit_group(f, e, a, e->groups[i], commit);
     if (rc)
         f->err = rc;
     part_durable(f, 0);
@@ -584,11 +590,21 @@ static void abort_expired(sk_txns *tx, const char *id, int64_t now)
         pjob_free(holder);
 }
 
+/* Whether this node still acts for the id: in a cluster its partition of
+ * __consumer_offsets may be leaving, and what the tick would write then
+ * might miss the HANDOFF (the adopter finishes or expires it instead). */
+static bool acting(const sk_txns *tx, const char *id)
+{
+    if (!tx->n->cluster)
+        return true;
+    return sk_part_serving(sk_cluster_group_part(tx->n->cluster, id, strlen(id)));
+}
+
 void sk_txns_recover(sk_txns *tx)
 {
     for (int i = 0; i < sk_tc_count(tx->tc); i++) {
         const sk_tc_entry *e = sk_tc_at(tx->tc, i);
-        if (!e || sk_tc_is_pending(tx->tc, e->txn_id))
+        if (!e || sk_tc_is_pending(tx->tc, e->txn_id) || !acting(tx, e->txn_id))
             continue;
         if (e->state != SK_TC_PREPARE_COMMIT && e->state != SK_TC_PREPARE_ABORT)
             continue;
@@ -660,7 +676,7 @@ static void expire_idle(sk_txns *tx, int64_t now)
     for (int i = 0; i < n; i++)
         copy[i] = strdup(ids[i]);
     for (int i = 0; i < n; i++) {
-        if (copy[i])
+        if (copy[i] && acting(tx, copy[i]))
             expire_id(tx, copy[i]);
         free(copy[i]);
     }
@@ -678,7 +694,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
     for (int i = 0; i < n; i++)
         copy[i] = strdup(ids[i]);
     for (int i = 0; i < n; i++) {
-        if (copy[i])
+        if (copy[i] && acting(tx, copy[i]))
             abort_expired(tx, copy[i], now);
         free(copy[i]);
     }

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cluster.h"
+#include "config.h"
 #include "groups.h"
 #include "kmsg.h"
 #include "krpc.h"
@@ -29,9 +30,20 @@ typedef struct vent {
     int64_t asked_ms;
 } vent;
 
+/* A transaction's offset this node (a group's coordinator) handed to the
+ * transaction's coordinator: OffsetFetch with RequireStable waits for it. */
+typedef struct pend {
+    int64_t pid;
+    char *group, *topic;
+    int32_t part;
+    int64_t until_ms; /* forgotten then if no marker came (monotonic) */
+} pend;
+
 struct sk_txpeer {
     int n;
     vent v[MAX_VERIFIED];
+    int npend, cappend;
+    pend *pend;
 };
 
 sk_txpeer *sk_txpeer_new(void)
@@ -45,13 +57,80 @@ static void vent_drop(sk_txpeer *tp, int i)
     tp->v[i] = tp->v[--tp->n];
 }
 
+static void pend_drop(sk_txpeer *tp, int i)
+{
+    free(tp->pend[i].group);
+    free(tp->pend[i].topic);
+    tp->pend[i] = tp->pend[--tp->npend];
+}
+
 void sk_txpeer_free(sk_txpeer *tp)
 {
     if (!tp)
         return;
     while (tp->n > 0)
         vent_drop(tp, 0);
+    while (tp->npend > 0)
+        pend_drop(tp, 0);
+    free(tp->pend);
     free(tp);
+}
+
+static bool same(const char *s, const char *p, size_t n)
+{
+    return strlen(s) == n && memcmp(s, p, n) == 0;
+}
+
+bool sk_txpeer_offset_pending(sk_txpeer *tp, const char *group, size_t glen, const char *topic,
+                              size_t tlen, int32_t part)
+{
+    int64_t now = sk_mono_ms();
+    for (int i = 0; tp && i < tp->npend;) {
+        const pend *e = &tp->pend[i];
+        if (now > e->until_ms) {
+            pend_drop(tp, i);
+            continue;
+        }
+        if (e->part == part && same(e->group, group, glen) && same(e->topic, topic, tlen))
+            return true;
+        i++;
+    }
+    return false;
+}
+
+static void pend_add(sk_txpeer *tp, int64_t pid, kc_str group, kc_str topic, int32_t part,
+                     int64_t until)
+{
+    if (tp->npend == tp->cappend) {
+        int cap = tp->cappend ? tp->cappend * 2 : 16;
+        pend *v = realloc(tp->pend, (size_t)cap * sizeof *v);
+        if (!v)
+            return;
+        tp->pend = v;
+        tp->cappend = cap;
+    }
+    pend *e = &tp->pend[tp->npend];
+    e->group = strndup(group.p ? group.p : "", group.len > 0 ? (size_t)group.len : 0);
+    e->topic = strndup(topic.p ? topic.p : "", topic.len > 0 ? (size_t)topic.len : 0);
+    if (!e->group || !e->topic) {
+        free(e->group);
+        free(e->topic);
+        return;
+    }
+    e->pid = pid;
+    e->part = part;
+    e->until_ms = until;
+    tp->npend++;
+}
+
+void sk_txpeer_offsets_handed(sk_node *n, const kp_TxnOffsetCommitRequest *req)
+{
+    sk_txpeer *tp = sk_txns_peer(n->txns);
+    int64_t until = sk_mono_ms() + (int64_t)n->cfg->transaction_max_timeout_ms + 60000;
+    for (int32_t i = 0; i < req->topics.n; i++)
+        for (int32_t j = 0; j < req->topics.v[i].partitions.n; j++)
+            pend_add(tp, req->producer_id, req->group_id, req->topics.v[i].name,
+                     req->topics.v[i].partitions.v[j].partition_index, until);
 }
 
 static kc_str kstr(const char *s)
@@ -176,6 +255,12 @@ static void forget_pid(sk_node *n, int64_t pid)
     for (int i = 0; tp && i < tp->n;) {
         if (tp->v[i].pid == pid)
             vent_drop(tp, i);
+        else
+            i++;
+    }
+    for (int i = 0; tp && i < tp->npend;) {
+        if (tp->pend[i].pid == pid)
+            pend_drop(tp, i);
         else
             i++;
     }

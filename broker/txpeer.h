@@ -9,6 +9,10 @@
  *    the transaction's offsets of that group) and answers once durable. A
  *    marker applied twice is harmless (txidx.h: readers take the first), so
  *    a timed-out call is simply sent again by the coordinator's tick;
+ *  - offsets of a transaction a group's coordinator handed to the
+ *    transaction's coordinator: remembered (in memory) until the marker
+ *    RPC of that producer comes (commit: with the offsets; abort: without),
+ *    so that RequireStable waits for them;
  *  - verification (KIP-890 part 1): a main that takes a transactional batch
  *    for a transaction coordinated elsewhere asks the coordinator
  *    (AddPartitionsToTxn v4, VerifyOnly) whether the partition is in the
@@ -24,6 +28,7 @@
 #include <stdint.h>
 
 #include "dispatch.h"
+#include "kmsg.h"
 #include "node.h"
 #include "tcoord.h"
 #include "txns.h"
@@ -51,6 +56,14 @@ int sk_txpeer_markers(sk_node *n, const sk_tc_entry *e, bool commit, sk_part *p,
  * producer retries). */
 int sk_txpeer_verify(sk_node *n, const char *txn_id, int64_t pid, int16_t epoch,
                      const char *topic, int32_t part) __attribute__((warn_unused_result));
+
+/* Group coordinator: the offsets of req were handed to the transaction's
+ * coordinator; until a marker of that producer arrives (or
+ * transaction.max.timeout.ms and a minute pass), sk_txpeer_offset_pending
+ * says they wait. Kept in memory only: a hint for RequireStable. */
+void sk_txpeer_offsets_handed(sk_node *n, const kp_TxnOffsetCommitRequest *req);
+bool sk_txpeer_offset_pending(sk_txpeer *tp, const char *group, size_t glen, const char *topic,
+                              size_t tlen, int32_t part);
 
 /* The TxnMarkers RPC (h_rpc's table). */
 void h_txn_markers(sk_req *r);

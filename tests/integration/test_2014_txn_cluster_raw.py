@@ -214,3 +214,55 @@ def test_txn_offset_commit_member_checks(broker, topic_name):
     assert t.end(True) == NONE
     c.close()
 
+
+UNSTABLE_OFFSET_COMMIT = 88
+
+
+@pytest.mark.cluster
+def test_offsets_through_another_group_coordinator(cluster_factory, topic_name):
+    """TxnOffsetCommit sent to a group's coordinator that does not coordinate the
+    transactional id: the offsets wait with the transaction (RequireStable answers
+    UNSTABLE_OFFSET_COMMIT there), are committed there with the commit marker, and
+    an abort leaves the committed offset as it was."""
+    cl = cluster_factory(2, overrides={"leader.imbalance.check.interval.seconds": "1"}).start()
+    cl.wait_balanced()
+    cl.create_topic(topic_name, 1, via=1)
+    tid = txn_id("t2014c")
+    with cl.any_conn() as c:
+        tc = kg.find_coordinator(c, tid, 1, 3)["NodeId"]
+        while True:
+            group = "g2014c-" + uuid.uuid4().hex[:8]
+            gc = kg.find_coordinator(c, group, 0, 3)["NodeId"]
+            if gc != tc:
+                break
+    cc, gcn = cl.node(tc).conn(), cl.node(gc).conn()
+
+    def stable(offset_wanted):
+        r = gcn.request(9, 7, {"GroupId": group, "RequireStable": True,
+                               "Topics": [{"Name": topic_name, "PartitionIndexes": [0]}]})
+        return [(p["CommittedOffset"], p["ErrorCode"]) for t in r["Topics"]
+                for p in t["Partitions"]] == [offset_wanted]
+
+    try:
+        for commit, off in ((True, 7), (False, 9)):
+            t = Txn(cc, tid)
+            r = cc.request(25, 3, {"TransactionalId": tid, "ProducerId": t.pid,
+                                   "ProducerEpoch": t.epoch, "GroupId": group})
+            assert r["ErrorCode"] == NONE, r
+            r = gcn.request(28, 3, {"TransactionalId": tid, "GroupId": group,
+                                    "ProducerId": t.pid, "ProducerEpoch": t.epoch,
+                                    "GenerationId": -1, "MemberId": "",
+                                    "GroupInstanceId": None,
+                                    "Topics": [{"Name": topic_name, "Partitions": [
+                                        {"PartitionIndex": 0, "CommittedOffset": off,
+                                         "CommittedLeaderEpoch": -1,
+                                         "CommittedMetadata": "m"}]}]})
+            assert [p["ErrorCode"] for tp in r["Topics"] for p in tp["Partitions"]] == \
+                [NONE], r
+            assert stable((-1, UNSTABLE_OFFSET_COMMIT))
+            assert t.end(commit) == NONE
+            # EndTxn answered once the group's coordinator committed (or dropped) them.
+            assert stable((7, NONE))
+    finally:
+        cc.close()
+        gcn.close()
