@@ -10,7 +10,8 @@ the transaction state; the survivor finishes a transaction it finds in a Prepare
 
 Checks: transactions commit after the kill; a read_committed consumer sees every
 transaction whose commit returned, whole, and of the others (whose commit failed) each
-either whole or not at all; none of a transaction is seen twice.
+either whole or not at all; none of a transaction is seen twice. The same with SIGTERM
+(a controlled shutdown: the HANDOFF is written by the node itself).
 """
 
 import collections
@@ -34,7 +35,8 @@ K = 6
 N = 120
 
 
-def test_coordinator_sigkill_under_load(cluster_factory, topic_name, java):  # noqa: F811
+@pytest.mark.parametrize("how", ["sigkill", "sigterm"])
+def test_coordinator_down_under_load(cluster_factory, topic_name, java, how):  # noqa: F811
     cl = started(cluster_factory)
     spread_topic(cl, topic_name)
     txn = "t7018-" + uuid.uuid4().hex[:8]
@@ -51,7 +53,10 @@ def test_coordinator_sigkill_under_load(cluster_factory, topic_name, java):  # n
             line = p.stdout.readline().decode()
             assert line, "the producer ended early: %s" % ktest.tail(p.stderr.read().decode())
             lines.append(line.strip())
-        cl.kill(coord)   # SIGKILL the coordinator with transactions in flight
+        if how == "sigkill":
+            cl.kill(coord)   # transactions in flight
+        else:
+            cl.stop(coord)   # a planned move: the node hands its partitions over, then exits
         at_kill = len([x for x in lines if x.startswith("COMMITTED")])
         rest, err = p.communicate(timeout=180)
     finally:
