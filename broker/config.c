@@ -672,6 +672,14 @@ const sk_prop sk_props[] = {
      I32MAX, "Transactions",
      "Largest transaction timeout a transactional producer may ask for (InitProducerId); "
      "larger ones get INVALID_TRANSACTION_TIMEOUT.", NULL, false},
+    {"transactional.id.expiration.ms", SK_PROP_INT, OFF(transactional_id_expiration_ms),
+     "604800000", 1, I32MAX, "Transactions",
+     "A transactional id whose last transaction ended (or that never began one) this long "
+     "ago is forgotten, durably: its next InitProducerId gets a new producer id.", NULL, false},
+    {"transaction.remove.expired.transaction.cleanup.interval.ms", SK_PROP_INT,
+     OFF(transaction_cleanup_interval_ms), "3600000", 1, I32MAX, "Transactions",
+     "How often the coordinator looks for transactional ids past "
+     "transactional.id.expiration.ms.", NULL, false},
     {"offsets.retention.minutes", SK_PROP_INT, OFF(offsets_retention_minutes), "10080", 1,
      I32MAX, "Groups",
      "Committed offsets of a group that has been empty this long are deleted.", NULL, true},

@@ -142,6 +142,8 @@ typedef struct sk_config {
     int32_t group_min_session_timeout_ms;
     int32_t group_max_session_timeout_ms;
     int32_t transaction_max_timeout_ms;
+    int32_t transactional_id_expiration_ms;
+    int32_t transaction_cleanup_interval_ms;
     int32_t group_initial_rebalance_delay_ms;
     int32_t offsets_retention_minutes;
     int64_t offsets_retention_check_interval_ms;

@@ -8,6 +8,7 @@
 #include "handlers.h"
 #include "kmsg.h"
 #include "krpc.h"
+#include "txpeer.h"
 #include "metrics.h"
 #include "net.h"
 #include "sasl.h"
@@ -44,7 +45,7 @@ static sk_api_entry table[] = {
     {21, 0, 2, 0, 0, h_delete_records, NULL},
     {22, 0, 5, 0, 0, h_init_producer_id, NULL},
     {23, 2, 4, 0, 2, h_offset_for_leader_epoch, NULL},
-    {24, 0, 3, 0, 0, h_add_partitions_to_txn, NULL},
+    {24, 0, 5, 0, 0, h_add_partitions_to_txn, NULL},
     {25, 0, 4, 0, 0, h_add_offsets_to_txn, NULL},
     {26, 0, 4, 0, 0, h_end_txn, NULL},
     {28, 0, 4, 0, 0, h_txn_offset_commit, NULL},
@@ -78,6 +79,7 @@ static sk_api_entry table[] = {
     {KR_CONFIRM, 0, 0, 0, 0, h_confirm, NULL},
     {KR_FOLLOW, 0, 0, 0, 0, h_follow, NULL},
     {KR_NODE_STATUS, 0, 0, 0, 0, h_node_status, NULL},
+    {KR_TXN_MARKERS, 0, 0, 0, 0, h_txn_markers, NULL},
 };
 #define NTABLE ((int)(sizeof table / sizeof table[0]))
 

@@ -946,8 +946,8 @@ int16_t sk_gc_leave(sk_gc *gc, kc_str group_id, kc_str member_id, kc_str instanc
     return 0;
 }
 
-int16_t sk_gc_check_commit(sk_gc *gc, kc_str group_id, kc_str member_id, kc_str instance_id,
-                           int32_t generation, int16_t api_version)
+static int16_t check_commit(sk_gc *gc, kc_str group_id, kc_str member_id, kc_str instance_id,
+                            int32_t generation, int16_t api_version, bool txn)
 {
     sk_gc_group *g =
         group_id.len > 0 ? sk_gc_find(gc, group_id.p, (size_t)group_id.len) : NULL;
@@ -957,7 +957,7 @@ int16_t sk_gc_check_commit(sk_gc *gc, kc_str group_id, kc_str member_id, kc_str 
     if (!g) {
         if (generation < 0)
             return 0;
-        return api_version >= 9 ? SK_KAFKA_GROUP_ID_NOT_FOUND : SK_KAFKA_ILLEGAL_GENERATION;
+        return api_version >= 9 && !txn ? SK_KAFKA_GROUP_ID_NOT_FOUND : SK_KAFKA_ILLEGAL_GENERATION;
     }
     if (g->state == SK_GC_DEAD)
         return SK_KAFKA_COORDINATOR_NOT_AVAILABLE;
@@ -970,12 +970,24 @@ int16_t sk_gc_check_commit(sk_gc *gc, kc_str group_id, kc_str member_id, kc_str 
             return err;
         if (generation != g->generation)
             return SK_KAFKA_ILLEGAL_GENERATION;
-    } else if (g->state != SK_GC_EMPTY) {
+    } else if (!txn && g->state != SK_GC_EMPTY) {
         return SK_KAFKA_UNKNOWN_MEMBER_ID;
     }
-    if (g->state == SK_GC_COMPLETING)
+    if (!txn && g->state == SK_GC_COMPLETING)
         return SK_KAFKA_REBALANCE_IN_PROGRESS;
     return 0;
+}
+
+int16_t sk_gc_check_commit(sk_gc *gc, kc_str group_id, kc_str member_id, kc_str instance_id,
+                           int32_t generation, int16_t api_version)
+{
+    return check_commit(gc, group_id, member_id, instance_id, generation, api_version, false);
+}
+
+int16_t sk_gc_check_txn_commit(sk_gc *gc, kc_str group_id, kc_str member_id,
+                               kc_str instance_id, int32_t generation)
+{
+    return check_commit(gc, group_id, member_id, instance_id, generation, 0, true);
 }
 
 int64_t sk_gc_tick(sk_gc *gc, int64_t now)

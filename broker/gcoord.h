@@ -114,6 +114,12 @@ int16_t sk_gc_leave(sk_gc *gc, kc_str group_id, kc_str member_id, kc_str instanc
  * Kafka's OffsetCommit rules for classic groups (see groups.c). */
 int16_t sk_gc_check_commit(sk_gc *gc, kc_str group_id, kc_str member_id, kc_str instance_id,
                            int32_t generation, int16_t api_version);
+/* The same for TxnOffsetCommit v3+ (Kafka's transactional rules): an absent
+ * group takes generation -1 only (else ILLEGAL_GENERATION); without a
+ * generation or member any group may be committed to, and a rebalance
+ * does not stop it. */
+int16_t sk_gc_check_txn_commit(sk_gc *gc, kc_str group_id, kc_str member_id,
+                               kc_str instance_id, int32_t generation);
 
 /* Expires sessions and pending members, completes rebalances whose time is
  * up. Call it periodically; it returns the next time it needs a call. */

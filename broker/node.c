@@ -644,7 +644,8 @@ static int open_member(sk_node *n, char *why, size_t whylen)
         rc = startup_retry(n, "the shared volume", payload_step, purl, why, whylen);
     if (rc == 0) {
         n->groups = sk_groups_new(n);
-        if (!n->groups) {
+        n->txns = n->groups ? sk_txns_new(n) : NULL;
+        if (!n->groups || !n->txns) {
             snprintf(why, whylen, "out of memory");
             rc = SK_ERR_NOMEM;
         }
