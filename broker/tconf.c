@@ -14,7 +14,7 @@
 
 #define NO_SEGMENTS "Skiff has no log segments: a partition lives in the shared WAL, then in objects."
 #define NO_REPLICAS "Skiff has no replicas: the shared volume holds the one copy, objects the rest."
-#define NO_COMPACTION "Used by compacted topics, which Skiff does not have yet."
+#define COMPACTION_LATER "Accepted and stored; compaction of keyed topics does not run yet."
 #define ALL_TIERED "Every byte goes to the object store; retention.ms and retention.bytes decide when it goes."
 #define LMAX 9223372036854775807.0
 #define IMAX 2147483647.0
@@ -22,7 +22,8 @@
 static const sk_tconf_def defs[] = {
     /* Honoured. */
     {"cleanup.policy", NULL, "delete",
-     "Only `delete` is supported: Skiff does not compact topics.", SK_TC_SPECIAL, 0, 0},
+     "delete, compact, or both (comma-separated): delete applies retention.ms and "
+     "retention.bytes; compact refuses records without a key.", SK_TC_SPECIAL, 0, 0},
     {"retention.ms", "log.retention.ms", NULL,
      "Batches older than this are deleted (-1: forever).", SK_TC_SPECIAL, 0, 0},
     {"retention.bytes", "log.retention.bytes", NULL,
@@ -50,7 +51,7 @@ static const sk_tconf_def defs[] = {
     {"compression.zstd.level", "compression.zstd.level", NULL, "The level of zstd recompression.",
      SK_TC_INT, -131072, 22},
     /* Stored and described, checked as Kafka checks them. */
-    {"delete.retention.ms", NULL, "86400000", NO_COMPACTION, SK_TC_LONG, 0, LMAX},
+    {"delete.retention.ms", NULL, "86400000", COMPACTION_LATER, SK_TC_LONG, 0, LMAX},
     {"file.delete.delay.ms", NULL, "60000", NO_SEGMENTS, SK_TC_LONG, 0, LMAX},
     {"flush.messages", NULL, "9223372036854775807",
      "Every acknowledged batch is already durable on the shared volume.", SK_TC_LONG, 1, LMAX},
@@ -61,9 +62,9 @@ static const sk_tconf_def defs[] = {
     {"leader.replication.throttled.replicas", NULL, "", NO_REPLICAS, SK_TC_THROTTLED, 0, 0},
     {"local.retention.bytes", NULL, "-2", ALL_TIERED, SK_TC_LONG, -2, LMAX},
     {"local.retention.ms", NULL, "-2", ALL_TIERED, SK_TC_LONG, -2, LMAX},
-    {"max.compaction.lag.ms", NULL, "9223372036854775807", NO_COMPACTION, SK_TC_LONG, 1, LMAX},
-    {"min.cleanable.dirty.ratio", NULL, "0.5", NO_COMPACTION, SK_TC_DOUBLE, 0, 1},
-    {"min.compaction.lag.ms", NULL, "0", NO_COMPACTION, SK_TC_LONG, 0, LMAX},
+    {"max.compaction.lag.ms", NULL, "9223372036854775807", COMPACTION_LATER, SK_TC_LONG, 1, LMAX},
+    {"min.cleanable.dirty.ratio", NULL, "0.5", COMPACTION_LATER, SK_TC_DOUBLE, 0, 1},
+    {"min.compaction.lag.ms", NULL, "0", COMPACTION_LATER, SK_TC_LONG, 0, LMAX},
     {"preallocate", NULL, "false", NO_SEGMENTS, SK_TC_BOOL, 0, 0},
     {"remote.log.copy.disable", NULL, "false", ALL_TIERED, SK_TC_BOOL, 0, 0},
     {"remote.log.delete.on.disable", NULL, "false", ALL_TIERED, SK_TC_BOOL, 0, 0},
@@ -159,6 +160,33 @@ static bool throttled_ok(const char *v, size_t n)
     }
 }
 
+/* cleanup.policy as SK_POLICY_* bits, or -1: a comma-separated list whose
+ * items, trimmed, are compact or delete (Kafka's ValidList). */
+static int policy_of(const char *v, size_t n)
+{
+    int bits = 0;
+    size_t i = 0;
+    for (;;) {
+        while (i < n && v[i] == ' ')
+            i++;
+        size_t s = i;
+        while (i < n && v[i] != ',')
+            i++;
+        size_t e = i;
+        while (e > s && v[e - 1] == ' ')
+            e--;
+        if (eq(v + s, e - s, "compact"))
+            bits |= SK_POLICY_COMPACT;
+        else if (eq(v + s, e - s, "delete"))
+            bits |= SK_POLICY_DELETE;
+        else
+            return -1;
+        if (i == n)
+            return bits;
+        i++; /* the comma */
+    }
+}
+
 #define CODEC_UNKNOWN (-2)
 
 /* compression.type's value as the codec batches are stored in: -1 for
@@ -226,7 +254,7 @@ const char *sk_tconf_check(const char *name, size_t nlen, const char *value, siz
         return check_typed(d, value, vlen);
     long long v;
     if (strcmp(d->name, "cleanup.policy") == 0)
-        return eq(value, vlen, "delete") ? NULL : "must be delete: Skiff does not compact topics";
+        return policy_of(value, vlen) >= 0 ? NULL : "must be a list of compact and delete";
     if (strcmp(d->name, "compression.type") == 0)
         return codec_of(value, vlen) != CODEC_UNKNOWN
                    ? NULL
@@ -296,7 +324,9 @@ void sk_tconf_resolve(const sk_config *cfg, sk_tconf *c)
     for (int i = 0; i < NDEFS; i++) {
         const char *v = sk_tconf_value(cfg, c, i, buf, sizeof buf, &src);
         const char *n = defs[i].name;
-        if (strcmp(n, "retention.ms") == 0)
+        if (strcmp(n, "cleanup.policy") == 0)
+            c->policy = policy_of(v, strlen(v));
+        else if (strcmp(n, "retention.ms") == 0)
             c->retention_ms = strtoll(v, NULL, 10);
         else if (strcmp(n, "retention.bytes") == 0)
             c->retention_bytes = strtoll(v, NULL, 10);
@@ -320,6 +350,16 @@ void sk_tconf_resolve(const sk_config *cfg, sk_tconf *c)
     c->recompress = codec >= 0;
     c->codec = (int8_t)(codec >= 0 ? codec : 0);
     c->codec_level = codec > 0 ? levels[codec] : 0;
+}
+
+/* Removes the blanks of a list value in place. */
+static void unblank(char *v)
+{
+    char *w = v;
+    for (char *c = v; *c; c++)
+        if (*c != ' ')
+            *w++ = *c;
+    *w = 0;
 }
 
 int sk_tconf_build(const sk_config *cfg, int n, const char *const *names, const size_t *nlens,
@@ -359,6 +399,8 @@ int sk_tconf_build(const sk_config *cfg, int n, const char *const *names, const 
         if (nv && d && d->type == SK_TC_BOOL) /* described as Kafka does: true or false */
             for (char *c = nv; *c; c++)
                 *c = (char)tolower((unsigned char)*c);
+        if (nv && d && strcmp(d->name, "cleanup.policy") == 0)
+            unblank(nv); /* Kafka keeps the parsed list: "a, b" is "a,b" */
         if (slot == out->noverrides) {
             out->names[slot] = strndup(names[i], nlens[i]);
             out->noverrides++;
