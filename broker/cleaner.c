@@ -7,7 +7,6 @@
 #include "objfmt.h"
 #include "objstore.h"
 #include "sk_err.h"
-#include "sk_log.h"
 
 /* ---- the offset map ---- */
 
@@ -235,11 +234,18 @@ typedef struct mapper {
     int64_t end;  /* where the map stops (exclusive); -1 while it goes on */
 } mapper;
 
+/* The map stops at the first record that does not fit: the rewrite keeps
+ * every record from there on, in the middle of a batch if need be. */
 static int map_record(void *arg, const kb_record *r)
 {
     mapper *mp = arg;
-    if (r->key.len >= 0)
-        sk_omap_put(mp->m, r->key.p, (size_t)r->key.len, r->offset);
+    if (r->key.len < 0 || r->offset < mp->from)
+        return 0;
+    if (!sk_omap_room(mp->m, 1)) {
+        mp->end = r->offset;
+        return 1;
+    }
+    sk_omap_put(mp->m, r->key.p, (size_t)r->key.len, r->offset);
     return 0;
 }
 
@@ -254,15 +260,6 @@ static int map_batch(mapper *mp, const objreg_range *sr, const objfmt_batch *b,
         return SK_ERR_PARSE;
     if (h.attributes & (KB_ATTR_TRANSACTIONAL | KB_ATTR_CONTROL))
         return 0;
-    if (!sk_omap_room(mp->m, (uint64_t)(h.records_count > 0 ? h.records_count : 0))) {
-        if (mp->m->n == 0) {
-            SK_WARN("cleaner", "stream %llu: a batch has more keys than the dedupe buffer holds",
-                    (unsigned long long)sr->stream);
-            return SK_ERR_NOMEM;
-        }
-        mp->end = (int64_t)b->base_offset;
-        return 0;
-    }
     return kb_foreach_record(payload, b->size, 0, map_record, mp);
 }
 

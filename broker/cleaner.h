@@ -17,7 +17,8 @@
  * sources), are read once to build the offset map (a hash of each key to its
  * latest offset, from the first dirty offset on) in at most
  * log.cleaner.dedupe.buffer.size bytes; when the keys do not fit, the map
- * ends where it filled and the next pass goes on from there. The sources
+ * ends at the first record that did not fit (in the middle of a batch if
+ * need be) and the next pass goes on from there. The sources
  * are then rewritten as object compaction rewrites them (objcompact, one
  * StreamObject per stream; other streams' batches pass unchanged): a record
  * below the map's end is dropped when the map holds a later offset for its
