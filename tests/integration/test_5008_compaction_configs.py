@@ -177,3 +177,34 @@ def test_compact_delete_applies_retention(cbroker, topic_name):
         while kproto.list_offsets(c, topic_name, 0, -2)["Offset"] < 50:
             assert time.time() < deadline, "retention.ms did not apply to compact,delete"
             time.sleep(0.3)
+
+
+@pytest.mark.cluster
+@pytest.mark.restarts
+def test_cluster_main_compacts(cluster_factory, topic_name):
+    """In a cluster, the partition's main compacts it; after the main is killed, the next
+    main serves the compacted objects."""
+    cl = cluster_factory(2, overrides={
+        "s3.wal.upload.interval.ms": "250", "s3.compaction.interval.ms": "300",
+        "s3.compaction.small.object.bytes": "1", "s3.object.delete.delay.ms": "1000",
+        "log.cleaner.backoff.ms": "0"}).start()
+    cl.create_topic(topic_name, 1, {"cleanup.policy": "compact",
+                                    "min.cleanable.dirty.ratio": "0.01"})
+    main = cl.nodes[cl.leaders(topic_name)[0][0]]
+    recs = [("k%03d" % i, b"r%d-%d" % (r, i)) for r in range(4) for i in range(100)]
+    latest = {}
+    for r in range(4):  # a few uploads
+        latest.update(produce(main.bootstrap, topic_name, recs[r * 100:(r + 1) * 100]))
+        time.sleep(0.3)
+    wait_one_per_key(main, topic_name, latest, 60)
+    assert "[tier] compacted stream" in main.log_since_start()
+    main.kill()
+    deadline = time.time() + 60
+    while True:
+        leader = cl.leaders(topic_name, via=cl.live()[0])[0][0]
+        if leader in cl.nodes and leader != main.node_id and cl.nodes[leader].alive:
+            break
+        assert time.time() < deadline, "no new main"
+        time.sleep(0.2)
+    got = wait_one_per_key(cl.nodes[leader], topic_name, latest, 30)
+    assert len(got) == 100
