@@ -842,6 +842,7 @@ static void cleaned(struct job *j)
     }
     if (cs)
         *cs = (struct clean_state){r->clean_end, r->horizon_ms};
+    j->bytes_in = r->bytes_in;
     t->st.cleaner_passes++;
     t->st.cleaner_bytes_in += r->bytes_in;
     t->st.cleaner_records_removed += r->records_removed;
