@@ -4,7 +4,7 @@ configurations that steer compaction on skiffd.
 - Against both: a topic with cleanup.policy=compact, segment.ms=100 and
   min.cleanable.dirty.ratio=0.01 takes rounds of updates (and tombstones) of 30 keys,
   then records of a filler key that roll Kafka's segments; a consumer reading from the
-  beginning (librdkafka through confluent-kafka, then kcat) ends up with
+  beginning (librdkafka through confluent-kafka, kcat, the Java console consumer) ends up with
   exactly one record per key, the latest, at the offset its producer was given.
 - On skiffd: a dedupe buffer of 4 KiB (230 keys) cannot hold the 600 keys of the topic:
   compaction takes several passes and still converges; a topic with
@@ -13,6 +13,7 @@ configurations that steer compaction on skiffd.
 """
 
 import os
+import re
 import sys
 import time
 
@@ -138,6 +139,16 @@ def test_consumers_see_latest_per_key(cbroker, topic_name):
     seen = [(int(o), k) for o, k in (ln.split() for ln in out.splitlines() if ln.strip())]
     assert [x for x in seen if x[1] != FILLER] == [(o, k) for o, k, _ in got if k != FILLER], \
         out[:300]
+    # So does the Java consumer (kafka-console-consumer).
+    import jtools
+    r = jtools.tools(["console-consumer", "--bootstrap-server", b.bootstrap, "--topic",
+                      topic_name, "--from-beginning", "--max-messages", str(len(got)),
+                      "--timeout-ms", "30000", "--property", "print.offset=true",
+                      "--property", "print.key=true"], timeout=120)[0]
+    java = [(int(m.group(1)), m.group(2)) for m in
+            re.finditer(r"Offset:(\d+)\t(\S+)", r["out"])]
+    assert [x for x in java if x[1] != FILLER] == [(o, k) for o, k, _ in got if k != FILLER], \
+        jtools.show(r)
 
 
 def test_small_dedupe_buffer_takes_several_passes(cbroker, topic_name):
