@@ -170,6 +170,12 @@ static int policy_of(const char *v, size_t n)
 {
     int bits = 0;
     size_t i = 0;
+    while (n > 0 && v[n - 1] == ' ')
+        n--;
+    while (i < n && v[i] == ' ')
+        i++;
+    if (i == n)
+        return 0; /* the empty list: neither (Kafka 4.2+, KIP-1161) */
     for (;;) {
         while (i < n && v[i] == ' ')
             i++;
@@ -364,14 +370,23 @@ void sk_tconf_resolve(const sk_config *cfg, sk_tconf *c)
     c->codec_level = codec > 0 ? levels[codec] : 0;
 }
 
-/* Removes the blanks of a list value in place. */
-static void unblank(char *v)
+/* cleanup.policy as Kafka stores it: its items trimmed, once each, in the
+ * order given ("delete, compact,delete" is "delete,compact"). In place. */
+static void policy_normalize(char *v)
 {
-    char *w = v;
-    for (char *c = v; *c; c++)
-        if (*c != ' ')
-            *w++ = *c;
-    *w = 0;
+    int seen = 0;
+    char out[SK_TCONF_VALUE_MAX + 1] = "";
+    size_t k = 0;
+    char *save = NULL;
+    for (char *item = strtok_r(v, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        int bit = strstr(item, "compact") ? SK_POLICY_COMPACT : SK_POLICY_DELETE;
+        if (seen & bit)
+            continue;
+        seen |= bit;
+        k += (size_t)snprintf(out + k, sizeof out - k, "%s%s", k ? "," : "",
+                              bit == SK_POLICY_COMPACT ? "compact" : "delete");
+    }
+    strcpy(v, out);
 }
 
 int sk_tconf_build(const sk_config *cfg, int n, const char *const *names, const size_t *nlens,
@@ -412,7 +427,7 @@ int sk_tconf_build(const sk_config *cfg, int n, const char *const *names, const 
             for (char *c = nv; *c; c++)
                 *c = (char)tolower((unsigned char)*c);
         if (nv && d && strcmp(d->name, "cleanup.policy") == 0)
-            unblank(nv); /* Kafka keeps the parsed list: "a, b" is "a,b" */
+            policy_normalize(nv); /* checked above: compact and delete only */
         if (slot == out->noverrides) {
             out->names[slot] = strndup(names[i], nlens[i]);
             out->noverrides++;

@@ -48,6 +48,9 @@ static void test_honoured(void **state)
     refused("cleanup.policy", "Compact", "compact and delete");
     refused("cleanup.policy", "compact;delete", "compact and delete");
     refused("cleanup.policy", "compact,,delete", "compact and delete");
+    refused("cleanup.policy", "compact,", "compact and delete");
+    ok("cleanup.policy", "");  /* Kafka 4.2+: the empty list, neither */
+    ok("cleanup.policy", " compact ");
     ok("compression.type", "producer");
     ok("compression.type", "uncompressed");
     ok("compression.type", "gzip");
@@ -140,6 +143,16 @@ static void test_cleanup_policy_resolved(void **state)
     const char *v2[] = {"compact, delete"};
     c = built(1, n, v2);
     assert_int_equal(c.policy, SK_POLICY_COMPACT | SK_POLICY_DELETE);
+    assert_string_equal(c.values[0], "compact,delete");
+    sk_tconf_free(&c);
+    const char *v3[] = {" delete ,compact,delete"}; /* stored as Kafka stores it */
+    c = built(1, n, v3);
+    assert_string_equal(c.values[0], "delete,compact");
+    sk_tconf_free(&c);
+    const char *v4[] = {""};
+    c = built(1, n, v4);
+    assert_int_equal(c.policy, 0);
+    assert_string_equal(c.values[0], "");
     sk_tconf_free(&c);
 }
 
