@@ -180,29 +180,51 @@ static seg *segs_of(const listing *l, uint64_t stream, size_t *n)
 
 typedef struct choice {
     const sk_clean_cand *c;
-    seg *segs;
-    size_t nsrc; /* the sources: segs[0..nsrc) */
+    seg *segs;   /* all the stream's ranges (malloc'd) */
+    seg *src;    /* the sources: src[0..nsrc), inside segs */
+    size_t nsrc;
+    bool whole;  /* the sources start at the stream's first range */
     uint64_t bytes;
     double ratio;
 } choice;
 
-/* How many of the oldest ranges one pass takes: cleanable ones (older than
- * min.compaction.lag.ms), in objects within max_bytes. */
-static size_t sources(const choice *ch, size_t nsegs, const listing *l, const sk_clean_params *p,
-                      uint64_t *bytes)
+/* How many ranges from segs[first] one pass takes: cleanable ones (older
+ * than min.compaction.lag.ms), in objects within max_bytes. */
+static size_t sources(const choice *ch, size_t first, size_t nsegs, const listing *l,
+                      const sk_clean_params *p, uint64_t *bytes)
 {
-    size_t k = 0;
+    size_t k = first;
     *bytes = 0;
     for (; k < nsegs; k++) {
         const seg *s = &ch->segs[k];
         if (ch->c->min_lag_ms > 0 && s->r.max_ts > p->now_ms - ch->c->min_lag_ms)
             break;
         uint64_t sz = l->objs[s->obj].size;
-        if (k > 0 && *bytes + sz > p->max_bytes)
+        if (k > first && *bytes + sz > p->max_bytes)
             break;
         *bytes += sz;
     }
-    return k;
+    return k - first;
+}
+
+/* The sources: the oldest ranges; when those within max_bytes hold no
+ * dirty data, a window from the first dirty range instead (which cannot
+ * remove tombstones: an older record of the key may lie before it). */
+static void pick_sources(choice *ch, size_t nsegs, const listing *l, const sk_clean_params *p)
+{
+    ch->whole = true;
+    ch->src = ch->segs;
+    ch->nsrc = sources(ch, 0, nsegs, l, p, &ch->bytes);
+    if (ch->nsrc == 0 || (int64_t)ch->segs[ch->nsrc - 1].r.end >= ch->c->clean_end)
+        return;
+    size_t first = ch->nsrc;
+    while (first < nsegs && (int64_t)ch->segs[first].r.end < ch->c->clean_end)
+        first++;
+    if (first == nsegs)
+        return; /* nothing dirty: the oldest ones (their tombstones may expire) */
+    ch->whole = false;
+    ch->src = ch->segs + first;
+    ch->nsrc = sources(ch, first, nsegs, l, p, &ch->bytes);
 }
 
 /* Whether the candidate is due, and how dirty it is. */
@@ -220,11 +242,11 @@ static bool evaluate(choice *ch, size_t nsegs, const listing *l, const sk_clean_
         overdue |= r->max_ts >= 0 && c->max_lag_ms < INT64_MAX &&
                    r->max_ts < p->now_ms - c->max_lag_ms;
     }
-    ch->nsrc = sources(ch, nsegs, l, p, &ch->bytes);
+    pick_sources(ch, nsegs, l, p);
     if (ch->nsrc == 0 || total == 0)
         return false;
     ch->ratio = (double)dirty / (double)total;
-    bool in_reach = (int64_t)ch->segs[ch->nsrc - 1].r.end >= c->clean_end;
+    bool in_reach = (int64_t)ch->src[ch->nsrc - 1].r.end >= c->clean_end;
     bool horizon = c->horizon_ms >= 0 && c->horizon_ms <= p->now_ms;
     return horizon || (in_reach && dirty > 0 && (ch->ratio >= c->min_dirty_ratio || overdue));
 }
@@ -236,7 +258,7 @@ static int choose(const listing *l, const sk_clean_cand *cands, size_t nc,
     *best = (choice){0};
     for (size_t i = 0; i < nc; i++) {
         size_t nsegs;
-        choice ch = {&cands[i], segs_of(l, cands[i].stream, &nsegs), 0, 0, 0};
+        choice ch = {&cands[i], segs_of(l, cands[i].stream, &nsegs), NULL, 0, true, 0, 0};
         if (!ch.segs)
             return SK_ERR_NOMEM;
         if (evaluate(&ch, nsegs, l, p) && (!best->segs || ch.ratio > best->ratio)) {
@@ -323,6 +345,7 @@ typedef struct fctx {
     uint64_t stream;
     const sk_omap *m;
     int64_t map_end, cov_start, cov_end, now, retention;
+    bool whole; /* from the stream's start: expired tombstones may go */
     /* the batch at hand */
     bool has_horizon;
     int64_t horizon;
@@ -343,7 +366,7 @@ static bool decide(void *arg, const kb_record *r)
     if (r->value.len >= 0)
         return true;
     if (f->has_horizon)
-        return f->now < f->horizon;
+        return !f->whole || f->now < f->horizon;
     f->need_horizon = true;
     return true;
 }
@@ -445,9 +468,9 @@ static int build_map(const objcompact_env *env, const listing *l, const choice *
 {
     int rc = 0;
     for (size_t i = 0; rc == 0 && i < ch->nsrc && mp->end < 0; i++)
-        rc = map_source(env, l->objs[ch->segs[i].obj].key, &ch->segs[i].r, mp);
+        rc = map_source(env, l->objs[ch->src[i].obj].key, &ch->src[i].r, mp);
     if (rc == 0 && mp->end < 0)
-        mp->end = (int64_t)ch->segs[ch->nsrc - 1].r.end + 1;
+        mp->end = (int64_t)ch->src[ch->nsrc - 1].r.end + 1;
     return rc;
 }
 
@@ -461,8 +484,8 @@ static int rewrite(objcompact_env *env, const listing *l, const choice *ch, fctx
         return SK_ERR_NOMEM;
     int rc = 0;
     for (size_t i = 0; rc == 0 && i < ch->nsrc; i++) {
-        plan.src[i] = ch->segs[i].obj;
-        rc = objreg_keys_push(retired, l->objs[ch->segs[i].obj].key);
+        plan.src[i] = ch->src[i].obj;
+        rc = objreg_keys_push(retired, l->objs[ch->src[i].obj].key);
     }
     env->filter = filter;
     env->filter_arg = f;
@@ -478,8 +501,8 @@ static int clean(objcompact_env *env, const listing *l, const choice *ch,
                  sk_clean_result *res)
 {
     int64_t from = ch->c->clean_end;
-    if (from < (int64_t)ch->segs[0].r.start)
-        from = (int64_t)ch->segs[0].r.start;
+    if (from < (int64_t)ch->src[0].r.start)
+        from = (int64_t)ch->src[0].r.start;
     mapper mp = {ch->c, sk_omap_new(p->map_bytes), from, -1};
     if (!mp.m)
         return SK_ERR_NOMEM;
@@ -488,8 +511,9 @@ static int clean(objcompact_env *env, const listing *l, const choice *ch,
               .stream = ch->c->stream,
               .m = mp.m,
               .map_end = mp.end,
-              .cov_start = (int64_t)ch->segs[0].r.start,
-              .cov_end = (int64_t)ch->segs[ch->nsrc - 1].r.end,
+              .cov_start = (int64_t)ch->src[0].r.start,
+              .cov_end = (int64_t)ch->src[ch->nsrc - 1].r.end,
+              .whole = ch->whole,
               .now = p->now_ms,
               .retention = ch->c->delete_retention_ms,
               .min_horizon = -1};

@@ -14,7 +14,8 @@
  * the dirtiest one goes first.
  *
  * The pass: the stream's oldest objects, within s3.compaction.max.bytes (the
- * sources), are read once to build the offset map (a hash of each key to its
+ * sources; when they hold nothing dirty, the objects from the first dirty
+ * one on, a window that removes no tombstone), are read once to build the offset map (a hash of each key to its
  * latest offset, from the first dirty offset on) in at most
  * log.cleaner.dedupe.buffer.size bytes; when the keys do not fit, the map
  * ends at the first record that did not fit (in the middle of a batch if

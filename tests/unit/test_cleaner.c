@@ -299,13 +299,15 @@ static void read_log(fx *f, const objreg_objects *o, int64_t end, struct logrec 
     assert_int_equal(next, end + 1);
 }
 
+static uint64_t max_bytes = 1 << 20;
+
 static int run_pass(fx *f, struct reg *r, sk_clean_cand *c, uint64_t map_bytes, int64_t now,
                     objreg_objects *out, sk_clean_result *res)
 {
     objreg_info infos[8];
     listing_of(r, infos);
     objcompact_env env = {f->os, reg_live, r, NULL, {0, 256, 1}, NULL, NULL};
-    sk_clean_params p = {map_bytes, 1 << 20, now};
+    sk_clean_params p = {map_bytes, max_bytes, now};
     objreg_keys retired = {0};
     *out = (objreg_objects){0};
     int rc = sk_cleaner_run(&env, infos, (size_t)r->n, c, 1, &p, &retired, out, res);
@@ -393,6 +395,39 @@ static void test_small_map_and_tombstone_horizon(void **state)
     free(objs[0].ranges);
 }
 
+/* Objects beyond what one pass may read: the oldest first, then, once they
+ * hold nothing dirty, a window from the first dirty object. */
+static void test_window_past_the_oldest(void **state)
+{
+    fx *f = *state;
+    objreg_object objs[3];
+    int n;
+    put_log(f, 30, 10, 6, objs, &n); /* offsets 0..39, 40..79, 80..119 */
+    struct reg r = {objs, n};
+    max_bytes = objs[0].size; /* one object a pass */
+    sk_clean_cand c = {STREAM, INT64_MAX, NULL, 0, 0, -1, 1000, 0, INT64_MAX, 0.01};
+    objreg_objects out;
+    sk_clean_result res;
+    assert_int_equal(run_pass(f, &r, &c, 1 << 20, NOW, &out, &res), 0);
+    assert_true(res.ran);
+    assert_int_equal(res.clean_end, 40); /* the oldest object */
+    struct logrec l;
+    read_log(f, &out, 39, &l);
+    assert_int_equal(l.n, 6);
+    objreg_objects_free(&out);
+    c.clean_end = 40; /* the registry unchanged here: the oldest still holds nothing dirty */
+    assert_int_equal(run_pass(f, &r, &c, 1 << 20, NOW, &out, &res), 0);
+    assert_true(res.ran);
+    assert_int_equal(res.clean_end, 80);
+    assert_int_equal(out.n, 1);
+    assert_int_equal(out.v[0].ranges[0].start, 40);
+    assert_int_equal(out.v[0].ranges[0].end, 79);
+    objreg_objects_free(&out);
+    max_bytes = 1 << 20;
+    for (int i = 0; i < n; i++)
+        free(objs[i].ranges);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -402,6 +437,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_pass_keeps_latest, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_small_map_and_tombstone_horizon, fx_setup,
                                         fx_teardown),
+        cmocka_unit_test_setup_teardown(test_window_past_the_oldest, fx_setup, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
