@@ -326,7 +326,8 @@ void h_alter_configs(sk_req *r)
         alter_finish(r);
 }
 
-/* The elements of a comma-separated list value, without one of them. */
+/* The elements of a comma-separated list value, trimmed, with or without one
+ * of them. */
 static char *list_op(sk_req *r, const char *cur, size_t cl, const char *item, size_t il,
                      bool add)
 {
@@ -338,7 +339,11 @@ static char *list_op(sk_req *r, const char *cur, size_t cl, const char *item, si
     const char *p = cur, *end = cur + cl;
     while (p < end) {
         const char *comma = memchr(p, ',', (size_t)(end - p));
-        const char *e = comma ? comma : end;
+        const char *e = comma ? comma : end, *next = e + 1;
+        while (p < e && *p == ' ') /* items trimmed, as Kafka parses a list */
+            p++;
+        while (e > p && e[-1] == ' ')
+            e--;
         bool same = (size_t)(e - p) == il && memcmp(p, item, il) == 0;
         present |= same;
         if (e > p && !(same && !add)) {
@@ -347,7 +352,7 @@ static char *list_op(sk_req *r, const char *cur, size_t cl, const char *item, si
             memcpy(out + k, p, (size_t)(e - p));
             k += (size_t)(e - p);
         }
-        p = e + 1;
+        p = next;
     }
     if (add && !present && il) {
         if (k)

@@ -360,6 +360,7 @@ static bool validate(sk_req *r, sk_topic *t, kp_ProduceRequest_PartitionProduceD
     lim.ts_after_max_ms = t->conf.ts_after_max_ms;
     lim.log_append_time = t->conf.log_append_time;
     lim.validate_records = true;
+    lim.compacted = (t->conf.policy & SK_POLICY_COMPACT) != 0;
     int32_t bad = -1;
     int code = kb_validate(pd->records.p, (size_t)pd->records.len, &lim, hp, &bad);
     if (code != 0) {

@@ -839,7 +839,8 @@ static void retention_sweep(sk_node *n, bool periodic)
     int64_t now = sk_now_ms();
     while (sk_map_next(n->topics_by_id, &it, NULL, NULL, &v)) {
         sk_topic *t = v;
-        if (t->conf.retention_ms < 0 && t->conf.retention_bytes < 0)
+        if ((t->conf.retention_ms < 0 && t->conf.retention_bytes < 0) ||
+            !(t->conf.policy & SK_POLICY_DELETE)) /* compact alone keeps every key */
             continue;
         for (int32_t i = 0; i < t->nparts; i++) {
             if (j->nitems == cap) {

@@ -14,7 +14,6 @@
 
 #define NO_SEGMENTS "Skiff has no log segments: a partition lives in the shared WAL, then in objects."
 #define NO_REPLICAS "Skiff has no replicas: the shared volume holds the one copy, objects the rest."
-#define NO_COMPACTION "Used by compacted topics, which Skiff does not have yet."
 #define ALL_TIERED "Every byte goes to the object store; retention.ms and retention.bytes decide when it goes."
 #define LMAX 9223372036854775807.0
 #define IMAX 2147483647.0
@@ -22,7 +21,8 @@
 static const sk_tconf_def defs[] = {
     /* Honoured. */
     {"cleanup.policy", NULL, "delete",
-     "Only `delete` is supported: Skiff does not compact topics.", SK_TC_SPECIAL, 0, 0},
+     "delete, compact, or both (comma-separated): delete applies retention.ms and "
+     "retention.bytes; compact keeps the latest record of each key.", SK_TC_SPECIAL, 0, 0},
     {"retention.ms", "log.retention.ms", NULL,
      "Batches older than this are deleted (-1: forever).", SK_TC_SPECIAL, 0, 0},
     {"retention.bytes", "log.retention.bytes", NULL,
@@ -50,7 +50,8 @@ static const sk_tconf_def defs[] = {
     {"compression.zstd.level", "compression.zstd.level", NULL, "The level of zstd recompression.",
      SK_TC_INT, -131072, 22},
     /* Stored and described, checked as Kafka checks them. */
-    {"delete.retention.ms", NULL, "86400000", NO_COMPACTION, SK_TC_LONG, 0, LMAX},
+    {"delete.retention.ms", "log.cleaner.delete.retention.ms", NULL,
+     "How long a tombstone stays after the compaction that first kept it.", SK_TC_LONG, 0, LMAX},
     {"file.delete.delay.ms", NULL, "60000", NO_SEGMENTS, SK_TC_LONG, 0, LMAX},
     {"flush.messages", NULL, "9223372036854775807",
      "Every acknowledged batch is already durable on the shared volume.", SK_TC_LONG, 1, LMAX},
@@ -61,9 +62,13 @@ static const sk_tconf_def defs[] = {
     {"leader.replication.throttled.replicas", NULL, "", NO_REPLICAS, SK_TC_THROTTLED, 0, 0},
     {"local.retention.bytes", NULL, "-2", ALL_TIERED, SK_TC_LONG, -2, LMAX},
     {"local.retention.ms", NULL, "-2", ALL_TIERED, SK_TC_LONG, -2, LMAX},
-    {"max.compaction.lag.ms", NULL, "9223372036854775807", NO_COMPACTION, SK_TC_LONG, 1, LMAX},
-    {"min.cleanable.dirty.ratio", NULL, "0.5", NO_COMPACTION, SK_TC_DOUBLE, 0, 1},
-    {"min.compaction.lag.ms", NULL, "0", NO_COMPACTION, SK_TC_LONG, 0, LMAX},
+    {"max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms", NULL,
+     "Records older than this are compacted whatever the dirty ratio.", SK_TC_LONG, 1, LMAX},
+    {"min.cleanable.dirty.ratio", "log.cleaner.min.cleanable.ratio", NULL,
+     "A partition is compacted once this share of its bytes in objects is not compacted yet.",
+     SK_TC_DOUBLE, 0, 1},
+    {"min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms", NULL,
+     "Records younger than this are not compacted.", SK_TC_LONG, 0, LMAX},
     {"preallocate", NULL, "false", NO_SEGMENTS, SK_TC_BOOL, 0, 0},
     {"remote.log.copy.disable", NULL, "false", ALL_TIERED, SK_TC_BOOL, 0, 0},
     {"remote.log.delete.on.disable", NULL, "false", ALL_TIERED, SK_TC_BOOL, 0, 0},
@@ -159,6 +164,39 @@ static bool throttled_ok(const char *v, size_t n)
     }
 }
 
+/* cleanup.policy as SK_POLICY_* bits, or -1: a comma-separated list whose
+ * items, trimmed, are compact or delete (Kafka's ValidList). */
+static int policy_of(const char *v, size_t n)
+{
+    int bits = 0;
+    size_t i = 0;
+    while (n > 0 && v[n - 1] == ' ')
+        n--;
+    while (i < n && v[i] == ' ')
+        i++;
+    if (i == n)
+        return 0; /* the empty list: neither (Kafka 4.2+, KIP-1161) */
+    for (;;) {
+        while (i < n && v[i] == ' ')
+            i++;
+        size_t s = i;
+        while (i < n && v[i] != ',')
+            i++;
+        size_t e = i;
+        while (e > s && v[e - 1] == ' ')
+            e--;
+        if (eq(v + s, e - s, "compact"))
+            bits |= SK_POLICY_COMPACT;
+        else if (eq(v + s, e - s, "delete"))
+            bits |= SK_POLICY_DELETE;
+        else
+            return -1;
+        if (i == n)
+            return bits;
+        i++; /* the comma */
+    }
+}
+
 #define CODEC_UNKNOWN (-2)
 
 /* compression.type's value as the codec batches are stored in: -1 for
@@ -226,7 +264,7 @@ const char *sk_tconf_check(const char *name, size_t nlen, const char *value, siz
         return check_typed(d, value, vlen);
     long long v;
     if (strcmp(d->name, "cleanup.policy") == 0)
-        return eq(value, vlen, "delete") ? NULL : "must be delete: Skiff does not compact topics";
+        return policy_of(value, vlen) >= 0 ? NULL : "must be a list of compact and delete";
     if (strcmp(d->name, "compression.type") == 0)
         return codec_of(value, vlen) != CODEC_UNKNOWN
                    ? NULL
@@ -296,7 +334,17 @@ void sk_tconf_resolve(const sk_config *cfg, sk_tconf *c)
     for (int i = 0; i < NDEFS; i++) {
         const char *v = sk_tconf_value(cfg, c, i, buf, sizeof buf, &src);
         const char *n = defs[i].name;
-        if (strcmp(n, "retention.ms") == 0)
+        if (strcmp(n, "cleanup.policy") == 0)
+            c->policy = policy_of(v, strlen(v));
+        else if (strcmp(n, "delete.retention.ms") == 0)
+            c->delete_retention_ms = strtoll(v, NULL, 10);
+        else if (strcmp(n, "min.compaction.lag.ms") == 0)
+            c->min_compaction_lag_ms = strtoll(v, NULL, 10);
+        else if (strcmp(n, "max.compaction.lag.ms") == 0)
+            c->max_compaction_lag_ms = strtoll(v, NULL, 10);
+        else if (strcmp(n, "min.cleanable.dirty.ratio") == 0)
+            c->min_dirty_ratio = strtod(v, NULL);
+        else if (strcmp(n, "retention.ms") == 0)
             c->retention_ms = strtoll(v, NULL, 10);
         else if (strcmp(n, "retention.bytes") == 0)
             c->retention_bytes = strtoll(v, NULL, 10);
@@ -320,6 +368,25 @@ void sk_tconf_resolve(const sk_config *cfg, sk_tconf *c)
     c->recompress = codec >= 0;
     c->codec = (int8_t)(codec >= 0 ? codec : 0);
     c->codec_level = codec > 0 ? levels[codec] : 0;
+}
+
+/* cleanup.policy as Kafka stores it: its items trimmed, once each, in the
+ * order given ("delete, compact,delete" is "delete,compact"). In place. */
+static void policy_normalize(char *v)
+{
+    int seen = 0;
+    char out[SK_TCONF_VALUE_MAX + 1] = "";
+    size_t k = 0;
+    char *save = NULL;
+    for (char *item = strtok_r(v, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        int bit = strstr(item, "compact") ? SK_POLICY_COMPACT : SK_POLICY_DELETE;
+        if (seen & bit)
+            continue;
+        seen |= bit;
+        k += (size_t)snprintf(out + k, sizeof out - k, "%s%s", k ? "," : "",
+                              bit == SK_POLICY_COMPACT ? "compact" : "delete");
+    }
+    strcpy(v, out);
 }
 
 int sk_tconf_build(const sk_config *cfg, int n, const char *const *names, const size_t *nlens,
@@ -359,6 +426,8 @@ int sk_tconf_build(const sk_config *cfg, int n, const char *const *names, const 
         if (nv && d && d->type == SK_TC_BOOL) /* described as Kafka does: true or false */
             for (char *c = nv; *c; c++)
                 *c = (char)tolower((unsigned char)*c);
+        if (nv && d && strcmp(d->name, "cleanup.policy") == 0)
+            policy_normalize(nv); /* checked above: compact and delete only */
         if (slot == out->noverrides) {
             out->names[slot] = strndup(names[i], nlens[i]);
             out->noverrides++;

@@ -7,7 +7,7 @@
  * Skiff's model are honoured, the others (log segments, replicas, tiered
  * storage) are checked as Kafka checks them, stored and described, each
  * with what it does here. Names Kafka does not know, and the values of the
- * honoured ones that Skiff cannot honour (compaction), are refused with
+ * honoured ones that Skiff cannot honour (tiered storage), are refused with
  * INVALID_CONFIG and a message.
  *
  * Contract: pure functions; the loop thread in practice. sk_tconf owns its

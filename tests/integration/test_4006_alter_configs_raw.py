@@ -86,8 +86,8 @@ def test_bad_values_and_unknown_resources(conn, topic_name):
 
 def test_kafka_topic_configs_are_accepted_and_described(conn, topic_name):
     """Every topic config Kafka has is accepted with Kafka's checks, stored and described
-    (what it does in Skiff is in its documentation); what Skiff cannot do (compaction,
-    tiered storage) is refused, and says so."""
+    (what it does in Skiff is in its documentation); what Skiff cannot do (tiered
+    storage) is refused, and says so."""
     c = conn
     kproto.create_topic(c, topic_name, 1)
     stored = [("segment.bytes", "2000000"), ("segment.ms", "60000"),
@@ -116,9 +116,8 @@ def test_kafka_topic_configs_are_accepted_and_described(conn, topic_name):
         assert err == INVALID_CONFIG and name in msg, (name, value, err, msg)
     if harness.external():
         return
-    # What Skiff cannot do yet.
-    for name, value in (("cleanup.policy", "compact"), ("cleanup.policy", "compact,delete"),
-                        ("remote.storage.enable", "true")):
+    # What Skiff cannot do.
+    for name, value in (("remote.storage.enable", "true"),):
         err, msg = incr(c, topic_name, [(name, SET, value)])
         assert err == INVALID_CONFIG, (name, value, err, msg)
         assert name in msg and "must be" in msg, msg

@@ -42,7 +42,15 @@ static void test_honoured(void **state)
     ok("min.insync.replicas", "2");
     refused("retention.ms", "-2", "-1 or more");
     refused("max.message.bytes", "63", "between");
-    refused("cleanup.policy", "compact", "compact");
+    ok("cleanup.policy", "compact");
+    ok("cleanup.policy", "compact,delete");
+    ok("cleanup.policy", "delete, compact");
+    refused("cleanup.policy", "Compact", "compact and delete");
+    refused("cleanup.policy", "compact;delete", "compact and delete");
+    refused("cleanup.policy", "compact,,delete", "compact and delete");
+    refused("cleanup.policy", "compact,", "compact and delete");
+    ok("cleanup.policy", "");  /* Kafka 4.2+: the empty list, neither */
+    ok("cleanup.policy", " compact ");
     ok("compression.type", "producer");
     ok("compression.type", "uncompressed");
     ok("compression.type", "gzip");
@@ -120,6 +128,34 @@ static void test_compression_resolved(void **state)
     sk_config_free(&cfg);
 }
 
+/* cleanup.policy resolves to its items: compact, delete, or both. */
+static void test_cleanup_policy_resolved(void **state)
+{
+    (void)state;
+    sk_tconf c = built(0, NULL, NULL);
+    assert_int_equal(c.policy, SK_POLICY_DELETE);
+    sk_tconf_free(&c);
+    const char *n[] = {"cleanup.policy"};
+    const char *v1[] = {"compact"};
+    c = built(1, n, v1);
+    assert_int_equal(c.policy, SK_POLICY_COMPACT);
+    sk_tconf_free(&c);
+    const char *v2[] = {"compact, delete"};
+    c = built(1, n, v2);
+    assert_int_equal(c.policy, SK_POLICY_COMPACT | SK_POLICY_DELETE);
+    assert_string_equal(c.values[0], "compact,delete");
+    sk_tconf_free(&c);
+    const char *v3[] = {" delete ,compact,delete"}; /* stored as Kafka stores it */
+    c = built(1, n, v3);
+    assert_string_equal(c.values[0], "delete,compact");
+    sk_tconf_free(&c);
+    const char *v4[] = {""};
+    c = built(1, n, v4);
+    assert_int_equal(c.policy, 0);
+    assert_string_equal(c.values[0], "");
+    sk_tconf_free(&c);
+}
+
 static void test_stored_with_kafkas_bounds(void **state)
 {
     (void)state;
@@ -183,6 +219,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_honoured),
         cmocka_unit_test(test_compression_resolved),
+        cmocka_unit_test(test_cleanup_policy_resolved),
         cmocka_unit_test(test_stored_with_kafkas_bounds),
         cmocka_unit_test(test_throttled_replica_lists),
         cmocka_unit_test(test_unknown_names),
