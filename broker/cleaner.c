@@ -1,5 +1,6 @@
 #include "cleaner.h"
 
+#include <openssl/evp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,22 +12,23 @@
 /* ---- the offset map ---- */
 
 struct sk_omap {
-    uint64_t *h;  /* 0: empty slot */
+    uint64_t (*h)[2]; /* {0, 0}: empty slot */
     int64_t *off;
     uint64_t cap, n;
 };
 
-static uint64_t key_hash(const uint8_t *k, size_t len)
+/* 128 bits of the key's SHA-256, as Kafka's map keeps 128 bits of MD5. Two
+ * keys with one hash would lose the older key's latest record, so the hash
+ * is one no client can aim at, and wide enough that chance never meets it. */
+static void key_hash(const uint8_t *k, size_t len, uint64_t out[2])
 {
-    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a, then a 64-bit finalizer */
-    for (size_t i = 0; i < len; i++)
-        h = (h ^ k[i]) * 0x100000001b3ull;
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ull;
-    h ^= h >> 33;
-    return h ? h : 1;
+    uint8_t d[EVP_MAX_MD_SIZE];
+    unsigned dl = 0;
+    if (EVP_Digest(k, len, d, &dl, EVP_sha256(), NULL) != 1 || dl < 16)
+        abort(); /* SHA-256 is always there; nothing sane goes on without it */
+    memcpy(out, d, 16);
+    if (!out[0] && !out[1])
+        out[0] = 1;
 }
 
 sk_omap *sk_omap_new(uint64_t bytes)
@@ -61,21 +63,29 @@ bool sk_omap_room(const sk_omap *m, uint64_t n)
     return m->n + n <= m->cap - m->cap / 10; /* Kafka's dedupe load factor, 0.9 */
 }
 
-static uint64_t slot_of(const sk_omap *m, uint64_t h)
+static bool slot_empty(const sk_omap *m, uint64_t i)
 {
-    uint64_t i = h % m->cap;
-    while (m->h[i] && m->h[i] != h)
+    return !m->h[i][0] && !m->h[i][1];
+}
+
+static uint64_t slot_of(const sk_omap *m, const uint64_t h[2])
+{
+    uint64_t i = h[0] % m->cap;
+    while (!slot_empty(m, i) && (m->h[i][0] != h[0] || m->h[i][1] != h[1]))
         i = i + 1 == m->cap ? 0 : i + 1;
     return i;
 }
 
 void sk_omap_put(sk_omap *m, const uint8_t *key, size_t len, int64_t offset)
 {
-    uint64_t h = key_hash(key, len), i = slot_of(m, h);
-    if (!m->h[i]) {
+    uint64_t h[2];
+    key_hash(key, len, h);
+    uint64_t i = slot_of(m, h);
+    if (slot_empty(m, i)) {
         if (m->n + 1 >= m->cap)
             return; /* sk_omap_room keeps callers away from this */
-        m->h[i] = h;
+        m->h[i][0] = h[0];
+        m->h[i][1] = h[1];
         m->n++;
     }
     m->off[i] = offset;
@@ -83,8 +93,10 @@ void sk_omap_put(sk_omap *m, const uint8_t *key, size_t len, int64_t offset)
 
 int64_t sk_omap_get(const sk_omap *m, const uint8_t *key, size_t len)
 {
-    uint64_t h = key_hash(key, len), i = slot_of(m, h);
-    return m->h[i] ? m->off[i] : -1;
+    uint64_t h[2];
+    key_hash(key, len, h);
+    uint64_t i = slot_of(m, h);
+    return slot_empty(m, i) ? -1 : m->off[i];
 }
 
 /* ---- transactions ---- */

@@ -89,9 +89,9 @@ typedef struct sk_clean_result {
     uint64_t bytes_in, records_removed, batches_removed;
 } sk_clean_result;
 
-/* An entry of the offset map (the dedupe buffer): a 64-bit hash of the key
+/* An entry of the offset map (the dedupe buffer): a 128-bit hash of the key
  * and the offset. */
-#define SK_CLEAN_MAP_ENTRY 16
+#define SK_CLEAN_MAP_ENTRY 24
 
 /* Picks the stream to clean from the listing objs[0..n) and cleans it.
  * env->live gives an object's live ranges; env->filter is set here. With

@@ -579,7 +579,7 @@ const sk_prop sk_props[] = {
      false},
     {"log.cleaner.dedupe.buffer.size", SK_PROP_LONG, OFF(log_cleaner_dedupe_buffer_size),
      "134217728", 4096, I64MAX, "Topics",
-     "Memory of the offset map of one compaction pass (16 bytes a key): a partition whose "
+     "Memory of the offset map of one compaction pass (24 bytes a key): a partition whose "
      "dirty keys do not fit is compacted in several passes.",
      NULL, false},
     {"log.cleaner.backoff.ms", SK_PROP_LONG, OFF(log_cleaner_backoff_ms), "15000", 0, I64MAX,

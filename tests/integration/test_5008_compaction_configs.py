@@ -6,7 +6,7 @@ configurations that steer compaction on skiffd.
   then records of a filler key that roll Kafka's segments; a consumer reading from the
   beginning (librdkafka through confluent-kafka, kcat, the Java console consumer) ends up with
   exactly one record per key, the latest, at the offset its producer was given.
-- On skiffd: a dedupe buffer of 4 KiB (230 keys) cannot hold the 600 keys of the topic:
+- On skiffd: a dedupe buffer of 4 KiB (153 keys) cannot hold the 600 keys of the topic:
   compaction takes several passes and still converges; a topic with
   min.compaction.lag.ms of ten minutes is left alone; compact,delete also applies
   retention.ms; with min.cleanable.dirty.ratio=1, max.compaction.lag.ms alone gets new
