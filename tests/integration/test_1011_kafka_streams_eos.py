@@ -26,21 +26,25 @@ WORDS = 8
 
 def expected_input(seed):
     """(the input values in a shuffled order, word -> count)."""
-    want = {"w%d" % i: 4 * (i + 1) for i in range(WORDS)}
+    want = {"w%d" % i: 10 * (i + 1) for i in range(WORDS)}
     vals = [w for w, n in want.items() for _ in range(n)]
     random.Random(seed).shuffle(vals)
     return vals, want
 
 
-def produce(bootstrap, topic, values):
+def produce(bootstrap, topic, values, step=0, pause=0.0):
+    """Every value, acknowledged (acks=all, idempotent: retried across a restart of the
+    node); with step, that many at a time, pause seconds apart."""
     from confluent_kafka import Producer
     p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
                   "linger.ms": 5})
     errors = []
-    for v in values:
+    for i, v in enumerate(values):
         p.produce(topic, value=v.encode(),
                   on_delivery=lambda err, msg: err and errors.append(str(err)))
-    assert p.flush(30) == 0 and not errors, errors
+        if step and i % step == step - 1:
+            p.poll(pause)
+    assert p.flush(60) == 0 and not errors, errors
 
 
 class Output:
@@ -143,21 +147,33 @@ def test_streams_eos_count_across_sigkill(broker_factory, topic_name, tmp_path):
     b = broker_factory()
     src, dst = setup_topics(b.bootstrap, topic_name)
     values, want = expected_input(10110)
-    half = len(values) // 2
-    produce(b.bootstrap, src, values[:half])
+    first = len(values) // 3
+    produce(b.bootstrap, src, values[:first])
     app_id = "t1011k-" + uuid.uuid4().hex[:8]
     apps = [App(b.bootstrap, src, dst, app_id, str(tmp_path))]
     out = Output(b.bootstrap, dst)
+    # The rest of the input arrives while the application works and the node dies.
+    failed = []
+
+    def produce_rest():
+        try:
+            produce(b.bootstrap, src, values[first:], 10, 0.05)
+        except Exception as e:  # noqa: BLE001 - reported by the test's thread
+            failed.append(e)
+    rest = threading.Thread(target=produce_rest)
     try:
         # SIGKILL of the node as soon as the first counts are committed, while the
-        # application is still working through the first half.
+        # application is working through the input.
         deadline = time.time() + 60
         while not out.seen and time.time() < deadline:
             out.poll(0.2)
-        assert out.seen, "no output after 60 s: states %s" % apps[0].states()
+        assert out.seen, "no output after 60 s: %s" % apps[0].states()
+        rest.start()
+        time.sleep(0.3)
         b.kill()
         b.start()
-        produce(b.bootstrap, src, values[half:])
+        rest.join(90)
+        assert not rest.is_alive() and not failed, failed
         deadline = time.time() + 75
         while time.time() < deadline:
             out.poll(1)
