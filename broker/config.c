@@ -69,6 +69,13 @@ static const char *check_ts_type(const char *v)
     return "must be CreateTime or LogAppendTime";
 }
 
+static const char *check_ratio(const char *v)
+{
+    char *end;
+    double x = strtod(v, &end);
+    return *v && !*end && x >= 0 && x <= 1 ? NULL : "must be a number between 0 and 1";
+}
+
 static const char *check_compression(const char *v)
 {
     if (strcmp(v, "producer") == 0 || kb_codec_named(v, strlen(v)) >= 0)
@@ -518,6 +525,38 @@ const sk_prop sk_props[] = {
      "Default compression.gzip.level of topics: the level of gzip recompression.", NULL, true},
     {"compression.lz4.level", SK_PROP_INT, OFF(compression_lz4_level), "9", 1, 17, "Topics",
      "Default compression.lz4.level of topics: the level of lz4 recompression.", NULL, true},
+    {"log.cleaner.enable", SK_PROP_BOOL, OFF(log_cleaner_enable), "true", 0, 0, "Topics",
+     "Compact the partitions of topics with cleanup.policy=compact (docs/objects.md).", NULL,
+     false},
+    {"log.cleaner.dedupe.buffer.size", SK_PROP_LONG, OFF(log_cleaner_dedupe_buffer_size),
+     "134217728", 1048576, I64MAX, "Topics",
+     "Memory of the offset map of one compaction pass (16 bytes a key): a partition whose "
+     "dirty keys do not fit is compacted in several passes.",
+     NULL, false},
+    {"log.cleaner.backoff.ms", SK_PROP_LONG, OFF(log_cleaner_backoff_ms), "15000", 0, I64MAX,
+     "Topics",
+     "Least time between two compaction passes of keyed topics (they run with object "
+     "compaction, every s3.compaction.interval.ms at most).",
+     NULL, false},
+    {"log.cleaner.min.cleanable.ratio", SK_PROP_STRING, OFF(log_cleaner_min_cleanable_ratio),
+     "0.5", 0, 0, "Topics",
+     "Default min.cleanable.dirty.ratio of topics: the share of a partition's bytes not yet "
+     "compacted above which it is compacted.",
+     check_ratio, false},
+    {"log.cleaner.delete.retention.ms", SK_PROP_LONG, OFF(log_cleaner_delete_retention_ms),
+     "86400000", 0, I64MAX, "Topics",
+     "Default delete.retention.ms of topics: how long a tombstone stays after the compaction "
+     "that first kept it.",
+     NULL, false},
+    {"log.cleaner.min.compaction.lag.ms", SK_PROP_LONG, OFF(log_cleaner_min_compaction_lag_ms),
+     "0", 0, I64MAX, "Topics",
+     "Default min.compaction.lag.ms of topics: records younger than this are not compacted.",
+     NULL, false},
+    {"log.cleaner.max.compaction.lag.ms", SK_PROP_LONG, OFF(log_cleaner_max_compaction_lag_ms),
+     "9223372036854775807", 1, I64MAX, "Topics",
+     "Default max.compaction.lag.ms of topics: records older than this are compacted whatever "
+     "the dirty ratio.",
+     NULL, false},
     {"compression.zstd.level", SK_PROP_INT, OFF(compression_zstd_level), "3", -131072, 22,
      "Topics", "Default compression.zstd.level of topics: the level of zstd recompression.", NULL,
      true},

@@ -127,6 +127,13 @@ typedef struct sk_config {
     int32_t compression_gzip_level;
     int32_t compression_lz4_level;
     int32_t compression_zstd_level;
+    bool log_cleaner_enable;
+    int64_t log_cleaner_dedupe_buffer_size;
+    int64_t log_cleaner_backoff_ms;
+    char *log_cleaner_min_cleanable_ratio;
+    int64_t log_cleaner_delete_retention_ms;
+    int64_t log_cleaner_min_compaction_lag_ms;
+    int64_t log_cleaner_max_compaction_lag_ms;
 
     /* network */
     int32_t socket_request_max_bytes;

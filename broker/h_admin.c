@@ -500,7 +500,9 @@ static void describe_topic(sk_req *r, const kp_DescribeConfigsRequest *req,
             (int8_t)(src == 1 ? SRC_TOPIC : src == 2 ? SRC_STATIC_BROKER : SRC_DEFAULT);
         c->is_sensitive = false;
         const sk_prop *bp = d->broker_prop ? sk_config_find(d->broker_prop) : NULL;
-        c->config_type = bp ? prop_type(bp->type) : def_type(d->type);
+        /* Typed by the table when it checks the value (a ratio is a DOUBLE
+         * whatever the broker property's representation). */
+        c->config_type = bp && d->type == SK_TC_SPECIAL ? prop_type(bp->type) : def_type(d->type);
         if (req->include_documentation)
             c->documentation = sk_req_str(r, d->doc);
         if (req->include_synonyms) {

@@ -362,6 +362,16 @@ void sk_metrics_render(sk_node *n, struct evbuffer *b)
         counter(b, "skiff_s3_stream_set_objects_put_total", "StreamSetObjects written.",
                 ts.sso_put);
         counter(b, "skiff_s3_compactions_total", "Compactions registered.", ts.compactions);
+        counter(b, "skiff_log_cleaner_passes_total",
+                "Compaction passes over keyed topics (cleanup.policy=compact) registered.",
+                ts.cleaner_passes);
+        counter(b, "skiff_log_cleaner_bytes_read_total",
+                "Object bytes rewritten by compaction passes over keyed topics.",
+                ts.cleaner_bytes_in);
+        counter(b, "skiff_log_cleaner_records_removed_total",
+                "Records removed by compaction of keyed topics (older values, expired "
+                "tombstones).",
+                ts.cleaner_records_removed);
         counter(b, "skiff_s3_objects_deleted_total", "Retired objects deleted.",
                 ts.objects_deleted);
         counter(b, "skiff_s3_orphans_deleted_total", "Unregistered objects deleted.",

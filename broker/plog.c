@@ -272,6 +272,30 @@ void sk_cache_evict(sk_node *n)
     }
 }
 
+void sk_cache_drop_below(sk_node *n, sk_part *p, int64_t below)
+{
+    sk_cbatch **pp = &n->cache_head, *prev = NULL;
+    uint32_t dropped = 0;
+    while (*pp) {
+        sk_cbatch *b = *pp;
+        if (b->part == p && b->last < below && b->lsn < n->store_applied &&
+            dropped < p->cq_len && cq_at(p, dropped) == b) { /* p's oldest, in order */
+            *pp = b->gnext;
+            n->cache_bytes -= b->len;
+            free(b);
+            dropped++;
+        } else {
+            prev = b;
+            pp = &b->gnext;
+        }
+    }
+    n->cache_tail = prev;
+    if (dropped) {
+        p->cq_head = (p->cq_head + dropped) % p->cq_cap;
+        p->cq_len -= dropped;
+    }
+}
+
 /* Index in the ring of the batch holding `offset`, or -1 if older than the
  * cache, or cq_len if past its end. */
 static int64_t cq_find(const sk_part *p, int64_t offset)

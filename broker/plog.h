@@ -61,6 +61,9 @@ void sk_part_release(sk_node *n, sk_part *p);
 void sk_cache_add(sk_node *n, sk_part *p, sk_cbatch *b);
 /* Evicts the oldest batches while over the limit and covered by the view. */
 void sk_cache_evict(sk_node *n);
+/* Drops p's cached batches that end below `below` and that the view
+ * covers (compaction rewrote them: reads go to the new objects). */
+void sk_cache_drop_below(sk_node *n, sk_part *p, int64_t below);
 
 /* Collects cached batches of p holding offsets in [from, hw), in order,
  * until max_bytes is reached (the first batch always counts). Returns the

@@ -14,7 +14,6 @@
 
 #define NO_SEGMENTS "Skiff has no log segments: a partition lives in the shared WAL, then in objects."
 #define NO_REPLICAS "Skiff has no replicas: the shared volume holds the one copy, objects the rest."
-#define COMPACTION_LATER "Accepted and stored; compaction of keyed topics does not run yet."
 #define ALL_TIERED "Every byte goes to the object store; retention.ms and retention.bytes decide when it goes."
 #define LMAX 9223372036854775807.0
 #define IMAX 2147483647.0
@@ -23,7 +22,7 @@ static const sk_tconf_def defs[] = {
     /* Honoured. */
     {"cleanup.policy", NULL, "delete",
      "delete, compact, or both (comma-separated): delete applies retention.ms and "
-     "retention.bytes; compact refuses records without a key.", SK_TC_SPECIAL, 0, 0},
+     "retention.bytes; compact keeps the latest record of each key.", SK_TC_SPECIAL, 0, 0},
     {"retention.ms", "log.retention.ms", NULL,
      "Batches older than this are deleted (-1: forever).", SK_TC_SPECIAL, 0, 0},
     {"retention.bytes", "log.retention.bytes", NULL,
@@ -51,7 +50,8 @@ static const sk_tconf_def defs[] = {
     {"compression.zstd.level", "compression.zstd.level", NULL, "The level of zstd recompression.",
      SK_TC_INT, -131072, 22},
     /* Stored and described, checked as Kafka checks them. */
-    {"delete.retention.ms", NULL, "86400000", COMPACTION_LATER, SK_TC_LONG, 0, LMAX},
+    {"delete.retention.ms", "log.cleaner.delete.retention.ms", NULL,
+     "How long a tombstone stays after the compaction that first kept it.", SK_TC_LONG, 0, LMAX},
     {"file.delete.delay.ms", NULL, "60000", NO_SEGMENTS, SK_TC_LONG, 0, LMAX},
     {"flush.messages", NULL, "9223372036854775807",
      "Every acknowledged batch is already durable on the shared volume.", SK_TC_LONG, 1, LMAX},
@@ -62,9 +62,13 @@ static const sk_tconf_def defs[] = {
     {"leader.replication.throttled.replicas", NULL, "", NO_REPLICAS, SK_TC_THROTTLED, 0, 0},
     {"local.retention.bytes", NULL, "-2", ALL_TIERED, SK_TC_LONG, -2, LMAX},
     {"local.retention.ms", NULL, "-2", ALL_TIERED, SK_TC_LONG, -2, LMAX},
-    {"max.compaction.lag.ms", NULL, "9223372036854775807", COMPACTION_LATER, SK_TC_LONG, 1, LMAX},
-    {"min.cleanable.dirty.ratio", NULL, "0.5", COMPACTION_LATER, SK_TC_DOUBLE, 0, 1},
-    {"min.compaction.lag.ms", NULL, "0", COMPACTION_LATER, SK_TC_LONG, 0, LMAX},
+    {"max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms", NULL,
+     "Records older than this are compacted whatever the dirty ratio.", SK_TC_LONG, 1, LMAX},
+    {"min.cleanable.dirty.ratio", "log.cleaner.min.cleanable.ratio", NULL,
+     "A partition is compacted once this share of its bytes in objects is not compacted yet.",
+     SK_TC_DOUBLE, 0, 1},
+    {"min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms", NULL,
+     "Records younger than this are not compacted.", SK_TC_LONG, 0, LMAX},
     {"preallocate", NULL, "false", NO_SEGMENTS, SK_TC_BOOL, 0, 0},
     {"remote.log.copy.disable", NULL, "false", ALL_TIERED, SK_TC_BOOL, 0, 0},
     {"remote.log.delete.on.disable", NULL, "false", ALL_TIERED, SK_TC_BOOL, 0, 0},
@@ -326,6 +330,14 @@ void sk_tconf_resolve(const sk_config *cfg, sk_tconf *c)
         const char *n = defs[i].name;
         if (strcmp(n, "cleanup.policy") == 0)
             c->policy = policy_of(v, strlen(v));
+        else if (strcmp(n, "delete.retention.ms") == 0)
+            c->delete_retention_ms = strtoll(v, NULL, 10);
+        else if (strcmp(n, "min.compaction.lag.ms") == 0)
+            c->min_compaction_lag_ms = strtoll(v, NULL, 10);
+        else if (strcmp(n, "max.compaction.lag.ms") == 0)
+            c->max_compaction_lag_ms = strtoll(v, NULL, 10);
+        else if (strcmp(n, "min.cleanable.dirty.ratio") == 0)
+            c->min_dirty_ratio = strtod(v, NULL);
         else if (strcmp(n, "retention.ms") == 0)
             c->retention_ms = strtoll(v, NULL, 10);
         else if (strcmp(n, "retention.bytes") == 0)

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "blockcache.h"
+#include "cleaner.h"
 #include "cluster.h"
 #include "config.h"
 #include "kbatch.h"
@@ -55,7 +56,14 @@ struct sk_tier {
     bool foreign_kicked;  /* ... more came while an upload ran */
     /* orphan GC: candidates of the previous pass */
     objreg_keys orphans;
+    /* keyed topics: stream -> struct clean_state, what the passes here left */
+    sk_map *cleaned;
+    int64_t last_clean_ms;
     sk_tier_stats st;
+};
+
+struct clean_state {
+    int64_t clean_end, horizon_ms;
 };
 
 static void start_next_job(sk_tier *t);
@@ -134,6 +142,10 @@ struct job {
     /* orphan GC */
     objreg_keys cands;
     size_t deleted;
+    /* compaction of keyed topics */
+    sk_clean_cand *clean;
+    size_t nclean;
+    sk_clean_result cres;
 };
 
 static void job_free(struct job *j)
@@ -147,6 +159,7 @@ static void job_free(struct job *j)
     free(j->ranges);
     free(j->infos);
     objreg_keys_free(&j->cands);
+    free(j->clean);
     free(j);
 }
 
@@ -525,9 +538,28 @@ static int compact_sources(struct job *j, const objcompact_plan *plan)
     int rc = 0;
     for (size_t i = 0; rc == 0 && i < plan->nsrc; i++)
         rc = objreg_keys_push(&j->retired, j->infos[plan->src[i]].key);
-    objcompact_env env = {t->os, source_live, t->n->store, batch_max_ts, upload_params(t)};
+    objcompact_env env = {t->os, source_live, t->n->store, batch_max_ts, upload_params(t),
+                          NULL, NULL};
     if (rc == 0)
         rc = objcompact_run(&env, plan, (const char *const *)j->retired.v, &j->objs);
+    return rc;
+}
+
+/* Compaction of keyed topics, when object compaction had nothing to do. */
+static int clean_work(struct job *j)
+{
+    sk_tier *t = j->t;
+    const sk_config *cfg = t->n->cfg;
+    objcompact_env env = {t->os, source_live, t->n->store, batch_max_ts, upload_params(t),
+                          NULL, NULL};
+    sk_clean_params p = {(uint64_t)cfg->log_cleaner_dedupe_buffer_size,
+                         (uint64_t)cfg->s3_compaction_max_bytes, sk_now_ms()};
+    int rc = sk_cleaner_run(&env, j->infos, j->ninfos, j->clean, j->nclean, &p, &j->retired,
+                            &j->objs, &j->cres);
+    if (rc != 0) {
+        objreg_keys_free(&j->retired);
+        j->retired = (objreg_keys){0};
+    }
     return rc;
 }
 
@@ -544,6 +576,8 @@ static void compact_work(void *arg)
         rc = compact_sources(j, &plan);
     }
     objcompact_plan_free(&plan);
+    if (rc == 0 && j->retired.n == 0 && j->nclean > 0)
+        rc = clean_work(j);
     j->err = rc;
 }
 
@@ -563,10 +597,25 @@ static void orphans_work(void *arg)
 
 /* ---- completions on the loop ---- */
 
+static sk_map *live_streams(sk_node *n);
+
+/* The cache keeps what a pass over a keyed topic just rewrote: reads of it
+ * go to the new objects from now on. */
+static void drop_cleaned(struct job *j)
+{
+    sk_map *live = live_streams(j->t->n);
+    sk_part *p = live ? sk_map_get(live, &j->cres.stream, sizeof j->cres.stream) : NULL;
+    if (p)
+        sk_cache_drop_below(j->t->n, p, j->cres.clean_end);
+    sk_map_destroy(live);
+}
+
 static void registered(void *arg, int err)
 {
     struct job *j = arg;
     sk_tier *t = j->t;
+    if (err == 0 && j->cres.ran)
+        drop_cleaned(j);
     if (err == 0) {
         if (j->kind == JOB_UPLOAD && j->end > t->uploaded)
             t->uploaded = j->end;
@@ -775,9 +824,35 @@ static void upload_done(struct job *j)
     start_next_job(t);
 }
 
+/* What a pass over a keyed topic's stream leaves for the next. */
+static void cleaned(struct job *j)
+{
+    sk_tier *t = j->t;
+    const sk_clean_result *r = &j->cres;
+    t->last_clean_ms = sk_mono_ms();
+    if (j->err != 0 || !r->ran)
+        return;
+    struct clean_state *cs = sk_map_get(t->cleaned, &r->stream, sizeof r->stream);
+    if (!cs && (cs = malloc(sizeof *cs)) != NULL &&
+        sk_map_put(t->cleaned, &r->stream, sizeof r->stream, cs) != 0) {
+        free(cs);
+        cs = NULL;
+    }
+    if (cs)
+        *cs = (struct clean_state){r->clean_end, r->horizon_ms};
+    t->st.cleaner_passes++;
+    t->st.cleaner_bytes_in += r->bytes_in;
+    t->st.cleaner_records_removed += r->records_removed;
+    SK_INFO("tier", "compacted stream %" PRIu64 " below offset %" PRId64 ": %" PRIu64
+            " records removed, %zu objects into %zu",
+            r->stream, r->clean_end, r->records_removed, j->retired.n, j->objs.n);
+}
+
 static void compact_done(struct job *j)
 {
     sk_tier *t = j->t;
+    if (j->nclean > 0)
+        cleaned(j);
     if (j->err != 0)
         SK_WARN("tier", "compaction failed: %s", sk_err_name(j->err));
     if (j->err == 0 && j->retired.n > 0) {
@@ -991,6 +1066,48 @@ static void upload_cb(evutil_socket_t fd, short what, void *arg)
     start_next_job(arg);
 }
 
+static void add_candidate(sk_tier *t, struct job *j, const sk_topic *tp, const sk_part *p)
+{
+    sk_clean_cand *c = &j->clean[j->nclean++];
+    const struct clean_state *cs = sk_map_get(t->cleaned, &p->stream, sizeof p->stream);
+    *c = (sk_clean_cand){p->stream,
+                         cs ? cs->clean_end : 0,
+                         cs ? cs->horizon_ms : -1,
+                         tp->conf.delete_retention_ms,
+                         tp->conf.min_compaction_lag_ms,
+                         tp->conf.max_compaction_lag_ms,
+                         tp->conf.min_dirty_ratio};
+}
+
+/* The partitions of keyed topics this node is main of, at most every
+ * log.cleaner.backoff.ms. */
+static void clean_candidates(sk_tier *t, struct job *j)
+{
+    const sk_config *cfg = t->n->cfg;
+    if (!cfg->log_cleaner_enable || !t->cleaned ||
+        sk_mono_ms() - t->last_clean_ms < cfg->log_cleaner_backoff_ms)
+        return;
+    size_t it = 0, cap = 0;
+    void *v;
+    while (sk_map_next(t->n->topics_by_id, &it, NULL, NULL, &v)) {
+        const sk_topic *tp = v;
+        if (!(tp->conf.policy & SK_POLICY_COMPACT))
+            continue;
+        for (int32_t i = 0; i < tp->nparts; i++) {
+            if (tp->parts[i]->own != SK_OWN_ACTIVE)
+                continue;
+            if (j->nclean == cap) {
+                cap = cap ? cap * 2 : 16;
+                sk_clean_cand *nc = realloc(j->clean, cap * sizeof *nc);
+                if (!nc)
+                    return;
+                j->clean = nc;
+            }
+            add_candidate(t, j, tp, tp->parts[i]);
+        }
+    }
+}
+
 static void bg_cb(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -1003,6 +1120,7 @@ static void bg_cb(evutil_socket_t fd, short what, void *arg)
         return;
     j->t = t;
     j->kind = JOB_LIST;
+    clean_candidates(t, j);
     t->busy = true;
     if (sk_workq_submit(t->q, list_work, job_done, j) != 0) {
         t->busy = false;
@@ -1201,7 +1319,8 @@ sk_tier *sk_tier_new(sk_node *n, char *why, size_t whylen)
     t->upload_ev = event_new(n->base, -1, EV_PERSIST, upload_cb, t);
     t->bg_ev = event_new(n->base, -1, EV_PERSIST, bg_cb, t);
     t->orphan_ev = event_new(n->base, -1, EV_PERSIST, orphan_cb, t);
-    if (!t->ix || !t->bc || !t->q || !t->upload_ev || !t->bg_ev || !t->orphan_ev) {
+    t->cleaned = sk_map_new();
+    if (!t->ix || !t->bc || !t->q || !t->upload_ev || !t->bg_ev || !t->orphan_ev || !t->cleaned) {
         snprintf(why, whylen, "out of memory");
         sk_tier_destroy(t);
         return NULL;
@@ -1287,6 +1406,13 @@ void sk_tier_destroy(sk_tier *t)
     if (t->os)
         objstore_destroy(t->os);
     objreg_keys_free(&t->orphans);
+    if (t->cleaned) {
+        size_t it = 0;
+        void *v;
+        while (sk_map_next(t->cleaned, &it, NULL, NULL, &v))
+            free(v);
+        sk_map_destroy(t->cleaned);
+    }
     free(t);
 }
 

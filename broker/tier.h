@@ -23,8 +23,9 @@
  * Background: retired objects (compacted away, or with no live range left)
  * are deleted after s3.object.delete.delay.ms; compaction merges small
  * StreamSetObjects, splits old ones into StreamObjects and merges small
- * StreamObjects of a stream; the orphan GC deletes objects the registry does
- * not know, in two passes.
+ * StreamObjects of a stream; partitions of keyed topics are compacted
+ * (cleaner.h) when object compaction has nothing to do; the orphan GC deletes
+ * objects the registry does not know, in two passes.
  *
  * This module is the node's side of it: scheduling on the loop and the
  * tier thread, reading the WAL, the registry (OBJECTS and OBJECT_GONE
@@ -96,6 +97,8 @@ typedef struct sk_tier_stats {
     int64_t listed_ms;
     uint64_t upload_failures; /* uploads, or their registration, that failed */
     int64_t last_upload_ms;   /* wall clock of the last upload done (0: none yet) */
+    /* compaction of keyed topics (cleaner.h) */
+    uint64_t cleaner_passes, cleaner_bytes_in, cleaner_records_removed;
 } sk_tier_stats;
 void sk_tier_stats_get(const sk_tier *t, sk_tier_stats *out);
 /* The object store's own counters (requests, retries, errors). */

@@ -49,6 +49,8 @@ typedef struct sk_txns sk_txns;
 
 typedef struct sk_tconf {
     int policy;              /* SK_POLICY_* bits */
+    int64_t delete_retention_ms, min_compaction_lag_ms, max_compaction_lag_ms;
+    double min_dirty_ratio;
     int64_t retention_ms;    /* -1: forever */
     int64_t retention_bytes; /* -1: no limit */
     int32_t max_message_bytes;

@@ -868,6 +868,132 @@ int kb_foreach_record(const uint8_t *p, size_t len, size_t max_decompressed, kb_
     return rc;
 }
 
+/* ---- Filtering (compaction) --------------------------------------------- */
+
+typedef struct filt {
+    const kb_header *h;
+    kb_keep_fn keep;
+    void *arg;
+    int64_t horizon; /* -1: timestamps deltas stay */
+    uint8_t *out;
+    size_t len;
+    int32_t kept;
+} filt;
+
+/* Appends the record raw[0..n) (parsed as v), its timestamp delta rebased
+ * when a horizon is set. */
+static void filt_put(filt *f, const uint8_t *raw, size_t n, const rec_view *v)
+{
+    if (f->horizon < 0) {
+        memcpy(f->out + f->len, raw, n);
+        f->len += n;
+        return;
+    }
+    const uint8_t *q = raw, *end = raw + n;
+    int32_t blen;
+    int64_t tsd;
+    (void)get_varint(&q, end, &blen);
+    const uint8_t *attr = q++;
+    (void)get_varlong(&q, end, &tsd);
+    int64_t nd = add_wrap(add_wrap(f->h->base_timestamp, v->ts_delta), -f->horizon);
+    size_t rest = (size_t)(end - q);
+    int32_t nlen = (int32_t)(1 + varlong_size(nd) + rest);
+    f->len += put_varint(f->out + f->len, nlen);
+    f->out[f->len++] = *attr;
+    f->len += put_varlong(f->out + f->len, nd);
+    memcpy(f->out + f->len, q, rest);
+    f->len += rest;
+}
+
+static int filt_walk(filt *f, const uint8_t *p, const uint8_t *end)
+{
+    bool lat = (f->h->attributes & KB_ATTR_LOG_APPEND_TIME) != 0;
+    rec_view v;
+    for (int32_t i = 0; i < f->h->records_count; i++) {
+        const uint8_t *raw = p;
+        if (!parse_record(&p, end, &v))
+            return SK_ERR_PARSE;
+        kb_record r = {add_wrap(f->h->base_offset, v.offset_delta),
+                       lat ? f->h->max_timestamp : add_wrap(f->h->base_timestamp, v.ts_delta),
+                       v.key, v.value, v.header_count, v.headers, v.headers_len};
+        if (!f->keep(f->arg, &r))
+            continue;
+        filt_put(f, raw, (size_t)(p - raw), &v);
+        f->kept++;
+    }
+    return p == end ? 0 : SK_ERR_PARSE;
+}
+
+/* The default level of each codec (kzip.h), as Kafka's. */
+static int default_level(int codec)
+{
+    return codec == KB_CODEC_LZ4 ? 9 : codec == KB_CODEC_ZSTD ? 3 : -1;
+}
+
+static int filt_seal(filt *f, const uint8_t *p, int codec, uint8_t **out, size_t *out_len)
+{
+    uint8_t *packed = NULL;
+    size_t plen = f->len;
+    if (codec != KB_CODEC_NONE && f->len > 0) {
+        int rc = kz_compress(codec, default_level(codec), f->out, f->len, &packed, &plen);
+        if (rc != 0)
+            return rc;
+    }
+    const uint8_t *body = packed ? packed : f->out;
+    uint8_t *b = malloc(KB_HEADER_SIZE + plen + 1);
+    if (!b) {
+        free(packed);
+        return SK_ERR_NOMEM;
+    }
+    memcpy(b, p, KB_HEADER_SIZE);
+    memcpy(b + KB_HEADER_SIZE, body, plen);
+    free(packed);
+    uint16_t attr = rd16(p + OFF_ATTR);
+    if (f->horizon >= 0) {
+        attr |= KB_ATTR_DELETE_HORIZON;
+        wr64(b + OFF_BASE_TS, (uint64_t)f->horizon);
+    }
+    if (f->len == 0)
+        attr &= (uint16_t)~KB_ATTR_CODEC_MASK; /* an empty batch has nothing to compress */
+    wr16(b + OFF_ATTR, attr);
+    wr32(b + OFF_COUNT, (uint32_t)f->kept);
+    wr32(b + OFF_LENGTH, (uint32_t)(KB_HEADER_SIZE + plen - KB_LOG_OVERHEAD));
+    kb_update_crc(b);
+    *out = b;
+    *out_len = KB_HEADER_SIZE + plen;
+    return 0;
+}
+
+int kb_filter(const uint8_t *p, size_t len, kb_keep_fn keep, void *arg, int64_t horizon_ms,
+              uint8_t **out, size_t *out_len, int32_t *kept)
+{
+    kb_header h;
+    if (kb_parse_header(p, len, &h) != 0 || h.records_count < 0)
+        return SK_ERR_PARSE;
+    const uint8_t *recs = p + KB_HEADER_SIZE, *end = p + (size_t)h.batch_length + KB_LOG_OVERHEAD;
+    int codec = h.attributes & KB_ATTR_CODEC_MASK;
+    uint8_t *plain = NULL;
+    size_t plain_len = (size_t)(end - recs);
+    if (codec != KB_CODEC_NONE) {
+        int dz = decompress(codec, recs, plain_len, KB_DEFAULT_MAX_DECOMPRESSED, &plain,
+                            &plain_len);
+        if (dz != DZ_OK)
+            return dz == DZ_NOMEM ? SK_ERR_NOMEM : SK_ERR_PARSE;
+    }
+    const uint8_t *src = plain ? plain : recs;
+    /* A rebased delta grows by at most 9 bytes, its length varint by 1. */
+    filt f = {&h, keep, arg, horizon_ms, malloc(plain_len + (size_t)h.records_count * 10 + 1), 0,
+              0};
+    int rc = f.out ? filt_walk(&f, src, src + plain_len) : SK_ERR_NOMEM;
+    if (rc == 0)
+        rc = filt_seal(&f, p, codec, out, out_len);
+    if (rc == 0)
+        *kept = f.kept;
+    free(f.out);
+    free(plain);
+    return rc;
+}
+
 /* ---- Builder ----------------------------------------------------------- */
 
 static bool bytes_ok(kc_bytes b)

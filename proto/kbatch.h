@@ -183,6 +183,25 @@ typedef int (*kb_record_fn)(void *arg, const kb_record *r);
 int kb_foreach_record(const uint8_t *p, size_t len, size_t max_decompressed, kb_record_fn fn,
                       void *arg);
 
+/* Whether compaction keeps a record (kb_filter): true to keep. */
+typedef bool (*kb_keep_fn)(void *arg, const kb_record *r);
+
+/* The batch at p (len bytes, validated) without the records keep() refuses,
+ * as Kafka's log cleaner rewrites a batch: a new batch in *out (malloc'd,
+ * *out_len bytes) with the same base offset, lastOffsetDelta, producer
+ * fields and codec, the kept records byte for byte (their offset deltas
+ * unchanged, so no offset moves and a consumer of the batch advances past
+ * its last offset), recordsCount the number kept (0 makes an empty batch)
+ * and a new CRC. horizon_ms >= 0 sets the delete horizon (KIP-534): the
+ * KB_ATTR_DELETE_HORIZON bit, baseTimestamp = horizon_ms, and every kept
+ * record's timestamp delta rebased so that its timestamp stays. *kept gets
+ * the number kept. Returns 0, SK_ERR_PARSE (malformed records, or records
+ * that do not decompress within KB_DEFAULT_MAX_DECOMPRESSED), SK_ERR_NOMEM,
+ * or SK_ERR_INVAL (a codec failed). */
+__attribute__((warn_unused_result)) int kb_filter(const uint8_t *p, size_t len, kb_keep_fn keep,
+                                                  void *arg, int64_t horizon_ms, uint8_t **out,
+                                                  size_t *out_len, int32_t *kept);
+
 /* Builds an uncompressed batch of n >= 1 records (for tests, benchmarks and
  * control records): baseOffset 0, leader epoch -1, baseTimestamp = the first
  * record's timestamp, maxTimestamp = the largest, offset deltas 0..n-1, no

@@ -125,14 +125,24 @@ static int keep_block(const objcompact_env *env, const objreg_range *live, size_
     while (rc == 0 && objfmt_iter_next(&it, &b, &payload) == 1) {
         if (!inside(live, nlive, e->stream_id, &b))
             continue;
+        uint8_t *rew = NULL;
+        int f = env->filter ? env->filter(env->filter_arg, e->stream_id, &b, payload, &rew,
+                                          &b.size, &b.record_count)
+                            : 0;
+        if (f < 0)
+            return f;
+        if (f == 2)
+            continue;
+        const uint8_t *bytes = f == 1 ? rew : payload;
         objup_batch ub = {e->stream_id,
                           (int64_t)b.base_offset,
                           (int64_t)b.last_offset,
-                          env->ts ? env->ts(payload, b.size) : -1,
+                          env->ts ? env->ts(bytes, b.size) : -1,
                           b.record_count,
                           b.size,
                           0};
-        rc = objup_set_add(set, &ub, payload);
+        rc = objup_set_add(set, &ub, bytes);
+        free(rew);
     }
     return rc;
 }

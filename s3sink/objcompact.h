@@ -92,6 +92,14 @@ typedef int (*objcompact_live_fn)(void *arg, const char *key, objreg_range **ran
  * payloads are opaque to s3sink. */
 typedef int64_t (*objcompact_ts_fn)(const void *payload, uint32_t size);
 
+/* Rewrites a kept batch (compaction of keyed topics, whose records s3sink
+ * does not read): returns 0 to keep it as it is; 1 to keep *out instead
+ * (malloc'd, the run frees it; *out_size bytes, *records records, the same
+ * offsets); 2 to drop it; or an error, which stops the run. */
+typedef int (*objcompact_filter_fn)(void *arg, uint64_t stream, const objfmt_batch *b,
+                                    const uint8_t *payload, uint8_t **out, uint32_t *out_size,
+                                    uint32_t *records);
+
 /* What a run reads from and writes to. */
 typedef struct objcompact_env {
     objstore *os;            /* sources are read and results put here */
@@ -99,6 +107,8 @@ typedef struct objcompact_env {
     void *live_arg;
     objcompact_ts_fn ts;     /* NULL: timestamps unknown */
     objup_params up;         /* the upload's; objcompact_split_bytes adapts its split */
+    objcompact_filter_fn filter; /* NULL: every live batch is kept as it is */
+    void *filter_arg;
 } objcompact_env;
 
 /* Carries out the plan: keys holds the plan->nsrc sources' keys, in the

@@ -4,6 +4,8 @@ them, and a record without a key is refused on a compacted topic as Kafka
 refuses it (INVALID_RECORD). Expectations hold against Apache Kafka too.
 """
 
+import os
+import sys
 import time
 
 import pytest
@@ -86,3 +88,136 @@ def test_null_key_refused_on_compacted_topic(conn, topic_name):
             break
         time.sleep(0.2)
     assert r["ErrorCode"] == 0 and r["BaseOffset"] == 2, r
+
+
+# ---- compaction on skiffd's objects ----
+
+KEYS = 50
+ROUNDS = 12
+DEAD = 10  # keys k0..k9 get a tombstone in the round before the last
+
+
+def produce_rounds(bootstrap, topic):
+    """Rounds of an update of every key (lz4 batches), each acknowledged before the
+    next; the keys below DEAD get a tombstone in the round before the last, and the
+    last round updates the others only. Returns {key: (offset, value)} of the latest."""
+    from confluent_kafka import Producer
+    latest, errors = {}, []
+
+    def on_delivery(err, msg):
+        if err is not None:
+            errors.append(str(err))
+        else:
+            latest[msg.key().decode()] = (msg.offset(), msg.value())
+
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
+                  "compression.type": "lz4", "enable.idempotence": True})
+    for r in range(ROUNDS):
+        for i in range(KEYS):
+            if r == ROUNDS - 2 and i < DEAD:
+                p.produce(topic, key=b"k%d" % i, value=None, partition=0, on_delivery=on_delivery)
+            elif r < ROUNDS - 1 or i >= DEAD:
+                p.produce(topic, key=b"k%d" % i, value=b"r%d-k%d" % (r, i) * 20, partition=0,
+                          on_delivery=on_delivery)
+        assert p.flush(30) == 0 and not errors, errors[:3]
+        time.sleep(0.35)  # an upload between rounds: several objects
+    return latest
+
+
+def consume_all(bootstrap, topic, hw):
+    """[(offset, key, value)] of partition 0 from the beginning up to hw (librdkafka)."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "t5006-" + topic,
+                  "enable.auto.commit": False, "fetch.wait.max.ms": 50})
+    c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    got, deadline = [], time.time() + 30
+    try:
+        while time.time() < deadline:
+            m = c.poll(0.2)
+            if m is None or m.error():
+                if c.position([TopicPartition(topic, 0)])[0].offset >= hw:
+                    break
+                continue
+            got.append((m.offset(), m.key().decode(), m.value()))
+            if m.offset() + 1 >= hw:
+                break
+    finally:
+        c.close()
+    return got
+
+
+def compacted_as_expected(got, latest, tombstones):
+    """What is wrong with got, a log compacted down to `latest` (with or without the
+    tombstones); None when nothing."""
+    want = {kk: v for kk, v in latest.items() if tombstones or v[1] is not None}
+    have = {}
+    for off, kk, v in got:
+        if kk in have:
+            return "key %s twice (offsets %d and %d)" % (kk, have[kk][0], off)
+        have[kk] = (off, v)
+    if have != want:
+        diff = sorted(kk for kk in set(have) | set(want) if have.get(kk) != want.get(kk))
+        return "%d keys differ, e.g. %s: have %r, want %r" % (
+            len(diff), diff[0], have.get(diff[0]), want.get(diff[0]))
+    return None
+
+
+def wait_compacted(b, topic, latest, hw, tombstones, timeout):
+    deadline = time.time() + timeout
+    while True:
+        got = consume_all(b.bootstrap, topic, hw)
+        why = compacted_as_expected(got, latest, tombstones)
+        if why is None:
+            return got
+        assert time.time() < deadline, "not compacted after %ds: %s" % (timeout, why)
+        time.sleep(0.5)
+
+
+def cleaner_props(s3, prefix, **extra):
+    import s3env
+    # Object compaction merges nothing (small.object.bytes=1) and splits late, so the
+    # cleaner's passes are what rewrites the objects here.
+    return s3env.s3_props(
+        s3.url(prefix), s3_wal_upload_interval_ms=250, s3_compaction_interval_ms=300,
+        s3_compaction_small_object_bytes=1, s3_object_delete_delay_ms=1000,
+        log_cleaner_backoff_ms=0, **extra)
+
+
+def test_compaction_keeps_latest_per_key(broker_factory, s3, topic_name):
+    import s3env
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "clients"))
+    import ktest
+    prefix = s3.new_prefix("t5006")
+    b = broker_factory(cleaner_props(s3, prefix))
+    s3env.create_topic(b, topic_name, 1, {"cleanup.policy": "compact",
+                                          "min.cleanable.dirty.ratio": "0.01",
+                                          "delete.retention.ms": "5000"})
+    latest = produce_rounds(b.bootstrap, topic_name)
+    hw = ROUNDS * KEYS - DEAD
+    with kproto.Conn(b.bootstrap, timeout=30) as c:
+        assert kproto.list_offsets(c, topic_name, 0, -1)["Offset"] == hw
+    got = wait_compacted(b, topic_name, latest, hw, True, 60)
+    m = s3env.metrics(b)
+    assert m["skiff_log_cleaner_passes_total"] >= 1, m
+    assert m["skiff_log_cleaner_records_removed_total"] >= hw - KEYS - 5, m
+    # Offsets did not move: the high watermark and the log start stay.
+    with kproto.Conn(b.bootstrap, timeout=30) as c:
+        assert kproto.list_offsets(c, topic_name, 0, -1)["Offset"] == hw
+        assert kproto.list_offsets(c, topic_name, 0, -2)["Offset"] == 0
+    # kcat reads across the gaps too, and sees the same records.
+    out = ktest.run([ktest.which("kcat"), "-b", b.bootstrap, "-C", "-t", topic_name, "-p", "0",
+                     "-o", "beginning", "-e", "-Z", "-f", "%o %k %S\\n"], timeout=60,
+                    what="kcat consumer").stdout
+    lines = [ln.split() for ln in out.decode().splitlines() if ln.strip()]
+    assert [(int(o), kk) for o, kk, _ in lines] == [(o, kk) for o, kk, _ in got], out[:400]
+    # Tombstones go once delete.retention.ms has passed since the pass that kept them.
+    got = wait_compacted(b, topic_name, latest, hw, False, 60)
+    assert len(got) == KEYS - DEAD
+    # A restart reads the same from the objects alone.
+    b.kill()
+    b.overrides["wal.cache.bytes"] = "0"
+    b.start()
+    assert compacted_as_expected(consume_all(b.bootstrap, topic_name, hw), latest, False) is None
+    s3env.wait_no_orphans(s3, prefix, b, 30)
+    print("5006 compaction: %d of %d records left, %d passes" % (
+        len(got), hw, s3env.metrics(b)["skiff_log_cleaner_passes_total"]))

@@ -189,7 +189,7 @@ static int live_of(void *arg, const char *key, objreg_range **ranges, size_t *n)
 
 static objcompact_env env_of(fx *f, struct registry *r, objcompact_ts_fn ts)
 {
-    return (objcompact_env){f->os, live_of, r, ts, {1 << 20, 0, 2}};
+    return (objcompact_env){f->os, live_of, r, ts, {1 << 20, 0, 2}, NULL, NULL};
 }
 
 /* Puts one object of `kind` with batches of the given streams (5 batches
