@@ -3,7 +3,9 @@ Maven Central, tests/java; org.apache.kafka.connect.cli.ConnectDistributed, what
 bin/connect-distributed.sh runs) against the broker: its config, offset and status topics
 are compacted, a FileStreamSource connector made through the REST API copies a file's lines
 into a topic, and its offsets are stored: a restarted worker goes on where the first
-stopped, without duplicates (docs/compatibility.md)."""
+stopped, without duplicates. With exactly.once.source.support=enabled (KIP-618, source
+records and offsets in one transaction) the same holds across a SIGKILL of the worker
+(docs/compatibility.md)."""
 
 import json
 import os
@@ -22,7 +24,7 @@ import ktest  # noqa: E402
 class Worker:
     """One ConnectDistributed JVM with its REST listener on a free port."""
 
-    def __init__(self, bootstrap, name, workdir):
+    def __init__(self, bootstrap, name, workdir, extra=None):
         self.port = harness.free_port()
         self.url = "http://127.0.0.1:%d" % self.port
         props = {
@@ -43,6 +45,7 @@ class Worker:
             "rest.advertised.host.name": "127.0.0.1",
             "rest.advertised.port": str(self.port),
         }
+        props.update(extra or {})
         cfg = os.path.join(workdir, "worker-%d.properties" % self.port)
         with open(cfg, "w") as f:
             f.writelines("%s=%s\n" % kv for kv in props.items())
@@ -84,6 +87,11 @@ class Worker:
         with open(self.logpath, "rb") as f:
             return ktest.tail(f.read(), 6000)
 
+    def kill(self):
+        self.proc.kill()
+        self.proc.wait()
+        self.log.close()
+
     def stop(self):
         if self.proc.poll() is None:
             self.proc.terminate()  # a graceful stop, as a rolling restart does
@@ -101,11 +109,12 @@ def running(w, name):
         t["state"] == "RUNNING" for t in st["tasks"]) and st
 
 
-def read_topic(bootstrap, topic, want, timeout=45):
+def read_topic(bootstrap, topic, want, timeout=45, committed=False):
     """Every value of the topic's partition 0 once want are there (and a second more)."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "t1009-" + uuid.uuid4().hex,
-                  "enable.auto.commit": False})
+                  "enable.auto.commit": False,
+                  "isolation.level": "read_committed" if committed else "read_uncommitted"})
     c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
     vals, deadline, settle = [], time.time() + timeout, None
     try:
@@ -167,6 +176,41 @@ def test_connect_distributed_file_source(broker, topic_name, tmp_path):
     try:
         w.wait("connector running again", lambda: running(w, name))
         got = read_topic(broker.bootstrap, topic_name, len(first) + len(more))
+        assert got == first + more, got
+    finally:
+        w.stop()
+
+
+def test_connect_exactly_once_source_across_worker_sigkill(broker, topic_name, tmp_path):
+    """exactly.once.source.support=enabled (KIP-618): the source task writes its records and
+    offsets in transactions, so a worker killed with SIGKILL and started again neither
+    loses nor repeats a line, read read_committed."""
+    name = "t1009x-" + uuid.uuid4().hex[:8]
+    eos = {"exactly.once.source.support": "enabled"}
+    ktest.create_topic(broker.bootstrap, topic_name, partitions=1)
+    src = tmp_path / "input.txt"
+    first = ["line-%d" % i for i in range(50)]
+    src.write_text("".join(x + "\n" for x in first))
+    connector = {"connector.class": "org.apache.kafka.connect.file.FileStreamSourceConnector",
+                 "file": str(src), "topic": topic_name, "tasks.max": "1",
+                 "exactly.once.support": "required"}
+    w = Worker(broker.bootstrap, name, str(tmp_path), eos)
+    try:
+        w.wait("REST up", lambda: w.call("GET", "/")[1].get("version"))
+        st, _ = w.call("PUT", "/connectors/%s/config" % name, connector)
+        assert st in (200, 201), st
+        w.wait("connector running", lambda: running(w, name))
+        got = read_topic(broker.bootstrap, topic_name, len(first), committed=True)
+        assert got == first, got
+    finally:
+        w.kill()
+    more = ["more-%d" % i for i in range(30)]
+    with open(src, "a") as f:
+        f.write("".join(x + "\n" for x in more))
+    w = Worker(broker.bootstrap, name, str(tmp_path), eos)
+    try:
+        w.wait("connector running again", lambda: running(w, name))
+        got = read_topic(broker.bootstrap, topic_name, len(first) + len(more), committed=True)
         assert got == first + more, got
     finally:
         w.stop()
