@@ -7,7 +7,6 @@
 #include "objfmt.h"
 #include "objstore.h"
 #include "sk_err.h"
-#include "sk_log.h"
 
 /* ---- the offset map ---- */
 
@@ -86,6 +85,29 @@ int64_t sk_omap_get(const sk_omap *m, const uint8_t *key, size_t len)
 {
     uint64_t h = key_hash(key, len), i = slot_of(m, h);
     return m->h[i] ? m->off[i] : -1;
+}
+
+/* ---- transactions ---- */
+
+enum txn_kind { TXN_NONE, TXN_COMMITTED, TXN_ABORTED, TXN_KEEP };
+
+/* What a batch is to the cleaner: plain or committed data is compacted,
+ * aborted data removed, markers and data past the last stable offset kept. */
+static enum txn_kind txn_kind(const sk_clean_cand *c, const kb_header *h, int64_t last)
+{
+    if (h->attributes & KB_ATTR_CONTROL)
+        return TXN_KEEP;
+    if (!(h->attributes & KB_ATTR_TRANSACTIONAL))
+        return TXN_NONE;
+    if (last >= c->lso)
+        return TXN_KEEP;
+    for (int i = 0; i < c->naborted; i++) {
+        const sk_txidx_ent *e = &c->aborted[i];
+        if (e->pid == h->producer_id && h->base_offset >= e->first &&
+            (e->last < 0 || h->base_offset < e->last))
+            return TXN_ABORTED;
+    }
+    return TXN_COMMITTED;
 }
 
 /* ---- choosing the stream ---- */
@@ -230,16 +252,24 @@ static int choose(const listing *l, const sk_clean_cand *cands, size_t nc,
 /* ---- the offset map of the sources ---- */
 
 typedef struct mapper {
+    const sk_clean_cand *c;
     sk_omap *m;
     int64_t from; /* the first dirty offset */
     int64_t end;  /* where the map stops (exclusive); -1 while it goes on */
 } mapper;
 
+/* The map stops at the first record that does not fit: the rewrite keeps
+ * every record from there on, in the middle of a batch if need be. */
 static int map_record(void *arg, const kb_record *r)
 {
     mapper *mp = arg;
-    if (r->key.len >= 0)
-        sk_omap_put(mp->m, r->key.p, (size_t)r->key.len, r->offset);
+    if (r->key.len < 0 || r->offset < mp->from)
+        return 0;
+    if (!sk_omap_room(mp->m, 1)) {
+        mp->end = r->offset;
+        return 1;
+    }
+    sk_omap_put(mp->m, r->key.p, (size_t)r->key.len, r->offset);
     return 0;
 }
 
@@ -252,17 +282,9 @@ static int map_batch(mapper *mp, const objreg_range *sr, const objfmt_batch *b,
     kb_header h;
     if (kb_parse_header(payload, b->size, &h) != 0)
         return SK_ERR_PARSE;
-    if (h.attributes & (KB_ATTR_TRANSACTIONAL | KB_ATTR_CONTROL))
+    enum txn_kind k = txn_kind(mp->c, &h, (int64_t)b->last_offset);
+    if (k == TXN_KEEP || k == TXN_ABORTED)
         return 0;
-    if (!sk_omap_room(mp->m, (uint64_t)(h.records_count > 0 ? h.records_count : 0))) {
-        if (mp->m->n == 0) {
-            SK_WARN("cleaner", "stream %llu: a batch has more keys than the dedupe buffer holds",
-                    (unsigned long long)sr->stream);
-            return SK_ERR_NOMEM;
-        }
-        mp->end = (int64_t)b->base_offset;
-        return 0;
-    }
     return kb_foreach_record(payload, b->size, 0, map_record, mp);
 }
 
@@ -297,6 +319,7 @@ static int map_source(const objcompact_env *env, const char *key, const objreg_r
 /* ---- the rewrite ---- */
 
 typedef struct fctx {
+    const sk_clean_cand *c;
     uint64_t stream;
     const sk_omap *m;
     int64_t map_end, cov_start, cov_end, now, retention;
@@ -341,6 +364,39 @@ static void note_horizon(fctx *f, int64_t h)
         f->min_horizon = h;
 }
 
+static bool keep_none(void *arg, const kb_record *r)
+{
+    (void)arg;
+    (void)r;
+    return false;
+}
+
+static bool edge_batch(const fctx *f, const objfmt_batch *b)
+{
+    return (int64_t)b->base_offset == f->cov_start || (int64_t)b->last_offset == f->cov_end;
+}
+
+/* A batch of an aborted transaction goes, or is emptied at an edge. */
+static int drop_aborted(fctx *f, const objfmt_batch *b, const uint8_t *payload, uint8_t **out,
+                        uint32_t *out_size, uint32_t *records)
+{
+    f->removed += b->record_count;
+    if (!edge_batch(f, b)) {
+        f->batches_removed++;
+        return 2;
+    }
+    uint8_t *nb;
+    size_t nlen;
+    int32_t kept;
+    int rc = kb_filter(payload, b->size, keep_none, NULL, -1, &nb, &nlen, &kept);
+    if (rc != 0)
+        return rc;
+    *out = nb;
+    *out_size = (uint32_t)nlen;
+    *records = 0;
+    return 1;
+}
+
 static int filter(void *arg, uint64_t stream, const objfmt_batch *b, const uint8_t *payload,
                   uint8_t **out, uint32_t *out_size, uint32_t *records)
 {
@@ -350,8 +406,11 @@ static int filter(void *arg, uint64_t stream, const objfmt_batch *b, const uint8
     kb_header h;
     if (kb_parse_header(payload, b->size, &h) != 0)
         return SK_ERR_PARSE;
-    if (h.attributes & (KB_ATTR_TRANSACTIONAL | KB_ATTR_CONTROL))
+    enum txn_kind k = txn_kind(f->c, &h, (int64_t)b->last_offset);
+    if (k == TXN_KEEP)
         return 0;
+    if (k == TXN_ABORTED)
+        return drop_aborted(f, b, payload, out, out_size, records);
     f->has_horizon = (h.attributes & KB_ATTR_DELETE_HORIZON) != 0;
     f->horizon = h.base_timestamp;
     f->need_horizon = false;
@@ -364,8 +423,7 @@ static int filter(void *arg, uint64_t stream, const objfmt_batch *b, const uint8
     if (f->kept == h.records_count && !f->need_horizon)
         return 0;
     f->removed += (uint64_t)(h.records_count - f->kept);
-    bool edge = (int64_t)b->base_offset == f->cov_start || (int64_t)b->last_offset == f->cov_end;
-    if (f->kept == 0 && !edge) {
+    if (f->kept == 0 && !edge_batch(f, b)) {
         f->batches_removed++;
         return 2;
     }
@@ -422,11 +480,12 @@ static int clean(objcompact_env *env, const listing *l, const choice *ch,
     int64_t from = ch->c->clean_end;
     if (from < (int64_t)ch->segs[0].r.start)
         from = (int64_t)ch->segs[0].r.start;
-    mapper mp = {sk_omap_new(p->map_bytes), from, -1};
+    mapper mp = {ch->c, sk_omap_new(p->map_bytes), from, -1};
     if (!mp.m)
         return SK_ERR_NOMEM;
     int rc = build_map(env, l, ch, &mp);
-    fctx f = {.stream = ch->c->stream,
+    fctx f = {.c = ch->c,
+              .stream = ch->c->stream,
               .m = mp.m,
               .map_end = mp.end,
               .cov_start = (int64_t)ch->segs[0].r.start,

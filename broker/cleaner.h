@@ -17,7 +17,8 @@
  * sources), are read once to build the offset map (a hash of each key to its
  * latest offset, from the first dirty offset on) in at most
  * log.cleaner.dedupe.buffer.size bytes; when the keys do not fit, the map
- * ends where it filled and the next pass goes on from there. The sources
+ * ends at the first record that did not fit (in the middle of a batch if
+ * need be) and the next pass goes on from there. The sources
  * are then rewritten as object compaction rewrites them (objcompact, one
  * StreamObject per stream; other streams' batches pass unchanged): a record
  * below the map's end is dropped when the map holds a later offset for its
@@ -27,9 +28,11 @@
  * Offsets never change: a rewritten batch keeps its base offset and last
  * offset delta; a batch left without records is dropped, except the first
  * and last of the sources, kept empty so that the rewritten objects cover
- * exactly the offsets the sources covered. Transactional and control
- * batches are kept whole and their keys are not put in the map, so no
- * record is ever removed on the strength of transactional data.
+ * exactly the offsets the sources covered. Transactions: batches of
+ * aborted transactions are removed, as Kafka's cleaner removes them, and
+ * those of committed ones compacted like the rest; transactional data at
+ * or past the last stable offset is kept whole and out of the map; control
+ * batches (the markers) are kept.
  *
  * The caller registers the new objects and retires the sources with one
  * registry record, as for object compaction: until then the sources are
@@ -55,9 +58,16 @@
 
 #include "objcompact.h"
 #include "objreg.h"
+#include "txidx.h"
 
 typedef struct sk_clean_cand {
     uint64_t stream;
+    /* Transactions (txidx.h): transactional data at or past the last stable
+     * offset is kept whole; below it, a batch in an aborted transaction is
+     * removed, one in a committed transaction compacted like the rest. */
+    int64_t lso;
+    sk_txidx_ent *aborted; /* owned by whoever made the candidate */
+    int naborted;
     int64_t clean_end;  /* offsets below were cleaned by an earlier pass here (0: none) */
     int64_t horizon_ms; /* earliest delete horizon an earlier pass set or saw (-1: none) */
     int64_t delete_retention_ms, min_lag_ms, max_lag_ms;

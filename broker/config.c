@@ -529,7 +529,7 @@ const sk_prop sk_props[] = {
      "Compact the partitions of topics with cleanup.policy=compact (docs/objects.md).", NULL,
      false},
     {"log.cleaner.dedupe.buffer.size", SK_PROP_LONG, OFF(log_cleaner_dedupe_buffer_size),
-     "134217728", 1048576, I64MAX, "Topics",
+     "134217728", 4096, I64MAX, "Topics",
      "Memory of the offset map of one compaction pass (16 bytes a key): a partition whose "
      "dirty keys do not fit is compacted in several passes.",
      NULL, false},

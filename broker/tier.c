@@ -159,6 +159,8 @@ static void job_free(struct job *j)
     free(j->ranges);
     free(j->infos);
     objreg_keys_free(&j->cands);
+    for (size_t i = 0; i < j->nclean; i++)
+        free(j->clean[i].aborted);
     free(j->clean);
     free(j);
 }
@@ -1068,9 +1070,18 @@ static void upload_cb(evutil_socket_t fd, short what, void *arg)
 
 static void add_candidate(sk_tier *t, struct job *j, const sk_topic *tp, const sk_part *p)
 {
+    int na = sk_txidx_aborted(&p->txidx, 0, INT64_MAX, NULL, 0);
+    sk_txidx_ent *ab = na > 0 ? calloc((size_t)na, sizeof *ab) : NULL;
+    if (na > 0 && !ab)
+        return; /* not this time */
+    if (ab)
+        na = sk_txidx_aborted(&p->txidx, 0, INT64_MAX, ab, na);
     sk_clean_cand *c = &j->clean[j->nclean++];
     const struct clean_state *cs = sk_map_get(t->cleaned, &p->stream, sizeof p->stream);
     *c = (sk_clean_cand){p->stream,
+                         sk_txidx_lso(&p->txidx, p->hw),
+                         ab,
+                         ab ? na : 0,
                          cs ? cs->clean_end : 0,
                          cs ? cs->horizon_ms : -1,
                          tp->conf.delete_retention_ms,

@@ -221,3 +221,63 @@ def test_compaction_keeps_latest_per_key(broker_factory, s3, topic_name):
     s3env.wait_no_orphans(s3, prefix, b, 30)
     print("5006 compaction: %d of %d records left, %d passes" % (
         len(got), hw, s3env.metrics(b)["skiff_log_cleaner_passes_total"]))
+
+
+def read_isolated(bootstrap, topic, committed):
+    """{key: [values]} of partition 0 from the beginning, read_committed or not."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "t5006-txn-%d" % committed,
+                  "enable.auto.commit": False, "fetch.wait.max.ms": 50,
+                  "isolation.level": "read_committed" if committed else "read_uncommitted",
+                  "enable.partition.eof": True})
+    c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    out, deadline = {}, time.time() + 30
+    try:
+        while time.time() < deadline:
+            m = c.poll(0.2)
+            if m is None:
+                continue
+            if m.error():
+                if m.error().code() == -191:  # _PARTITION_EOF
+                    break
+                continue
+            out.setdefault(m.key().decode(), []).append(m.value())
+    finally:
+        c.close()
+    return out
+
+
+def test_compaction_removes_aborted_transactions(broker_factory, s3, topic_name):
+    """Records of an aborted transaction are removed by compaction, as Kafka's cleaner
+    removes them; committed transactional records are compacted like any other."""
+    from confluent_kafka import Producer
+    import s3env
+    prefix = s3.new_prefix("t5006t")
+    b = broker_factory(cleaner_props(s3, prefix))
+    s3env.create_topic(b, topic_name, 1, {"cleanup.policy": "compact",
+                                          "min.cleanable.dirty.ratio": "0.01"})
+    p = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": "t5006-" + topic_name,
+                  "linger.ms": 5})
+    p.init_transactions(30)
+    for tag, keys, commit in ((b"c1", range(10), True), (b"ab", range(15), False),
+                              (b"c3", range(5, 10), True)):
+        p.begin_transaction()
+        for i in keys:
+            p.produce(topic_name, key=b"k%d" % i, value=tag, partition=0)
+        p.flush(30)
+        if commit:
+            p.commit_transaction(30)
+        else:
+            p.abort_transaction(30)
+        time.sleep(0.4)  # an upload each
+    want = {"k%d" % i: [b"c1" if i < 5 else b"c3"] for i in range(10)}
+    deadline = time.time() + 60
+    while True:
+        got = read_isolated(b.bootstrap, topic_name, False)
+        if got == want:
+            break
+        assert time.time() < deadline, "read_uncommitted after compaction: %r" % got
+        time.sleep(0.5)
+    assert read_isolated(b.bootstrap, topic_name, True) == want
+    m = s3env.metrics(b)
+    assert m["skiff_log_cleaner_records_removed_total"] >= 15 + 5, m
