@@ -21,8 +21,11 @@
 #   9. runs bench/zones.sh: zone routing in three zones with an inter-zone delay,
 #      produce latency through a proxy, cross-zone bytes per produced byte beside
 #      Apache Kafka with RF=3 (BENCH_ZONES=0 skips it; SKIFF_BENCH_ONLY=zones runs
-#      only this part; skipped, saying why, without root or network namespaces).
-#  10. runs bench/txn.py: the Java transactional producer against skiffd and Apache
+#      only this part; skipped, saying why, without root or network namespaces);
+#  10. runs bench/secure.sh: (a) and (b) over SASL_SSL beside PLAINTEXT, and beside
+#      Apache Kafka over SASL_SSL on the same machine (BENCH_SECURE=0 skips it;
+#      BENCH_SECURE_KAFKA=0 leaves Kafka out);
+#  11. runs bench/txn.py: the Java transactional producer against skiffd and Apache
 #      Kafka (default and log.flush.interval.messages=1): transactions/s, MB/s and
 #      commitTransaction p50/p99 (BENCH_TXN=0 skips it; SKIFF_BENCH_ONLY=txn runs
 #      only this part).
@@ -482,7 +485,23 @@ if [ -z "$EXTERNAL" ] && [ "${BENCH_ZONES:-1}" != 0 ]; then
   esac
 fi
 
-# -------------------------------------------------------- 10. transactions
+# ------------------------------------------------------------- 10. security
+# bench/secure.sh: what SASL_SSL costs, beside PLAINTEXT and beside Apache Kafka over
+# SASL_SSL. BENCH_SECURE=0 skips it.
+if [ -z "$EXTERNAL" ] && [ "${BENCH_SECURE:-1}" != 0 ]; then
+  if [ -n "$BROKER_PID" ]; then
+    kill -TERM "$BROKER_PID" 2>/dev/null || true
+    i=0
+    while kill -0 "$BROKER_PID" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+    kill -KILL "$BROKER_PID" 2>/dev/null || true
+    wait "$BROKER_PID" 2>/dev/null || true
+    BROKER_PID=""
+  fi
+  echo
+  SKIFF_BUILD=$BUILD BENCH_WORK=$WORK "$ROOT/bench/secure.sh" || fail "security section (bench/secure.sh)"
+fi
+
+# -------------------------------------------------------- 11. transactions
 # bench/txn.py: the Java transactional producer against one skiffd and Apache Kafka
 # (default and fsync on every append): throughput and commitTransaction latency.
 # BENCH_TXN=0 skips it.
@@ -496,5 +515,5 @@ if [ -z "$EXTERNAL" ] && [ "${BENCH_TXN:-1}" != 0 ]; then
     BROKER_PID=""
   fi
   echo
-  SKIFF_BUILD=$BUILD "$PY" "$ROOT/bench/txn.py" || fail "transactions section (bench/txn.py)"
+  SKIFF_BUILD=$BUILD BENCH_WORK=$WORK "$PY" "$ROOT/bench/txn.py" || fail "transactions section (bench/txn.py)"
 fi

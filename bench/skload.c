@@ -224,10 +224,21 @@ static void client_error_cb(rd_kafka_t *rk, int err, const char *reason, void *o
     }
 }
 
+/* security.*, sasl.* and ssl.* properties of -X: how every client of this
+ * process connects (admin, metadata and consumer clients too). */
+static int connection_prop(const char *kv)
+{
+    return strncmp(kv, "security.", 9) == 0 || strncmp(kv, "sasl.", 5) == 0 ||
+           strncmp(kv, "ssl.", 4) == 0;
+}
+
 static rd_kafka_conf_t *base_conf(const char *client_id)
 {
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     conf_set(conf, "bootstrap.servers", cfg.bootstrap);
+    for (int i = 0; i < cfg.npprops; i++)
+        if (connection_prop(cfg.pprops[i]))
+            conf_set_kv(conf, cfg.pprops[i]);
     /* --client-id names every client of this process (a zone tag such as
      * skiff_az=a must reach the admin and consumer clients too). */
     conf_set(conf, "client.id", cfg.client_id ? cfg.client_id : client_id);
@@ -1240,7 +1251,8 @@ static void usage(int rc)
         "      --max-behind S          fixed rate: stop sending once S seconds behind the\n"
         "                              schedule; the rest is reported unsent (default 0: never)\n"
         "      --progress S            progress line on stderr every S s (default 1; 0 off)\n"
-        "  -X key=value                librdkafka producer/admin property (repeatable)\n"
+        "  -X key=value                librdkafka producer/admin property (repeatable);\n"
+        "                              security.*, sasl.* and ssl.* ones reach every client\n"
         "  -C key=value                librdkafka consumer property (repeatable)\n"
         "      --json                  one JSON object on stdout\n"
         "      --buckets               with --json: also the latency histograms' buckets\n");

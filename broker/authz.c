@@ -90,14 +90,39 @@ static void host_of(const sk_conn *c, char *out, size_t len)
         *colon = 0;
 }
 
-bool sk_authorize(const sk_req *r, int8_t rtype, const char *name, size_t nlen, int8_t op)
+static bool acl_check(const sk_req *r, int8_t rtype, const char *name, size_t nlen, int8_t op)
 {
-    if (!sk_authz_on(r->node) || r->conn->from_node >= 0)
-        return true;
     sk_acl_set *s = sk_acls(r->node);
     char host[sizeof r->conn->peer];
     host_of(r->conn, host, sizeof host);
     return s && sk_acl_allowed(s, r->conn->principal, host, rtype, name ? name : "", nlen, op);
+}
+
+bool sk_authz_node(const sk_req *r)
+{
+    return !sk_authz_on(r->node) ||
+           acl_check(r, SK_ACL_RES_CLUSTER, SK_ACL_CLUSTER_NAME, strlen(SK_ACL_CLUSTER_NAME),
+                     SK_ACL_OP_CLUSTER_ACTION);
+}
+
+/* A node forwarding what a client asked it (a proxy) was checked there: it
+ * passes, once its own principal has ClusterAction. A client id alone
+ * proves nothing. */
+static bool trusted_node(const sk_req *r)
+{
+    return r->conn->from_node >= 0 && sk_authz_node(r);
+}
+
+bool sk_authorize(const sk_req *r, int8_t rtype, const char *name, size_t nlen, int8_t op)
+{
+    if (!sk_authz_on(r->node) || trusted_node(r))
+        return true;
+    return acl_check(r, rtype, name, nlen, op);
+}
+
+int16_t sk_authz_internal(const sk_req *r)
+{
+    return sk_authz_node(r) ? 0 : SK_KAFKA_CLUSTER_AUTHORIZATION_FAILED;
 }
 
 bool sk_authorize_cluster(const sk_req *r, int8_t op)
@@ -108,7 +133,7 @@ bool sk_authorize_cluster(const sk_req *r, int8_t op)
 
 bool sk_authorize_any(const sk_req *r, int8_t rtype, int8_t op)
 {
-    if (!sk_authz_on(r->node) || r->conn->from_node >= 0)
+    if (!sk_authz_on(r->node) || trusted_node(r))
         return true;
     sk_acl_set *s = sk_acls(r->node);
     char host[sizeof r->conn->peer];
@@ -154,7 +179,7 @@ int16_t sk_authz_config(const sk_req *r, int8_t config_type, kc_str name, int8_t
 
 int32_t sk_authz_ops(const sk_req *r, int8_t rtype, const char *name, size_t nlen, int32_t ops)
 {
-    if (!sk_authz_on(r->node) || r->conn->from_node >= 0)
+    if (!sk_authz_on(r->node) || trusted_node(r))
         return ops;
     sk_acl_set *s = sk_acls(r->node);
     char host[sizeof r->conn->peer];

@@ -8,8 +8,15 @@
  *
  * The authorizer is on when authorizer.class.name names it; off, every
  * operation is allowed and the bit fields hold every operation a resource
- * type supports (as Kafka lists them). Skiff's own node-to-node RPCs are
- * not asked about.
+ * type supports (as Kafka lists them).
+ *
+ * Skiff's own node-to-node RPCs (keys from KRPC_KEY_MIN, whatever their
+ * number) need ClusterAction on the cluster, as Kafka's inter-broker APIs
+ * do: super users (the nodes' own principals) or a binding. dispatch.c asks
+ * sk_authz_internal before any of them is decoded or handled. A connection
+ * whose client id names a node (rpc/peer.h) is spared the checks of Kafka
+ * APIs (a proxy forwards what its client was allowed) only with that
+ * same ClusterAction.
  *
  * The one table of what each API needs (authz.c): sk_authz_need gives the
  * resource type and operation an API checks, and the Kafka error code a
@@ -46,6 +53,12 @@ const sk_authz_need *sk_authz_need_of(int16_t key);
 int8_t sk_authz_op(const sk_req *r);
 
 bool sk_authz_on(const sk_node *n);
+/* Whether r's connection has ClusterAction on the cluster (always with the
+ * authorizer off). */
+bool sk_authz_node(const sk_req *r);
+/* 0 when r, an internal RPC, may be served, else Kafka's error for it
+ * (CLUSTER_AUTHORIZATION_FAILED). */
+int16_t sk_authz_internal(const sk_req *r);
 /* Whether r's client may do op on the resource (rtype, name). */
 bool sk_authorize(const sk_req *r, int8_t rtype, const char *name, size_t nlen, int8_t op);
 /* The same for the cluster resource. */

@@ -107,6 +107,15 @@ typedef struct cmember {
     int32_t rebalance_ms, session_ms;
     tpset assigned, revoking, target;
     int64_t session_deadline, revoke_deadline; /* revoke_deadline 0: none */
+    /* A member of the classic protocol (JoinGroup/SyncGroup/Heartbeat) */
+    bool classic;
+    int32_t classic_session_ms;
+    /* Kafka's join and sync timeouts (0: none): a classic member told to
+     * rejoin must do so, and one that joined must sync, within its
+     * rebalance timeout. */
+    int64_t join_deadline, sync_deadline;
+    int nprotos;
+    sk_cg_proto *protos; /* names and metadata owned by the member */
 } cmember;
 
 struct sk_cg_group {
@@ -163,8 +172,20 @@ static void free_subs(cmember *m)
     m->nsubs = 0;
 }
 
+static void free_protos(cmember *m)
+{
+    for (int i = 0; i < m->nprotos; i++) {
+        free((char *)m->protos[i].name.p);
+        free((uint8_t *)m->protos[i].metadata.p);
+    }
+    free(m->protos);
+    m->protos = NULL;
+    m->nprotos = 0;
+}
+
 static void member_free(cmember *m)
 {
+    free_protos(m);
     free(m->id);
     free(m->instance);
     free(m->rack);
@@ -669,9 +690,10 @@ static bool owned_has_any(const sk_cg_hb_args *a, const tpset *s)
 }
 
 /* Moves m towards its target: revocations first (the member keeps its
- * epoch until it has released them), then the partitions no one else
- * holds; those still held wait (UNRELEASED) for later heartbeats. */
-static bool next_assignment(sk_cg_group *g, cmember *m)
+ * epoch until it has released them, unless the partitions it says it owns
+ * show it already has), then the partitions no one else holds; those
+ * still held wait (UNRELEASED) for later heartbeats. */
+static bool next_assignment(sk_cg_group *g, cmember *m, const sk_cg_hb_args *a)
 {
     tpset keep = {0}, revoke = {0}, add = {0};
     bool unreleased = false, ok = true;
@@ -697,7 +719,7 @@ static bool next_assignment(sk_cg_group *g, cmember *m)
         return false;
     }
     set_free(&m->revoking);
-    if (revoke.n > 0) {
+    if (revoke.n > 0 && (a->nowned < 0 || owned_has_any(a, &revoke))) {
         m->state = M_UNREVOKED;
         m->revoking = revoke;
         set_free(&add);
@@ -733,7 +755,7 @@ static bool reconcile(sk_cg_group *g, cmember *m, const sk_cg_hb_args *a, int64_
     case M_UNRELEASED:
         break;
     }
-    bool ok = next_assignment(g, m);
+    bool ok = next_assignment(g, m, a);
     m->revoke_deadline = m->state == M_UNREVOKED ? now + m->rebalance_ms : 0;
     g->dirty = true;
     return ok;
@@ -833,6 +855,8 @@ static int16_t join_member(sk_cg *cg, sk_cg_group *g, const sk_cg_hb_args *a, cm
 {
     cmember *st = member_by_instance(g, a->instance_id);
     cmember *m = member_by_id(g, a->member_id);
+    if (m && m->classic)
+        return SK_KAFKA_UNKNOWN_MEMBER_ID; /* it speaks the classic protocol */
     if (a->member_epoch != 0) {
         if (a->instance_id.len >= 0) {
             if (!st)
@@ -971,6 +995,336 @@ void sk_cg_heartbeat(sk_cg *cg, const sk_cg_hb_args *a, const sk_cg_topic *topic
     }
 }
 
+/* ---- classic members ---- */
+
+static bool same_protos(const cmember *m, const sk_cg_classic_args *a)
+{
+    if (m->nprotos != a->nprotocols)
+        return false;
+    for (int i = 0; i < m->nprotos; i++) {
+        const sk_cg_proto *x = &m->protos[i], *y = &a->protocols[i];
+        int32_t yl = y->metadata.len > 0 ? y->metadata.len : 0;
+        if (x->name.len != y->name.len || memcmp(x->name.p, y->name.p, (size_t)x->name.len) != 0 ||
+            x->metadata.len != yl || (yl && memcmp(x->metadata.p, y->metadata.p, (size_t)yl) != 0))
+            return false;
+    }
+    return true;
+}
+
+/* Copies the member's protocols (names and subscription metadata). */
+static bool set_protos(cmember *m, int n, const sk_cg_proto *ps)
+{
+    sk_cg_proto *np = calloc((size_t)n + 1, sizeof *np);
+    if (!np)
+        return false;
+    for (int i = 0; i < n; i++) {
+        int32_t nl = ps[i].name.len > 0 ? ps[i].name.len : 0;
+        int32_t ml = ps[i].metadata.len > 0 ? ps[i].metadata.len : 0;
+        char *name = malloc((size_t)nl + 1);
+        uint8_t *md = malloc((size_t)ml + 1);
+        if (name) {
+            memcpy(name, ps[i].name.p ? ps[i].name.p : "", (size_t)nl);
+            name[nl] = 0;
+        }
+        if (md && ml)
+            memcpy(md, ps[i].metadata.p, (size_t)ml);
+        np[i] = (sk_cg_proto){{name, nl}, {md, ml}};
+        if (!name || !md) {
+            cmember tmp = {.protos = np, .nprotos = i + 1};
+            free_protos(&tmp);
+            return false;
+        }
+    }
+    free_protos(m);
+    m->protos = np;
+    m->nprotos = n;
+    return true;
+}
+
+/* Kafka's rule: protocol type "consumer", and one of the joiner's
+ * protocols supported by every classic member already there. */
+static bool classic_protocols_ok(const sk_cg_group *g, const sk_cg_classic_args *a)
+{
+    if (!str_is("consumer", a->protocol_type) || a->nprotocols <= 0)
+        return false;
+    for (int k = 0; k < a->nprotocols; k++) {
+        bool all = true;
+        for (int i = 0; i < g->nmembers && all; i++) {
+            const cmember *m = g->members[i];
+            bool has = !m->classic;
+            for (int j = 0; j < m->nprotos && !has; j++)
+                has = m->protos[j].name.len == a->protocols[k].name.len &&
+                      memcmp(m->protos[j].name.p, a->protocols[k].name.p,
+                             (size_t)a->protocols[k].name.len) == 0;
+            all = has;
+        }
+        if (all)
+            return true;
+    }
+    return false;
+}
+
+/* The classic member a request names (Kafka's validateConsumerGroupMember
+ * and its check that the member uses the classic protocol). */
+static int16_t classic_member(const sk_cg_group *g, kc_str member_id, kc_str instance_id,
+                              cmember **out)
+{
+    cmember *m;
+    if (instance_id.len >= 0) {
+        m = member_by_instance(g, instance_id);
+        if (!m)
+            return SK_KAFKA_UNKNOWN_MEMBER_ID;
+        if (!str_is(m->id, member_id))
+            return SK_KAFKA_FENCED_INSTANCE_ID;
+    } else {
+        m = member_by_id(g, member_id);
+    }
+    if (!m || !m->classic)
+        return SK_KAFKA_UNKNOWN_MEMBER_ID;
+    *out = m;
+    return 0;
+}
+
+/* Finds the joining member, or adds it; a static member coming back under
+ * a new id takes its old place. */
+static int16_t classic_find_or_add(sk_cg *cg, sk_cg_group *g, const sk_cg_classic_args *a,
+                                   cmember **out, bool *created)
+{
+    cmember *st = member_by_instance(g, a->instance_id);
+    cmember *m = member_by_id(g, a->member_id);
+    if (st && st != m) {
+        if (m)
+            return SK_KAFKA_FENCED_INSTANCE_ID;
+        char *id = dupstr(a->member_id);
+        if (!id)
+            return SK_KAFKA_UNKNOWN_SERVER_ERROR;
+        free(st->id);
+        st->id = id;
+        m = st;
+        g->dirty = true;
+    }
+    if (m) {
+        if (!m->classic)
+            return SK_KAFKA_UNKNOWN_MEMBER_ID;
+        *out = m;
+        return 0;
+    }
+    if (cg->cfg.max_size > 0 && g->nmembers >= cg->cfg.max_size)
+        return SK_KAFKA_GROUP_MAX_SIZE_REACHED;
+    if (!(m = member_add(g, a->member_id)))
+        return SK_KAFKA_UNKNOWN_SERVER_ERROR;
+    m->instance = dupstr(a->instance_id);
+    m->classic = true;
+    *created = true;
+    *out = m;
+    return 0;
+}
+
+/* The heartbeat a JoinGroup stands for: its subscription and what the
+ * member says it owns (after an eager revocation: nothing). */
+static sk_cg_hb_args classic_hb_args(const sk_cg_classic_args *a)
+{
+    sk_cg_hb_args h = {0};
+    h.group_id = a->group_id;
+    h.member_id = a->member_id;
+    h.instance_id = a->instance_id;
+    h.rack_id = a->rack_id;
+    h.client_id = a->client_id;
+    h.client_host = a->client_host;
+    h.rebalance_timeout_ms = a->rebalance_ms;
+    h.nsubs = a->nsubs;
+    h.subs = a->subs;
+    h.regex = (kc_str){NULL, -1};
+    h.assignor = (kc_str){NULL, -1};
+    h.nowned = a->nowned >= 0 ? a->nowned : 0;
+    h.owned = a->owned;
+    return h;
+}
+
+static int16_t classic_join(sk_cg *cg, const sk_cg_classic_args *a, const sk_cg_topic *topics,
+                            int ntopics, int64_t now, sk_cg_classic_result *out)
+{
+    sk_cg_group *g = sk_cg_find(cg, a->group_id.p, (size_t)a->group_id.len);
+    if (!g)
+        return SK_KAFKA_UNKNOWN_MEMBER_ID;
+    if (!classic_protocols_ok(g, a))
+        return SK_KAFKA_INCONSISTENT_GROUP_PROTOCOL;
+    cmember *m = NULL;
+    bool created = false, changed = false;
+    int16_t err = classic_find_or_add(cg, g, a, &m, &created);
+    if (err)
+        return err;
+    sk_cg_hb_args h = classic_hb_args(a);
+    if ((err = update_subscription(m, &h, &changed)) != 0 ||
+        (!same_protos(m, a) && !set_protos(m, a->nprotocols, a->protocols))) {
+        if (created)
+            member_drop(g, m, false);
+        return err ? err : SK_KAFKA_UNKNOWN_SERVER_ERROR;
+    }
+    m->classic_session_ms = a->session_ms;
+    if (update_member_info(m, &h, a->session_ms, now))
+        g->dirty = true;
+    g->dirty = true;
+    uint64_t hash = topics_hash(g, topics, ntopics);
+    if (created || changed || hash != g->topics_hash)
+        g->epoch++;
+    g->topics_hash = hash;
+    if (g->epoch > g->assignment_epoch && !compute_target(cg, g, topics, ntopics))
+        return SK_KAFKA_UNKNOWN_SERVER_ERROR;
+    if (!reconcile(g, m, &h, now))
+        return SK_KAFKA_UNKNOWN_SERVER_ERROR;
+    m->join_deadline = 0;
+    m->sync_deadline = now + m->rebalance_ms;
+    out->member_id = m->id;
+    out->generation = m->epoch;
+    out->protocol_name = m->protos[0].name.p;
+    return 0;
+}
+
+void sk_cg_classic_join(sk_cg *cg, const sk_cg_classic_args *a, const sk_cg_topic *topics,
+                        int ntopics, int64_t now, sk_cg_classic_result *out)
+{
+    memset(out, 0, sizeof *out);
+    out->error = classic_join(cg, a, topics, ntopics, now, out);
+    if (out->error) {
+        out->generation = -1;
+        out->member_id = NULL;
+        out->protocol_name = NULL;
+    }
+}
+
+/* Does m wait for a partition another member still holds? */
+static bool waiting_on_unreleased(const sk_cg_group *g, const cmember *m)
+{
+    for (int32_t i = 0; i < m->target.n; i++)
+        if (!set_has(&m->assigned, &m->target.v[i]) && held_by_other(g, m, &m->target.v[i]))
+            return true;
+    return false;
+}
+
+int16_t sk_cg_classic_heartbeat(sk_cg_group *g, kc_str member_id, kc_str instance_id,
+                                int32_t generation, int64_t now)
+{
+    cmember *m = NULL;
+    int16_t err = classic_member(g, member_id, instance_id, &m);
+    if (err)
+        return err;
+    if (generation != m->epoch)
+        return SK_KAFKA_ILLEGAL_GENERATION;
+    m->session_deadline = now + m->classic_session_ms;
+    /* Rejoin when the group moved on, when partitions are to be given up,
+     * or when the partitions it waits for are free. */
+    if (m->epoch < g->epoch || m->state == M_UNREVOKED ||
+        (m->state == M_UNRELEASED && !waiting_on_unreleased(g, m))) {
+        if (!m->join_deadline)
+            m->join_deadline = now + m->rebalance_ms;
+        return SK_KAFKA_REBALANCE_IN_PROGRESS;
+    }
+    return 0;
+}
+
+int16_t sk_cg_classic_sync(sk_cg *cg, sk_cg_group *g, const sk_cg_classic_sync_args *a,
+                           int64_t now, sk_cg_classic_sync_result *out)
+{
+    memset(out, 0, sizeof *out);
+    cmember *m = NULL;
+    int16_t err = classic_member(g, a->member_id, a->instance_id, &m);
+    if (err)
+        return err;
+    if (a->generation != m->epoch)
+        return SK_KAFKA_ILLEGAL_GENERATION;
+    if ((a->protocol_type.len >= 0 && !str_is("consumer", a->protocol_type)) ||
+        (a->protocol_name.len >= 0 && !str_is(m->protos[0].name.p, a->protocol_name)))
+        return SK_KAFKA_INCONSISTENT_GROUP_PROTOCOL;
+    if (g->epoch > m->epoch && m->state != M_UNREVOKED) {
+        if (!m->join_deadline)
+            m->join_deadline = now + m->rebalance_ms;
+        return SK_KAFKA_REBALANCE_IN_PROGRESS;
+    }
+    m->sync_deadline = 0;
+    m->session_deadline = now + m->classic_session_ms;
+    if (!set_copy(&cg->scratch, &m->assigned))
+        return SK_KAFKA_UNKNOWN_SERVER_ERROR;
+    out->protocol_name = m->protos[0].name.p;
+    out->metadata = m->protos[0].metadata.p;
+    out->metadata_len = m->protos[0].metadata.len;
+    out->nassigned = cg->scratch.n;
+    out->assigned = cg->scratch.v;
+    return 0;
+}
+
+int16_t sk_cg_classic_leave(sk_cg_group *g, kc_str member_id, kc_str instance_id)
+{
+    cmember *m = NULL;
+    if (instance_id.len >= 0 && member_id.len <= 0) {
+        m = member_by_instance(g, instance_id); /* an admin removing a static member */
+        if (!m || !m->classic)
+            return SK_KAFKA_UNKNOWN_MEMBER_ID;
+    } else {
+        int16_t err = classic_member(g, member_id, instance_id, &m);
+        if (err)
+            return err;
+    }
+    member_drop(g, m, true);
+    return 0;
+}
+
+bool sk_cg_all_classic(const sk_cg_group *g)
+{
+    for (int i = 0; i < g->nmembers; i++)
+        if (!g->members[i]->classic)
+            return false;
+    return g->nmembers > 0;
+}
+
+static int16_t adopt_member(sk_cg_group *g, const sk_cg_adopted *c, int32_t generation,
+                            int64_t now)
+{
+    const sk_cg_classic_args *a = &c->member;
+    cmember *m = member_add(g, a->member_id);
+    if (!m)
+        return SK_ERR_NOMEM;
+    m->classic = true;
+    m->instance = dupstr(a->instance_id);
+    sk_cg_hb_args h = classic_hb_args(a);
+    bool changed = false;
+    if (update_subscription(m, &h, &changed) != 0 || !set_protos(m, a->nprotocols, a->protocols))
+        return SK_ERR_NOMEM;
+    m->classic_session_ms = a->session_ms;
+    update_member_info(m, &h, a->session_ms, now);
+    m->epoch = m->prev_epoch = generation;
+    m->state = M_STABLE;
+    for (int32_t i = 0; i < c->nassigned; i++) {
+        sk_cg_tp tp = c->assigned[i];
+        tp.epoch = generation;
+        if (set_has(&m->assigned, &tp))
+            continue;
+        if (!set_push(&m->assigned, &tp))
+            return SK_ERR_NOMEM;
+        set_sort(&m->assigned);
+    }
+    return set_copy(&m->target, &m->assigned) ? 0 : SK_ERR_NOMEM;
+}
+
+int sk_cg_adopt_classic(sk_cg *cg, kc_str group_id, int32_t generation, int n,
+                        const sk_cg_adopted *ms, int64_t now)
+{
+    sk_cg_group *old = sk_cg_find(cg, group_id.p, (size_t)group_id.len);
+    if (old)
+        sk_cg_remove(cg, old);
+    sk_cg_group *g = group_get(cg, group_id);
+    if (!g)
+        return SK_ERR_NOMEM;
+    g->epoch = g->assignment_epoch = generation;
+    for (int i = 0; i < n; i++)
+        if (adopt_member(g, &ms[i], generation, now) != 0) {
+            sk_cg_remove(cg, g);
+            return SK_ERR_NOMEM;
+        }
+    g->dirty = true;
+    return 0;
+}
+
 /* ---- time ---- */
 
 int sk_cg_tick(sk_cg *cg, int64_t now)
@@ -982,7 +1336,9 @@ int sk_cg_tick(sk_cg *cg, int64_t now)
         for (int k = 0; k < g->nmembers;) {
             cmember *m = g->members[k];
             if (now >= m->session_deadline ||
-                (m->revoke_deadline && m->state == M_UNREVOKED && now >= m->revoke_deadline)) {
+                (m->revoke_deadline && m->state == M_UNREVOKED && now >= m->revoke_deadline) ||
+                (m->join_deadline && now >= m->join_deadline) ||
+                (m->sync_deadline && now >= m->sync_deadline)) {
                 member_drop(g, m, true);
                 removed++;
                 continue;
@@ -1019,6 +1375,8 @@ int16_t sk_cg_check_commit(const sk_cg_group *g, kc_str member_id, int32_t epoch
     const cmember *m = g ? member_by_id(g, member_id) : NULL;
     if (!m)
         return SK_KAFKA_UNKNOWN_MEMBER_ID;
+    if (m->classic) /* its generation is its member epoch */
+        return epoch == m->epoch ? 0 : SK_KAFKA_ILLEGAL_GENERATION;
     if (api_version < 9)
         return SK_KAFKA_UNSUPPORTED_VERSION;
     if (epoch == m->epoch)
@@ -1038,7 +1396,9 @@ int16_t sk_cg_check_fetch(const sk_cg_group *g, kc_str member_id, int32_t epoch)
     const cmember *m = g ? member_by_id(g, member_id) : NULL;
     if (!m)
         return SK_KAFKA_UNKNOWN_MEMBER_ID;
-    return epoch == m->epoch ? 0 : SK_KAFKA_STALE_MEMBER_EPOCH;
+    if (epoch == m->epoch)
+        return 0;
+    return m->classic ? SK_KAFKA_ILLEGAL_GENERATION : SK_KAFKA_STALE_MEMBER_EPOCH;
 }
 
 /* ---- read access ---- */
@@ -1090,7 +1450,9 @@ void sk_cg_group_member(const sk_cg_group *g, int i, sk_cg_member_view *v)
     *v = (sk_cg_member_view){m->id,       m->instance,       m->rack,        m->client_id,
                              m->client_host, m->epoch,       m->nsubs,       m->subs,
                              m->regex,    m->assigned.n,     m->target.n,    m->assigned.v,
-                             m->target.v};
+                             m->target.v,
+                             m->classic,  m->classic ? m->classic_session_ms : m->session_ms,
+                             m->rebalance_ms, m->nprotos, m->protos};
 }
 
 /* ---- durability ---- */
@@ -1141,6 +1503,65 @@ static void put_member(sk_buf *b, const cmember *m)
     put_set(b, &m->target);
 }
 
+/* Classic members, after the members: u8 1 | per member u8 classic, and
+ * for a classic one u32 session ms, u32 n, n x (str name, str metadata).
+ * Absent when the group has none (and in blobs older than mixed groups). */
+static void put_classic(sk_buf *b, const sk_cg_group *g)
+{
+    sk_buf_u8(b, 1);
+    for (int i = 0; i < g->nmembers; i++) {
+        const cmember *m = g->members[i];
+        sk_buf_u8(b, m->classic);
+        if (!m->classic)
+            continue;
+        sk_buf_u32(b, (uint32_t)m->classic_session_ms);
+        sk_buf_u32(b, (uint32_t)m->nprotos);
+        for (int k = 0; k < m->nprotos; k++) {
+            sk_buf_str(b, m->protos[k].name.p, (size_t)m->protos[k].name.len);
+            sk_buf_str(b, (const char *)m->protos[k].metadata.p,
+                       (size_t)m->protos[k].metadata.len);
+        }
+    }
+}
+
+static bool get_classic_member(sk_rd *rd, cmember *m)
+{
+    m->classic = sk_rd_u8(rd) != 0;
+    if (!m->classic)
+        return !sk_rd_failed(rd);
+    m->classic_session_ms = (int32_t)sk_rd_u32(rd);
+    uint32_t n = sk_rd_u32(rd);
+    if (sk_rd_failed(rd) || n == 0 || n > sk_rd_left(rd) / 8)
+        return false;
+    sk_cg_proto *ps = calloc(n, sizeof *ps);
+    if (!ps)
+        return false;
+    bool ok = true;
+    for (uint32_t k = 0; k < n && ok; k++) {
+        size_t nl, ml;
+        const uint8_t *name = sk_rd_str(rd, &nl);
+        const uint8_t *md = name ? sk_rd_str(rd, &ml) : NULL;
+        ok = md != NULL;
+        if (ok)
+            ps[k] = (sk_cg_proto){{(const char *)name, (int32_t)nl}, {md, (int32_t)ml}};
+    }
+    ok = ok && set_protos(m, (int)n, ps);
+    free(ps);
+    return ok;
+}
+
+static bool import_classic(sk_rd *rd, sk_cg_group *g)
+{
+    if (sk_rd_left(rd) == 0)
+        return true;
+    if (sk_rd_u8(rd) != 1)
+        return false;
+    for (int i = 0; i < g->nmembers; i++)
+        if (!get_classic_member(rd, g->members[i]))
+            return false;
+    return true;
+}
+
 /* Blob: u32 group epoch | u32 assignment epoch | str assignor | u64 topics
  * hash | u32 n | n x member (str id, 5 x opt str: instance, rack, client id,
  * client host, assignor | u32 nsubs, str each | opt str regex | u32 epoch,
@@ -1156,6 +1577,11 @@ void sk_cg_export(const sk_cg_group *g, sk_buf *b)
     sk_buf_u32(b, (uint32_t)g->nmembers);
     for (int i = 0; i < g->nmembers; i++)
         put_member(b, g->members[i]);
+    for (int i = 0; i < g->nmembers; i++)
+        if (g->members[i]->classic) {
+            put_classic(b, g);
+            break;
+        }
 }
 
 static char *get_str(sk_rd *rd)
@@ -1264,7 +1690,8 @@ int sk_cg_import(sk_cg *cg, const char *id, size_t idlen, const uint8_t *p, size
     if (as)
         snprintf(g->assignor, sizeof g->assignor, "%.*s", (int)al, (const char *)as);
     g->topics_hash = sk_rd_u64(&rd);
-    if (!as || !import_members(&rd, g, now) || sk_rd_failed(&rd) || sk_rd_left(&rd) != 0) {
+    if (!as || !import_members(&rd, g, now) || !import_classic(&rd, g) || sk_rd_failed(&rd) ||
+        sk_rd_left(&rd) != 0) {
         sk_cg_remove(cg, g);
         return SK_ERR_CORRUPT;
     }

@@ -141,6 +141,12 @@ int sk_cg_group_nmembers(const sk_cg_group *g);
 /* Does a member's subscription (names, or regex) take in this topic? */
 bool sk_cg_group_subscribes(const sk_cg_group *g, const char *topic, size_t len);
 
+/* A classic member's protocol: its name and its subscription metadata. */
+typedef struct sk_cg_proto {
+    kc_str name;
+    kc_bytes metadata;
+} sk_cg_proto;
+
 typedef struct sk_cg_member_view {
     const char *member_id, *instance_id, *rack_id, *client_id, *client_host;
     int32_t member_epoch;
@@ -149,8 +155,86 @@ typedef struct sk_cg_member_view {
     const char *regex; /* NULL: none */
     int32_t nassigned, ntarget;
     const sk_cg_tp *assigned, *target;
+    bool classic; /* a member of the classic protocol (below) */
+    int32_t session_ms, rebalance_ms;
+    int nprotocols; /* classic: its protocols, in its order of preference */
+    const sk_cg_proto *protocols;
 } sk_cg_member_view;
 void sk_cg_group_member(const sk_cg_group *g, int i, sk_cg_member_view *v);
+
+/* ---- classic members (mixed groups) ----
+ * A consumer group may hold members of the classic protocol, as in Kafka
+ * 4: the members of a classic group it was converted from (online
+ * upgrade), and classic consumers joining it later. Their JoinGroup is a
+ * heartbeat carrying their whole state: the subscription and the
+ * partitions they own come from their ConsumerProtocolSubscription (the
+ * caller decodes it), the answer's generation is the member epoch and the
+ * protocol its first one. SyncGroup gives its current assignment (the
+ * caller encodes it as a ConsumerProtocolAssignment); Heartbeat answers
+ * REBALANCE_IN_PROGRESS when it must rejoin to move on. Their session
+ * timeout is the one of their JoinGroup. */
+typedef struct sk_cg_classic_args {
+    kc_str group_id, member_id, instance_id; /* instance_id len -1: none */
+    kc_str client_id, client_host, rack_id;  /* rack_id len -1: none */
+    kc_str protocol_type;
+    int32_t session_ms, rebalance_ms;
+    int nprotocols;
+    const sk_cg_proto *protocols;
+    int32_t nsubs; /* from the subscription */
+    const kc_str *subs;
+    int32_t nowned; /* the partitions it owns (-1: not said) */
+    const sk_cg_tp *owned;
+} sk_cg_classic_args;
+
+typedef struct sk_cg_classic_result {
+    int16_t error;
+    const char *member_id;
+    int32_t generation;
+    const char *protocol_name;
+} sk_cg_classic_result;
+
+/* A JoinGroup of a member with an id to a group with members. */
+void sk_cg_classic_join(sk_cg *cg, const sk_cg_classic_args *a, const sk_cg_topic *topics,
+                        int ntopics, int64_t now, sk_cg_classic_result *out);
+/* 0, REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID or
+ * ILLEGAL_GENERATION. */
+int16_t sk_cg_classic_heartbeat(sk_cg_group *g, kc_str member_id, kc_str instance_id,
+                                int32_t generation, int64_t now)
+    __attribute__((warn_unused_result));
+
+typedef struct sk_cg_classic_sync_args {
+    kc_str member_id, instance_id;
+    int32_t generation;
+    kc_str protocol_type, protocol_name; /* len -1: not given */
+} sk_cg_classic_sync_args;
+
+typedef struct sk_cg_classic_sync_result {
+    const char *protocol_name;
+    const uint8_t *metadata; /* of its first protocol (gives the version) */
+    int32_t metadata_len;
+    int32_t nassigned;
+    const sk_cg_tp *assigned;
+} sk_cg_classic_sync_result;
+
+int16_t sk_cg_classic_sync(sk_cg *cg, sk_cg_group *g, const sk_cg_classic_sync_args *a,
+                           int64_t now, sk_cg_classic_sync_result *out)
+    __attribute__((warn_unused_result));
+/* LeaveGroup of one classic member (by instance id alone: an admin). */
+int16_t sk_cg_classic_leave(sk_cg_group *g, kc_str member_id, kc_str instance_id)
+    __attribute__((warn_unused_result));
+/* Has the group members, all of the classic protocol (it may downgrade)? */
+bool sk_cg_all_classic(const sk_cg_group *g);
+
+/* Online upgrade: the members of classic group `group_id` at `generation`
+ * become classic members of a new consumer group at that epoch, each
+ * keeping the partitions of its last assignment. 0 or SK_ERR_NOMEM. */
+typedef struct sk_cg_adopted {
+    sk_cg_classic_args member;
+    int32_t nassigned;
+    const sk_cg_tp *assigned;
+} sk_cg_adopted;
+int sk_cg_adopt_classic(sk_cg *cg, kc_str group_id, int32_t generation, int n,
+                        const sk_cg_adopted *ms, int64_t now) __attribute__((warn_unused_result));
 
 /* ---- durability ----
  * A group's state (epochs, members, subscriptions, assignments, targets;

@@ -31,6 +31,7 @@
 #include "sk_map.h"
 #include "sk_time.h"
 #include "tconf.h"
+#include "tls.h"
 #include "wal.h"
 #include "xzone.h"
 
@@ -189,8 +190,8 @@ static void peer_changed(sk_cluster *c, const cm_node *now, const cm_node *was)
         return;
     const char *host;
     int32_t port;
-    const char *lname = c->n->cfg->inter_broker_listener_name;
-    if (sk_cluster_node_addr(c, now->id, *lname ? lname : NULL, &host, &port, NULL) &&
+    const char *lname = sk_config_inter_listener_name(c->n->cfg);
+    if (sk_cluster_node_addr(c, now->id, lname, &host, &port, NULL) &&
         rpc_peer_set(c->rpc, now->id, host, port) != 0)
         SK_WARN("cluster", "cannot set the address of node %d", now->id);
 }
@@ -331,6 +332,26 @@ static void listeners_of(const sk_config *cfg, cm_listener *out, int *n)
     }
 }
 
+/* Node-to-node TLS when the inter-broker listener is SSL: the node's own
+ * certificate authenticates it to the others (docs/security.md). Read at
+ * start-up, before the loop runs; SIGHUP reloads it (net.c). */
+static int rpc_tls(sk_cluster *c, char *why, size_t whylen)
+{
+    const sk_config *cfg = c->n->cfg;
+    const sk_listener *inter = sk_config_inter_listener(cfg);
+    if (!inter || !SK_SEC_IS_TLS(inter->protocol))
+        return 0;
+    char inner[400];
+    SSL_CTX *ctx = sk_tls_load_client(cfg, inner, sizeof inner);
+    if (!ctx) {
+        snprintf(why, whylen, "node-to-node TLS: %s", inner);
+        return SK_ERR_INVAL;
+    }
+    rpc_client_set_tls(c->rpc, ctx, *cfg->ssl_endpoint_identification_algorithm != 0);
+    sk_tls_free(ctx);
+    return 0;
+}
+
 sk_cluster *sk_cluster_new(sk_node *n, char *why, size_t whylen)
 {
     sk_cluster *c = calloc(1, sizeof *c);
@@ -366,6 +387,10 @@ sk_cluster *sk_cluster_new(sk_node *n, char *why, size_t whylen)
     ro.account = sk_xzone_rpc_account;
     ro.account_arg = n;
     c->rpc = rpc_client_new(n->base, &ro);
+    if (c->rpc && rpc_tls(c, why, whylen) != 0) {
+        sk_cluster_destroy(c);
+        return NULL;
+    }
     c->h = c->rpc ? sk_handoffs_new(c) : NULL;
     c->cu = sk_custody_new(c);
     c->ctl = sk_controller_new(c);

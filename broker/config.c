@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "kbatch.h"
+#include "pmap.h"
 #include "sk_err.h"
 #include "sk_log.h"
 #include "zone.h"
@@ -129,6 +130,15 @@ static const char *check_assignors(const char *v)
         v += strspn(v, ", ");
     }
     return n ? NULL : "name at least one assignor (uniform, range)";
+}
+
+static const char *check_migration_policy(const char *v)
+{
+    static const char *ok[] = {"bidirectional", "upgrade", "downgrade", "disabled"};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+        if (strcasecmp(v, ok[i]) == 0)
+            return NULL;
+    return "must be one of bidirectional, upgrade, downgrade, disabled";
 }
 
 static const char *check_etcd_prefix(const char *v)
@@ -253,7 +263,25 @@ static const char *check_client_auth(const char *v)
 
 static const char *check_mapping_rules(const char *v)
 {
-    return strcmp(v, "DEFAULT") == 0 ? NULL : "must be DEFAULT (the only rule served)";
+    static char why[200];
+    sk_pmap *m = NULL;
+    if (sk_pmap_parse(v, &m, why, sizeof why) != 0)
+        return why;
+    sk_pmap_free(m);
+    return NULL;
+}
+
+static const char *check_endpoint_id(const char *v)
+{
+    return !*v || strcasecmp(v, "https") == 0 ? NULL : "must be https or empty";
+}
+
+static const char *check_inter_protocol(const char *v)
+{
+    for (int i = 0; *v && i < 4; i++)
+        if (strcmp(v, secproto_names[i]) == 0)
+            return NULL;
+    return *v ? "must be PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL" : NULL;
 }
 
 static const char *check_mechanisms(const char *v)
@@ -346,9 +374,23 @@ const sk_prop sk_props[] = {
      check_client_auth, false},
     {"ssl.principal.mapping.rules", SK_PROP_STRING, OFF(ssl_principal_mapping_rules), "DEFAULT",
      0, 0, "Security",
-     "How a client certificate becomes a principal: DEFAULT, the subject's full "
-     "distinguished name (User:CN=alice,O=example).",
+     "How a client certificate becomes a principal, as in Kafka: rules tried in order, "
+     "separated by commas, the first that applies giving the user name: DEFAULT, the "
+     "subject's distinguished name (User:CN=alice,O=example), or "
+     "RULE:pattern/replacement/[LU] (pattern matching the whole name, $1.. its groups, "
+     "L or U to lower- or upper-case). A certificate no rule applies to is refused.",
      check_mapping_rules, false},
+    {"ssl.endpoint.identification.algorithm", SK_PROP_STRING,
+     OFF(ssl_endpoint_identification_algorithm), "https", 0, 0, "Security",
+     "https: a node connecting to another node's SSL inter-broker listener checks that the "
+     "certificate names the address it dialled (DNS name or IP address); empty: the "
+     "certificate's chain alone is checked.",
+     check_endpoint_id, false},
+    {"security.inter.broker.protocol", SK_PROP_STRING, OFF(security_inter_broker_protocol), "",
+     0, 0, "Security",
+     "Instead of inter.broker.listener.name (not both): node-to-node traffic uses the "
+     "listener named after this protocol (SSL: the listener SSL://...).",
+     check_inter_protocol, false},
     {"sasl.enabled.mechanisms", SK_PROP_STRING, OFF(sasl_enabled_mechanisms),
      "SCRAM-SHA-256,SCRAM-SHA-512", 0, 0, "Security",
      "SASL mechanisms of SASL_PLAINTEXT and SASL_SSL listeners: PLAIN, SCRAM-SHA-256, "
@@ -399,6 +441,13 @@ const sk_prop sk_props[] = {
      1048576, I64MAX, "Storage",
      "Most WAL bytes kept on the volume: past it (uploads failing or slow) the node stops "
      "reading requests until uploads catch up.",
+     NULL, false},
+    {"wal.direct.io", SK_PROP_BOOL, OFF(wal_direct_io), "false", 0, 0, "Storage",
+     "Write a WAL on a local file system with O_DIRECT: no copy into the page cache, a "
+     "fraction of the WAL's CPU and a faster produce path, but the uploader then reads the "
+     "WAL back from the disk instead of the page cache (docs/wal.md, \"Direct I/O\"). Worth "
+     "it where reads are cheap beside writes. Never used for NFS or where the file system "
+     "cannot (tmpfs).",
      NULL, false},
     {"view.commit.interval.ms", SK_PROP_LONG, OFF(view_commit_interval_ms), "100", 1, 60000,
      "Storage",
@@ -662,6 +711,14 @@ const sk_prop sk_props[] = {
      I32MAX, "Transactions",
      "Largest transaction timeout a transactional producer may ask for (InitProducerId); "
      "larger ones get INVALID_TRANSACTION_TIMEOUT.", NULL, false},
+    {"transactional.id.expiration.ms", SK_PROP_INT, OFF(transactional_id_expiration_ms),
+     "604800000", 1, I32MAX, "Transactions",
+     "A transactional id whose last transaction ended (or that never began one) this long "
+     "ago is forgotten, durably: its next InitProducerId gets a new producer id.", NULL, false},
+    {"transaction.remove.expired.transaction.cleanup.interval.ms", SK_PROP_INT,
+     OFF(transaction_cleanup_interval_ms), "3600000", 1, I32MAX, "Transactions",
+     "How often the coordinator looks for transactional ids past "
+     "transactional.id.expiration.ms.", NULL, false},
     {"offsets.retention.minutes", SK_PROP_INT, OFF(offsets_retention_minutes), "10080", 1,
      I32MAX, "Groups",
      "Committed offsets of a group that has been empty this long are deleted.", NULL, true},
@@ -690,6 +747,13 @@ const sk_prop sk_props[] = {
      "default. Known: uniform (as even as subscriptions allow, keeping partitions where they "
      "are) and range (contiguous ranges of each topic, in member id order).",
      check_assignors, false},
+    {"group.consumer.migration.policy", SK_PROP_STRING, OFF(group_consumer_migration_policy),
+     "bidirectional", 0, 0, "Groups",
+     "Whether a group converts between the classic and the consumer protocol while it has "
+     "members: upgrade (a consumer-protocol member joining a classic group of protocol type "
+     "consumer), downgrade (the last consumer-protocol member leaving a group whose other "
+     "members are classic), bidirectional (both) or disabled (neither).",
+     check_migration_policy, false},
 };
 const size_t sk_nprops = sizeof sk_props / sizeof sk_props[0];
 
@@ -1005,6 +1069,35 @@ int sk_parse_listeners(const char *s, sk_listener *out, int *n, char *why, size_
     return 0;
 }
 
+/* Node-to-node traffic: a PLAINTEXT listener, or an SSL one on which the
+ * node's own certificate authenticates it (rpc/peer.h). SASL is not spoken
+ * by the node's client side. */
+static int check_inter_listener(const sk_config *c, char *why, size_t whylen)
+{
+    if (*c->inter_broker_listener_name && *c->security_inter_broker_protocol) {
+        snprintf(why, whylen, "property security.inter.broker.protocol: only one of "
+                 "inter.broker.listener.name and security.inter.broker.protocol may be set");
+        return SK_ERR_INVAL;
+    }
+    const sk_listener *inter = sk_config_inter_listener(c);
+    if (!inter && (*c->inter_broker_listener_name || *c->security_inter_broker_protocol)) {
+        bool by_name = *c->inter_broker_listener_name;
+        snprintf(why, whylen, "property %s: %s is not a listener name",
+                 by_name ? "inter.broker.listener.name" : "security.inter.broker.protocol",
+                 by_name ? c->inter_broker_listener_name : c->security_inter_broker_protocol);
+        return SK_ERR_INVAL;
+    }
+    if (inter && SK_SEC_IS_SASL(inter->protocol)) {
+        snprintf(why, whylen,
+                 "property inter.broker.listener.name: node-to-node traffic is served on "
+                 "PLAINTEXT or SSL listeners; %s is %s (name an SSL listener: nodes "
+                 "authenticate with their certificates)",
+                 inter->name, sk_secproto_name(inter->protocol));
+        return SK_ERR_INVAL;
+    }
+    return 0;
+}
+
 /* A cluster shares its volume and its object store: nodes must be told
  * where, never fall back on a local default that only one node sees. */
 static int finish_cluster(const sk_config *c, char *why, size_t whylen)
@@ -1017,19 +1110,9 @@ static int finish_cluster(const sk_config *c, char *why, size_t whylen)
                  *c->wal_url ? "object store" : "volume's root");
         return SK_ERR_INVAL;
     }
-    if (*c->inter_broker_listener_name && !sk_config_inter_listener(c)) {
-        snprintf(why, whylen, "property inter.broker.listener.name: %s is not a listener name",
-                 c->inter_broker_listener_name);
-        return SK_ERR_INVAL;
-    }
-    const sk_listener *inter = sk_config_inter_listener(c);
-    if (inter && inter->protocol != SK_SEC_PLAINTEXT) {
-        snprintf(why, whylen,
-                 "property inter.broker.listener.name: node-to-node traffic is served on "
-                 "PLAINTEXT listeners only; %s is %s (name a PLAINTEXT listener)",
-                 inter->name, sk_secproto_name(inter->protocol));
-        return SK_ERR_INVAL;
-    }
+    int rc = check_inter_listener(c, why, whylen);
+    if (rc != 0)
+        return rc;
     if (c->broker_heartbeat_interval_ms * 2 > c->broker_session_timeout_ms) {
         snprintf(why, whylen,
                  "property broker.heartbeat.interval.ms must be at most half of "
@@ -1044,12 +1127,20 @@ bool sk_config_cluster(const sk_config *c)
     return c->etcd_endpoints && *c->etcd_endpoints;
 }
 
+const char *sk_config_inter_listener_name(const sk_config *c)
+{
+    if (*c->inter_broker_listener_name)
+        return c->inter_broker_listener_name;
+    if (*c->security_inter_broker_protocol)
+        return c->security_inter_broker_protocol;
+    return c->nadvertised ? c->advertised[0].name : NULL;
+}
+
 const sk_listener *sk_config_inter_listener(const sk_config *c)
 {
-    if (!*c->inter_broker_listener_name)
-        return c->nadvertised ? &c->advertised[0] : NULL;
-    for (int i = 0; i < c->nadvertised; i++)
-        if (strcmp(c->advertised[i].name, c->inter_broker_listener_name) == 0)
+    const char *name = sk_config_inter_listener_name(c);
+    for (int i = 0; name && i < c->nadvertised; i++)
+        if (strcmp(c->advertised[i].name, name) == 0)
             return &c->advertised[i];
     return NULL;
 }

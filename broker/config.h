@@ -70,6 +70,8 @@ typedef struct sk_config {
     char *ssl_enabled_protocols;
     char *ssl_client_auth;
     char *ssl_principal_mapping_rules;
+    char *ssl_endpoint_identification_algorithm; /* "https" or "" */
+    char *security_inter_broker_protocol;        /* "" unless set */
     char *sasl_enabled_mechanisms;
     int64_t connections_max_reauth_ms;
     int32_t connection_failed_authentication_delay_ms;
@@ -110,6 +112,7 @@ typedef struct sk_config {
     int64_t wal_lease_ms;
     int64_t view_commit_interval_ms;
     int64_t wal_io_timeout_ms;
+    bool wal_direct_io;
 
     /* topics */
     int32_t num_partitions;
@@ -146,6 +149,8 @@ typedef struct sk_config {
     int32_t group_min_session_timeout_ms;
     int32_t group_max_session_timeout_ms;
     int32_t transaction_max_timeout_ms;
+    int32_t transactional_id_expiration_ms;
+    int32_t transaction_cleanup_interval_ms;
     int32_t group_initial_rebalance_delay_ms;
     int32_t offsets_retention_minutes;
     int64_t offsets_retention_check_interval_ms;
@@ -153,6 +158,7 @@ typedef struct sk_config {
     int32_t group_consumer_heartbeat_interval_ms;
     int32_t group_consumer_max_size;
     char *group_consumer_assignors;
+    char *group_consumer_migration_policy; /* bidirectional, upgrade, downgrade, disabled */
 
     /* cluster */
     char *etcd_endpoints;
@@ -214,8 +220,11 @@ int sk_config_finish(sk_config *c, char *why, size_t whylen);
 
 /* True when etcd.endpoints makes this node a cluster member. */
 bool sk_config_cluster(const sk_config *c);
-/* The advertised address other nodes use (inter.broker.listener.name). */
+/* The advertised address other nodes use (inter.broker.listener.name, else
+ * the listener named after security.inter.broker.protocol, else the first). */
 const sk_listener *sk_config_inter_listener(const sk_config *c);
+/* That listener's name (NULL: no listener at all). */
+const char *sk_config_inter_listener_name(const sk_config *c);
 
 const sk_prop *sk_config_find(const char *name);
 /* Current value of a property as text (into buf); "[hidden]" for a

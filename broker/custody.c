@@ -127,6 +127,7 @@ static void fence_payload_work(void *arg)
     o.node_id = (uint32_t)l->node;
     o.lease_ms = n->cfg->wal_lease_ms;
     o.io_timeout_ms = n->cfg->wal_io_timeout_ms;
+    o.no_direct_io = !n->cfg->wal_direct_io;
     o.takeover_proof = proof;
     wal_storage *st = l->st;
     l->st = NULL;
@@ -148,6 +149,7 @@ static void replay_work(void *arg)
     o.node_id = (uint32_t)l->node;
     o.lease_ms = n->cfg->wal_lease_ms;
     o.io_timeout_ms = n->cfg->wal_io_timeout_ms;
+    o.no_direct_io = !n->cfg->wal_direct_io;
     o.takeover_proof = proof;
     o.preamble = empty_preamble;
     o.preamble_arg = n;

@@ -3,10 +3,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "authz.h"
 #include "groups.h"
 #include "handlers.h"
 #include "kmsg.h"
 #include "krpc.h"
+#include "txpeer.h"
 #include "metrics.h"
 #include "net.h"
 #include "sasl.h"
@@ -43,7 +45,7 @@ static sk_api_entry table[] = {
     {21, 0, 2, 0, 0, h_delete_records, NULL},
     {22, 0, 5, 0, 0, h_init_producer_id, NULL},
     {23, 2, 4, 0, 2, h_offset_for_leader_epoch, NULL},
-    {24, 0, 3, 0, 0, h_add_partitions_to_txn, NULL},
+    {24, 0, 5, 0, 0, h_add_partitions_to_txn, NULL},
     {25, 0, 4, 0, 0, h_add_offsets_to_txn, NULL},
     {26, 0, 4, 0, 0, h_end_txn, NULL},
     {28, 0, 4, 0, 0, h_txn_offset_commit, NULL},
@@ -77,6 +79,7 @@ static sk_api_entry table[] = {
     {KR_CONFIRM, 0, 0, 0, 0, h_confirm, NULL},
     {KR_FOLLOW, 0, 0, 0, 0, h_follow, NULL},
     {KR_NODE_STATUS, 0, 0, 0, 0, h_node_status, NULL},
+    {KR_TXN_MARKERS, 0, 0, 0, 0, h_txn_markers, NULL},
 };
 #define NTABLE ((int)(sizeof table / sizeof table[0]))
 
@@ -327,6 +330,30 @@ static void api_versions_unsupported(sk_req *r)
 
 /* ---- dispatch ---- */
 
+/* Every internal RPC, whatever its key, needs ClusterAction (authz.h): a
+ * refusal is answered before the body is even decoded, with
+ * CLUSTER_AUTHORIZATION_FAILED in the response's top-level ErrorCode, or
+ * by closing the connection when the response has none. */
+static bool refuse_internal(sk_req *r)
+{
+    int16_t err = sk_authz_internal(r);
+    if (err == 0)
+        return false;
+    SK_WARN("dispatch", "%s: %s refused to %s (no ClusterAction on the cluster)", r->conn->peer,
+            r->entry->api->name, r->conn->principal);
+    const kc_struct *d = r->entry->api->resp;
+    for (uint16_t i = 0; i < d->nfields; i++) {
+        const kc_field *f = &d->fields[i];
+        if (f->type == KC_INT16 && strcmp(f->name, "ErrorCode") == 0 && f->tag_min < 0) {
+            memcpy((uint8_t *)r->resp + f->offset, &err, sizeof err);
+            sk_req_respond(r);
+            return true;
+        }
+    }
+    sk_req_close(r, NULL);
+    return true;
+}
+
 void sk_dispatch(sk_req *r)
 {
     table_init();
@@ -414,6 +441,8 @@ void sk_dispatch(sk_req *r)
         sk_req_close(r, "out of memory");
         return;
     }
+    if (internal_api(key) && refuse_internal(r))
+        return;
     int rc = kc_decode(e->api->req, ver, r->flexible, &rd, r->body, r->arena);
     if (rc != 0) {
         SK_WARN("dispatch", "%s: %s v%d: cannot decode the request (%s at byte %zu of %zu); "

@@ -946,8 +946,8 @@ int16_t sk_gc_leave(sk_gc *gc, kc_str group_id, kc_str member_id, kc_str instanc
     return 0;
 }
 
-int16_t sk_gc_check_commit(sk_gc *gc, kc_str group_id, kc_str member_id, kc_str instance_id,
-                           int32_t generation, int16_t api_version)
+static int16_t check_commit(sk_gc *gc, kc_str group_id, kc_str member_id, kc_str instance_id,
+                            int32_t generation, int16_t api_version, bool txn)
 {
     sk_gc_group *g =
         group_id.len > 0 ? sk_gc_find(gc, group_id.p, (size_t)group_id.len) : NULL;
@@ -957,7 +957,7 @@ int16_t sk_gc_check_commit(sk_gc *gc, kc_str group_id, kc_str member_id, kc_str 
     if (!g) {
         if (generation < 0)
             return 0;
-        return api_version >= 9 ? SK_KAFKA_GROUP_ID_NOT_FOUND : SK_KAFKA_ILLEGAL_GENERATION;
+        return api_version >= 9 && !txn ? SK_KAFKA_GROUP_ID_NOT_FOUND : SK_KAFKA_ILLEGAL_GENERATION;
     }
     if (g->state == SK_GC_DEAD)
         return SK_KAFKA_COORDINATOR_NOT_AVAILABLE;
@@ -970,12 +970,24 @@ int16_t sk_gc_check_commit(sk_gc *gc, kc_str group_id, kc_str member_id, kc_str 
             return err;
         if (generation != g->generation)
             return SK_KAFKA_ILLEGAL_GENERATION;
-    } else if (g->state != SK_GC_EMPTY) {
+    } else if (!txn && g->state != SK_GC_EMPTY) {
         return SK_KAFKA_UNKNOWN_MEMBER_ID;
     }
-    if (g->state == SK_GC_COMPLETING)
+    if (!txn && g->state == SK_GC_COMPLETING)
         return SK_KAFKA_REBALANCE_IN_PROGRESS;
     return 0;
+}
+
+int16_t sk_gc_check_commit(sk_gc *gc, kc_str group_id, kc_str member_id, kc_str instance_id,
+                           int32_t generation, int16_t api_version)
+{
+    return check_commit(gc, group_id, member_id, instance_id, generation, api_version, false);
+}
+
+int16_t sk_gc_check_txn_commit(sk_gc *gc, kc_str group_id, kc_str member_id,
+                               kc_str instance_id, int32_t generation)
+{
+    return check_commit(gc, group_id, member_id, instance_id, generation, 0, true);
 }
 
 int64_t sk_gc_tick(sk_gc *gc, int64_t now)
@@ -1099,6 +1111,60 @@ void sk_gc_group_member(const sk_gc_group *g, int i, sk_gc_member_view *v)
     v->metadata_len = p ? p->len : 0;
     v->assignment = m->assignment;
     v->assignment_len = m->assign_len;
+    v->session_ms = m->session_ms;
+    v->rebalance_ms = m->rebalance_ms;
+    v->nprotocols = m->nprotos;
+}
+
+sk_gc_protocol sk_gc_group_member_protocol(const sk_gc_group *g, int i, int k)
+{
+    const struct proto *p = &g->members[i]->protos[k];
+    return (sk_gc_protocol){{p->name, (int32_t)strlen(p->name)}, {p->meta, p->len}};
+}
+
+static int adopt_member(sk_gc_group *g, const sk_gc_adopted *a, int64_t now)
+{
+    char *id = dupstr(a->member.member_id);
+    member *m = id ? new_member(&a->member, id, now) : NULL;
+    free(id);
+    if (!m)
+        return SK_ERR_NOMEM;
+    m->rebalance_ms = a->member.rebalance_timeout_ms;
+    int32_t l = a->assignment.len > 0 ? a->assignment.len : 0;
+    m->assignment = malloc((size_t)l + 1);
+    if (!m->assignment || !add_member(g, m)) {
+        member_free(m);
+        return SK_ERR_NOMEM;
+    }
+    if (l)
+        memcpy(m->assignment, a->assignment.p, (size_t)l);
+    m->assign_len = l;
+    return 0;
+}
+
+int sk_gc_adopt(sk_gc *gc, kc_str group_id, int32_t generation, int n, const sk_gc_adopted *ms,
+                int64_t now)
+{
+    if (sk_gc_find(gc, group_id.p, (size_t)group_id.len))
+        return SK_ERR_EXIST;
+    sk_gc_group *g = group_create(gc, group_id);
+    if (!g)
+        return SK_ERR_NOMEM;
+    g->generation = generation;
+    g->protocol_type = strdup("consumer");
+    int rc = g->protocol_type ? 0 : SK_ERR_NOMEM;
+    for (int i = 0; rc == 0 && i < n; i++)
+        rc = adopt_member(g, &ms[i], now);
+    const char *sel = rc == 0 ? select_protocol(g) : NULL;
+    g->protocol_name = sel ? strdup(sel) : NULL;
+    g->leader = g->nmembers > 0 ? strdup(g->members[0]->id) : NULL;
+    if (rc != 0 || !g->protocol_name || !g->leader) {
+        sk_gc_evict(gc, g, SK_KAFKA_UNKNOWN_MEMBER_ID);
+        return rc ? rc : SK_ERR_NOMEM;
+    }
+    g->state = SK_GC_STABLE;
+    prepare_rebalance(gc, g, now);
+    return 0;
 }
 
 sk_gc_group *sk_gc_next(const sk_gc *gc, size_t *it)

@@ -114,6 +114,12 @@ int16_t sk_gc_leave(sk_gc *gc, kc_str group_id, kc_str member_id, kc_str instanc
  * Kafka's OffsetCommit rules for classic groups (see groups.c). */
 int16_t sk_gc_check_commit(sk_gc *gc, kc_str group_id, kc_str member_id, kc_str instance_id,
                            int32_t generation, int16_t api_version);
+/* The same for TxnOffsetCommit v3+ (Kafka's transactional rules): an absent
+ * group takes generation -1 only (else ILLEGAL_GENERATION); without a
+ * generation or member any group may be committed to, and a rebalance
+ * does not stop it. */
+int16_t sk_gc_check_txn_commit(sk_gc *gc, kc_str group_id, kc_str member_id,
+                               kc_str instance_id, int32_t generation);
 
 /* Expires sessions and pending members, completes rebalances whose time is
  * up. Call it periodically; it returns the next time it needs a call. */
@@ -137,8 +143,24 @@ typedef struct sk_gc_member_view {
     int32_t metadata_len;
     const uint8_t *assignment;
     int32_t assignment_len;
+    int32_t session_ms, rebalance_ms;
+    int nprotocols;
 } sk_gc_member_view;
 void sk_gc_group_member(const sk_gc_group *g, int i, sk_gc_member_view *v);
+/* Member i's protocol k (0 <= k < nprotocols), pointing into the group. */
+sk_gc_protocol sk_gc_group_member_protocol(const sk_gc_group *g, int i, int k);
+
+/* Online downgrade: a consumer group whose members all speak the classic
+ * protocol becomes classic group `group_id` (which must not exist) at
+ * `generation`, its members with their protocols and their last
+ * assignments, and a rebalance starts at once (PreparingRebalance): the
+ * members learn it from their next heartbeat and rejoin. */
+typedef struct sk_gc_adopted {
+    sk_gc_join_args member; /* ids, client, timeouts, protocols */
+    kc_bytes assignment;
+} sk_gc_adopted;
+int sk_gc_adopt(sk_gc *gc, kc_str group_id, int32_t generation, int n, const sk_gc_adopted *ms,
+                int64_t now) __attribute__((warn_unused_result));
 /* Iteration over groups: *it = 0 to start; NULL at the end. */
 sk_gc_group *sk_gc_next(const sk_gc *gc, size_t *it);
 /* Forgets an empty group (DeleteGroups). */

@@ -475,12 +475,30 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
     sk_gc_tick(gs->gc, sk_mono_ms());
     if (sk_cg_tick(gs->cg, sk_mono_ms()) == 0)
         return;
-    /* Members whose session ended are gone: record the groups they left. */
+    /* Members whose session ended are gone: record the groups they left;
+     * one left with classic members only may become a classic group. */
     size_t it = 0;
-    sk_cg_group *g;
-    while ((g = sk_cg_next(gs->cg, &it)))
-        if (sk_cg_take_dirty(g) && sk_groups_write_cgroup(gs, sk_cg_group_id(g), g, NULL) != 0)
+    sk_cg_group *g, **down = NULL;
+    size_t ndown = 0;
+    while ((g = sk_cg_next(gs->cg, &it))) {
+        if (!sk_cg_take_dirty(g))
+            continue;
+        if (sk_cg_all_classic(g)) {
+            sk_cg_group **nd = realloc(down, (ndown + 1) * sizeof *nd);
+            if (nd) {
+                down = nd;
+                down[ndown++] = g;
+                continue;
+            }
+        }
+        if (sk_groups_write_cgroup(gs, sk_cg_group_id(g), g, NULL) != 0)
             SK_WARN("groups", "could not record consumer group %s", sk_cg_group_id(g));
+    }
+    for (size_t i = 0; i < ndown; i++)
+        if (!sk_groups_maybe_downgrade(gs, gs->n, down[i], NULL) &&
+            sk_groups_write_cgroup(gs, sk_cg_group_id(down[i]), down[i], NULL) != 0)
+            SK_WARN("groups", "could not record consumer group %s", sk_cg_group_id(down[i]));
+    free(down);
 }
 
 static void expire_done(void *arg, int err)
@@ -766,18 +784,11 @@ void h_join_group(sk_req *r)
         sk_req_respond(r);
         return;
     }
-    /* A consumer-protocol group: no mixing of protocols while it has
-     * members; an empty one becomes a classic group. */
+    /* A consumer-protocol group with members takes the member in as a
+     * classic member (a mixed group); an empty one becomes a classic group. */
     sk_cg_group *ng = req->group_id.len > 0 ? sk_cg_find(gs->cg, req->group_id.p, (size_t)req->group_id.len) : NULL;
     if (ng && sk_cg_group_nmembers(ng) > 0) {
-        kp_JoinGroupResponse *resp = r->resp;
-        resp->error_code = SK_KAFKA_INCONSISTENT_GROUP_PROTOCOL;
-        resp->generation_id = -1;
-        resp->member_id = req->member_id;
-        resp->leader = sk_req_str(r, "");
-        if (r->version < 7)
-            resp->protocol_name = sk_req_str(r, "");
-        sk_req_respond(r);
+        h_join_consumer_group(r, ng);
         return;
     }
     if (ng && sk_groups_write_cgroup(gs, sk_cg_group_id(ng), NULL, NULL) == 0)
@@ -835,6 +846,11 @@ void h_sync_group(sk_req *r)
         sk_req_respond(r);
         return;
     }
+    sk_cg_group *ng = req->group_id.len > 0 ? sk_cg_find(gs->cg, req->group_id.p, (size_t)req->group_id.len) : NULL;
+    if (ng) {
+        h_sync_consumer_group(r, ng);
+        return;
+    }
     int32_t na = req->assignments.n > 0 ? req->assignments.n : 0;
     sk_gc_assignment *as = sk_arena_calloc(r->arena, (size_t)na + 1, sizeof *as);
     if (!as) {
@@ -861,9 +877,11 @@ void h_heartbeat(sk_req *r)
 {
     kp_HeartbeatRequest *req = r->body;
     kp_HeartbeatResponse *resp = r->resp;
+    sk_cg_group *ng = req->group_id.len > 0 ? sk_cg_find(r->node->groups->cg, req->group_id.p, (size_t)req->group_id.len) : NULL;
     resp->error_code =
         !sk_authz_group(r, req->group_id, sk_authz_op(r)) ? SK_KAFKA_GROUP_AUTHORIZATION_FAILED :
         !coordinates(r, req->group_id) ? SK_KAFKA_NOT_COORDINATOR :
+        ng ? sk_groups_classic_heartbeat(r, ng) :
         sk_gc_heartbeat(r->node->groups->gc, req->group_id, req->member_id,
                         r->version >= 3 ? req->group_instance_id : (kc_str){NULL, -1},
                         req->generation_id, sk_mono_ms());
@@ -884,6 +902,11 @@ void h_leave_group(sk_req *r)
         sk_req_respond(r);
         return;
     }
+    sk_cg_group *ng = sk_cg_find(r->node->groups->cg, req->group_id.p, (size_t)req->group_id.len);
+    if (ng && r->version < 3) {
+        h_leave_consumer_group(r, ng);
+        return;
+    }
     if (r->version < 3) {
         resp->error_code = sk_gc_leave(gc, req->group_id, req->member_id, (kc_str){NULL, -1}, now);
         sk_req_respond(r);
@@ -896,15 +919,20 @@ void h_leave_group(sk_req *r)
         sk_req_close(r, "out of memory");
         return;
     }
-    /* An unknown group: each member gets UNKNOWN_MEMBER_ID, as in Kafka. */
-    for (int32_t i = 0; i < nm; i++) {
-        kp_LeaveGroupRequest_MemberIdentity *mi = &req->members.v[i];
-        ms[i].member_id = mi->member_id;
-        ms[i].group_instance_id = mi->group_instance_id;
-        ms[i].error_code = sk_gc_leave(gc, req->group_id, mi->member_id, mi->group_instance_id, now);
-    }
     resp->members.n = nm;
     resp->members.v = ms;
+    for (int32_t i = 0; i < nm; i++) {
+        ms[i].member_id = req->members.v[i].member_id;
+        ms[i].group_instance_id = req->members.v[i].group_instance_id;
+    }
+    if (ng) { /* classic members of a consumer group */
+        h_leave_consumer_group(r, ng);
+        return;
+    }
+    /* An unknown group: each member gets UNKNOWN_MEMBER_ID, as in Kafka. */
+    for (int32_t i = 0; i < nm; i++)
+        ms[i].error_code = sk_gc_leave(gc, req->group_id, ms[i].member_id,
+                                       ms[i].group_instance_id, now);
     sk_req_respond(r);
 }
 

@@ -105,6 +105,16 @@ int sk_groups_write_cgroup(sk_groups *gs, const char *id, const sk_cg_group *g, 
 /* A consumer-protocol group took the id over: forget an empty classic group. */
 void sk_groups_classic_gone(sk_groups *gs, kc_str group);
 
+/* Classic requests for a consumer group (mixed groups, h_cgroup.c). */
+void h_join_consumer_group(sk_req *r, sk_cg_group *g);
+void h_sync_consumer_group(sk_req *r, sk_cg_group *g);
+void h_leave_consumer_group(sk_req *r, sk_cg_group *g);
+int16_t sk_groups_classic_heartbeat(sk_req *r, sk_cg_group *g) __attribute__((warn_unused_result));
+/* Online downgrade of g when its members are all classic and the policy
+ * allows it (then true: g is gone, a classic group took its place, and the
+ * change is appended, r->pending counting it when r is given). */
+bool sk_groups_maybe_downgrade(sk_groups *gs, sk_node *n, sk_cg_group *g, sk_req *r);
+
 void h_consumer_group_heartbeat(sk_req *r);
 void h_consumer_group_describe(sk_req *r);
 void h_join_group(sk_req *r);

@@ -377,16 +377,11 @@ void h_find_coordinator(sk_req *r)
 {
     kp_FindCoordinatorRequest *req = r->body;
     kp_FindCoordinatorResponse *resp = r->resp;
-    /* Key type 0 is a group, 1 a transactional id: a single node
-     * coordinates both. A cluster has no transaction coordinator yet: a
-     * transactional producer must fail at once, not retry
-     * COORDINATOR_NOT_AVAILABLE until its timeout: this is the code that
-     * both the Java client and librdkafka take as fatal (the latter with
-     * the message). */
-    int16_t err = req->key_type == 0 || (req->key_type == 1 && r->node->txns)
-                      ? 0
-                      : SK_KAFKA_TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
-    const char *msg = err ? "transactions are not supported by a Skiff cluster" : NULL;
+    /* Key type 0 is a group, 1 a transactional id: both are coordinated by
+     * the main of their partition of __consumer_offsets (a single node
+     * coordinates all). */
+    int16_t err = 0;
+    const char *msg = NULL;
     /* Kafka without share groups enabled answers INVALID_REQUEST for key
      * type 2, as for an unknown one. */
     if (req->key_type != 0 && req->key_type != 1) {

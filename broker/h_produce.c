@@ -27,7 +27,9 @@
 #include "sk_log.h"
 #include "sk_time.h"
 #include "tcoord.h"
+#include "groups.h"
 #include "txns.h"
+#include "txpeer.h"
 #include "xzone.h"
 
 /* One partition's append in flight, waited for by its request. Allocated
@@ -315,15 +317,27 @@ static bool txn_member(sk_req *r, sk_topic *t, kp_ProduceRequest_PartitionProduc
         set_error(r, pr, SK_KAFKA_TRANSACTIONAL_ID_AUTHORIZATION_FAILED, NULL);
         return false;
     }
-    if (!r->node->txns) {
-        set_error(r, pr, SK_KAFKA_INVALID_TXN_STATE, "a Skiff cluster has no transactions");
-        return false;
-    }
     const char *id = sk_arena_strndup(r->arena, req->transactional_id.p ? req->transactional_id.p : "",
                                       (size_t)req->transactional_id.len);
-    int err = id ? sk_tc_check_part(sk_txns_tc(r->node->txns), id, hp->producer_id,
-                                    hp->producer_epoch, t->name, pd->index)
-                 : SK_KAFKA_UNKNOWN_SERVER_ERROR;
+    if (!id || !r->node->txns) {
+        set_error(r, pr, SK_KAFKA_UNKNOWN_SERVER_ERROR, NULL);
+        return false;
+    }
+    int err;
+    if (sk_groups_coordinates(r, req->transactional_id)) {
+        err = sk_tc_check_part(sk_txns_tc(r->node->txns), id, hp->producer_id, hp->producer_epoch,
+                               t->name, pd->index);
+    } else {
+        /* Coordinated by another node: asked there (KIP-890 verification),
+         * the batch retried meanwhile. */
+        err = sk_txpeer_verify(r->node, id, hp->producer_id, hp->producer_epoch, t->name,
+                               pd->index);
+        if (err == SK_ERR_AGAIN) {
+            set_error(r, pr, SK_KAFKA_NOT_ENOUGH_REPLICAS,
+                      "verifying the partition with the transaction coordinator");
+            return false;
+        }
+    }
     if (err)
         set_error(r, pr, (int16_t)err, "the partition is not in the producer's transaction");
     return err == 0;

@@ -1,17 +1,23 @@
 /* Transactions (docs/transactions.md): InitProducerId with a transactional
  * id, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn and TxnOffsetCommit,
  * answered by the node's transaction coordinator (txns.h) once the change
- * is durable. A cluster has none: it refuses transactional ids. */
+ * is durable. In a cluster each node coordinates the ids that hash to the
+ * partitions of __consumer_offsets it serves; others get NOT_COORDINATOR. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "acl.h"
 #include "authz.h"
+#include "cluster.h"
 #include "cmeta.h"
 #include "dispatch.h"
+#include "cgroup.h"
+#include "gcoord.h"
+#include "groups.h"
 #include "handlers.h"
 #include "kmsg.h"
 #include "node.h"
+#include "peer.h"
 #include "plog.h"
 #include "sk_arena.h"
 #include "sk_err.h"
@@ -19,6 +25,7 @@
 #include "sk_time.h"
 #include "tcoord.h"
 #include "txns.h"
+#include "txpeer.h"
 
 /* The one mapping of the coordinator's errors: tcoord answers Kafka codes,
  * the WAL and memory internal ones. */
@@ -28,6 +35,15 @@ static int16_t txn_error(int err)
         return (int16_t)err;
     const char *msg;
     return sk_change_error(err, &msg);
+}
+
+/* 0 when this node coordinates `id`: every node of a single-node Skiff, the
+ * main of the id's partition of __consumer_offsets in a cluster. */
+static int16_t not_here(sk_req *r, kc_str id)
+{
+    if (!r->node->txns)
+        return SK_KAFKA_COORDINATOR_NOT_AVAILABLE;
+    return sk_groups_coordinates(r, id) ? 0 : SK_KAFKA_NOT_COORDINATOR;
 }
 
 static const char *cstr(sk_req *r, kc_str s)
@@ -113,11 +129,13 @@ static void txn_pid_taken(void *arg, int err, int64_t pid)
 
 void sk_init_txn_producer(sk_req *r)
 {
+    kp_InitProducerIdRequest *req = r->body;
     kp_InitProducerIdResponse *resp = r->resp;
-    if (!r->node->txns) {
-        /* A cluster has no transaction coordinator: fatal for the client,
-         * as FindCoordinator's answer. */
-        resp->error_code = SK_KAFKA_TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+    int16_t err = not_here(r, req->transactional_id);
+    if (err) {
+        resp->error_code = err;
+        resp->producer_id = -1;
+        resp->producer_epoch = -1;
         sk_req_respond(r);
         return;
     }
@@ -200,11 +218,144 @@ static int add_parts(sk_req *r, sk_tc_part **out)
     return k;
 }
 
+/* ---- AddPartitionsToTxn v4+: the batched form, from other brokers ---- */
+
+typedef kp_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction add_txn;
+typedef kp_AddPartitionsToTxnResponse_AddPartitionsToTxnResult add_txn_res;
+
+/* One transaction's result: every partition gets `err`, or with `verify`
+ * its own check against the open transaction. */
+static int txn_result(sk_req *r, const add_txn *t, add_txn_res *out, int16_t err, bool verify)
+{
+    int32_t nt = t->topics.n > 0 ? t->topics.n : 0;
+    add_topic_res *ts = sk_req_array(r, &kp_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_desc, nt);
+    if (nt && !ts)
+        return SK_ERR_NOMEM;
+    const char *id = cstr(r, t->transactional_id);
+    for (int32_t i = 0; i < nt; i++) {
+        const kp_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic *tp = &t->topics.v[i];
+        int32_t np = tp->partitions.n > 0 ? tp->partitions.n : 0;
+        add_part_res *ps = sk_req_array(r, &kp_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult_desc, np);
+        if (np && !ps)
+            return SK_ERR_NOMEM;
+        const char *topic = cstr(r, tp->name);
+        for (int32_t k = 0; k < np; k++) {
+            ps[k].partition_index = tp->partitions.v[k];
+            ps[k].partition_error_code =
+                err || !verify ? err
+                               : (int16_t)sk_tc_check_part(sk_txns_tc(r->node->txns), id,
+                                                           t->producer_id, t->producer_epoch,
+                                                           topic, tp->partitions.v[k]);
+        }
+        ts[i].name = tp->name;
+        ts[i].results_by_partition.n = np;
+        ts[i].results_by_partition.v = ps;
+    }
+    out->transactional_id = t->transactional_id;
+    out->topic_results.n = nt;
+    out->topic_results.v = ts;
+    return 0;
+}
+
+typedef struct add_one {
+    sk_req *r;
+    const add_txn *t;
+    add_txn_res *out;
+} add_one;
+
+/* One transaction is answered; the request once all are. (Out of memory
+ * leaves its result empty, which the sender takes as a failure.) */
+static void add_one_end(add_one *a, int16_t err, bool verify)
+{
+    (void)txn_result(a->r, a->t, a->out, err, verify);
+    if (--a->r->pending == 0)
+        sk_req_respond(a->r);
+}
+
+static void add_one_done(void *arg, int err)
+{
+    add_one_end(arg, txn_error(err), false);
+}
+
+/* Adds one transaction's partitions (the v3 path for each). */
+static void add_v4_one(sk_req *r, const add_txn *t, add_txn_res *out)
+{
+    add_one *a = sk_arena_calloc(r->arena, 1, sizeof *a);
+    if (!a)
+        return; /* its result stays empty */
+    r->pending++;
+    *a = (add_one){r, t, out};
+    int16_t err = not_here(r, t->transactional_id);
+    if (!err && !sk_authz_txn(r, t->transactional_id, SK_ACL_OP_WRITE))
+        err = SK_KAFKA_TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+    if (err || t->verify_only) {
+        add_one_end(a, err, true);
+        return;
+    }
+    int n = 0;
+    for (int32_t i = 0; i < t->topics.n; i++)
+        n += t->topics.v[i].partitions.n > 0 ? t->topics.v[i].partitions.n : 0;
+    sk_tc_part *parts = sk_arena_calloc(r->arena, (size_t)n + 1, sizeof *parts);
+    int k = 0, rc = parts ? 0 : SK_ERR_NOMEM;
+    for (int32_t i = 0; rc == 0 && i < t->topics.n; i++) {
+        const kp_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic *tp = &t->topics.v[i];
+        sk_topic *top = tp->name.len > 0 ? sk_topic_get(r->node, tp->name.p, (size_t)tp->name.len) : NULL;
+        for (int32_t j = 0; rc == 0 && j < tp->partitions.n; j++) {
+            if (!top || tp->partitions.v[j] < 0 || tp->partitions.v[j] >= top->nparts)
+                rc = SK_KAFKA_UNKNOWN_TOPIC_OR_PARTITION;
+            else
+                parts[k++] = (sk_tc_part){top->name, tp->partitions.v[j]};
+        }
+    }
+    const char *id = cstr(r, t->transactional_id);
+    sk_tc *tc = sk_txns_tc(r->node->txns);
+    if (rc == 0 && k > 0)
+        rc = sk_tc_add_partitions(tc, id, t->producer_id, t->producer_epoch, k, parts, sk_now_ms());
+    if (rc == 0 && k > 0 && sk_tc_is_pending(tc, id))
+        rc = sk_txns_persist(r->node->txns, id, add_one_done, a);
+    else if (rc == 0)
+        add_one_done(a, 0);
+    if (rc)
+        add_one_done(a, rc);
+}
+
+/* v4+ is Kafka's broker-to-broker form: only for principals with
+ * CLUSTER_ACTION, as Kafka; VerifyOnly is how a partition's main asks
+ * whether the partition is in the producer's open transaction (txpeer.h). */
+static void add_v4(sk_req *r)
+{
+    kp_AddPartitionsToTxnRequest *req = r->body;
+    kp_AddPartitionsToTxnResponse *resp = r->resp;
+    if (!sk_authorize_cluster(r, SK_ACL_OP_CLUSTER_ACTION)) {
+        resp->error_code = SK_KAFKA_CLUSTER_AUTHORIZATION_FAILED;
+        sk_req_respond(r);
+        return;
+    }
+    int32_t n = req->transactions.n > 0 ? req->transactions.n : 0;
+    add_txn_res *v = sk_req_array(r, &kp_AddPartitionsToTxnResponse_AddPartitionsToTxnResult_desc, n);
+    if (n && !v) {
+        sk_req_close(r, "out of memory");
+        return;
+    }
+    resp->results_by_transaction.n = n;
+    resp->results_by_transaction.v = v;
+    r->pending = 1; /* until every transaction is started */
+    for (int32_t i = 0; i < n; i++)
+        add_v4_one(r, &req->transactions.v[i], &v[i]);
+    if (--r->pending == 0)
+        sk_req_respond(r);
+}
+
 void h_add_partitions_to_txn(sk_req *r)
 {
     kp_AddPartitionsToTxnRequest *req = r->body;
-    if (!r->node->txns) {
-        add_results(r, SK_KAFKA_TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
+    if (r->version >= 4) {
+        add_v4(r);
+        return;
+    }
+    int16_t here = not_here(r, req->v3_and_below_transactional_id);
+    if (here) {
+        add_results(r, here);
         return;
     }
     if (!sk_authz_txn(r, req->v3_and_below_transactional_id, SK_ACL_OP_WRITE)) {
@@ -248,8 +399,9 @@ void h_add_offsets_to_txn(sk_req *r)
 {
     kp_AddOffsetsToTxnRequest *req = r->body;
     kp_AddOffsetsToTxnResponse *resp = r->resp;
-    if (!r->node->txns) {
-        resp->error_code = SK_KAFKA_TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+    int16_t here = not_here(r, req->transactional_id);
+    if (here) {
+        resp->error_code = here;
         sk_req_respond(r);
         return;
     }
@@ -294,8 +446,9 @@ void h_end_txn(sk_req *r)
     kp_EndTxnResponse *resp = r->resp;
     resp->producer_id = -1;
     resp->producer_epoch = -1;
-    if (!r->node->txns) {
-        resp->error_code = SK_KAFKA_TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+    int16_t here = not_here(r, req->transactional_id);
+    if (here) {
+        resp->error_code = here;
         sk_req_respond(r);
         return;
     }
@@ -392,15 +545,77 @@ static int toc_offsets(sk_req *r, const char *group, sk_txoff **out)
     return k;
 }
 
+/* A group this node coordinates, in a transaction another node coordinates:
+ * the offsets go to the transaction's coordinator, which keeps them with the
+ * transaction and commits them here with its markers (txpeer.h). */
+static void toc_forwarded(void *arg, int err, const void *resp)
+{
+    sk_req *r = arg;
+    const kp_TxnOffsetCommitResponse *fr = resp;
+    int16_t code = err ? SK_KAFKA_COORDINATOR_NOT_AVAILABLE : 0;
+    for (int32_t i = 0; !err && !code && i < fr->topics.n; i++)
+        for (int32_t j = 0; !code && j < fr->topics.v[i].partitions.n; j++)
+            code = fr->topics.v[i].partitions.v[j].error_code;
+    /* The coordinator's NOT_COORDINATOR is about the transactional id: the
+     * client must not look for another group coordinator. */
+    if (code == SK_KAFKA_NOT_COORDINATOR)
+        code = SK_KAFKA_COORDINATOR_NOT_AVAILABLE;
+    if (!err && !code)
+        sk_txpeer_offsets_handed(r->node, r->body);
+    toc_results(r, code, false);
+}
+
+static void toc_forward(sk_req *r)
+{
+    kp_TxnOffsetCommitRequest *req = r->body;
+    sk_node *n = r->node;
+    sk_part *cp = sk_cluster_group_part(n->cluster, req->transactional_id.p ? req->transactional_id.p : "",
+                                        req->transactional_id.len > 0 ? (size_t)req->transactional_id.len : 0);
+    int rc = cp && cp->main_node >= 0
+                 ? rpc_call(sk_cluster_rpc(n->cluster), cp->main_node, KP_TXN_OFFSET_COMMIT,
+                            r->version, req, 5000, toc_forwarded, r)
+                 : SK_ERR_AGAIN;
+    if (rc)
+        toc_results(r, SK_KAFKA_COORDINATOR_NOT_AVAILABLE, false);
+}
+
+static int16_t member_check(sk_req *r)
+{
+    kp_TxnOffsetCommitRequest *req = r->body;
+    sk_groups *gs = r->node->groups;
+    if (req->group_id.len > 0 &&
+        sk_cg_find(sk_groups_cg(gs), req->group_id.p, (size_t)req->group_id.len))
+        return 0; /* a consumer-protocol group: not checked */
+    return sk_gc_check_txn_commit(sk_groups_gc(gs), req->group_id, req->member_id,
+                                  req->group_instance_id, req->generation_id);
+}
+
 void h_txn_offset_commit(sk_req *r)
 {
     kp_TxnOffsetCommitRequest *req = r->body;
     if (!r->node->txns) {
-        toc_results(r, SK_KAFKA_TRANSACTIONAL_ID_AUTHORIZATION_FAILED, false);
+        toc_results(r, SK_KAFKA_COORDINATOR_NOT_AVAILABLE, false);
         return;
     }
     if (!sk_authz_group(r, req->group_id, SK_ACL_OP_READ)) {
         toc_results(r, SK_KAFKA_GROUP_AUTHORIZATION_FAILED, false);
+        return;
+    }
+    /* v3+: the member and generation, checked by the group's coordinator as
+     * Kafka 4.3 does (classic groups). */
+    bool group_here = !not_here(r, req->group_id);
+    int16_t gerr = group_here && r->version >= 3 ? member_check(r) : 0;
+    if (gerr) {
+        toc_results(r, gerr, false);
+        return;
+    }
+    /* The client sends it to the group's coordinator; the offsets stay with
+     * the transaction's, which may be another node. */
+    if (not_here(r, req->transactional_id)) {
+        if (not_here(r, req->group_id))
+            toc_results(r, SK_KAFKA_NOT_COORDINATOR, false);
+        else
+            toc_forward(r);
         return;
     }
     const char *id = cstr(r, req->transactional_id);
@@ -548,9 +763,10 @@ void h_describe_transactions(sk_req *r)
         v[i].producer_epoch = -1;
         v[i].transaction_start_time_ms = -1;
         if (!e) {
-            v[i].error_code = r->node->txns && allowed
-                                  ? SK_KAFKA_TRANSACTIONAL_ID_NOT_FOUND
-                                  : SK_KAFKA_TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+            int16_t here = allowed ? not_here(r, id) : 0;
+            v[i].error_code = !allowed ? SK_KAFKA_TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                              : here   ? here
+                                       : SK_KAFKA_TRANSACTIONAL_ID_NOT_FOUND;
             continue;
         }
         v[i].transaction_timeout_ms = e->timeout_ms;

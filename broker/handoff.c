@@ -8,6 +8,7 @@
 #include "config.h"
 #include "etcd.h"
 #include "groups.h"
+#include "txns.h"
 #include "hstate.h"
 #include "kmsg.h"
 #include "krpc.h"
@@ -206,6 +207,13 @@ static int apply_state(sk_handoffs *h, sk_part *p, const sk_hstate *hs)
     }
     for (uint32_t i = 0; i < hs->ngroups; i++)
         if (sk_groups_load(h->n->groups, hs->groups[i], hs->group_lens[i]) != 0)
+            return SK_ERR_CORRUPT;
+    sk_txidx_clear(&p->txidx);
+    for (uint32_t i = 0; i < hs->ntxidx; i++)
+        if (sk_txidx_load(&p->txidx, &hs->txidx[i]) != 0)
+            return SK_ERR_NOMEM;
+    for (uint32_t i = 0; i < hs->ntxns; i++)
+        if (h->n->txns && sk_txns_load(h->n->txns, hs->txns[i], hs->txn_lens[i]) != 0)
             return SK_ERR_CORRUPT;
     return 0;
 }
@@ -637,6 +645,8 @@ static void write_append(sk_handoffs *h, hwrite *w)
         gfilter_for(h, &w->id, w->part, &f);
         if (f.nparts > 0)
             sk_groups_release(h->n->groups, group_in, &f);
+        if (f.nparts > 0 && h->n->txns)
+            sk_txns_release(h->n->txns, group_in, &f);
         sk_part_release(h->n, p);
         p->own = SK_OWN_NONE;
         h->st.left++;

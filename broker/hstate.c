@@ -5,7 +5,7 @@
 
 #include "sk_err.h"
 
-#define HSTATE_VERSION 1
+#define HSTATE_VERSION 2 /* 1: the same without the transactional ids */
 
 /* Caps on counts read from a record, so that a corrupt count cannot make
  * the decoder allocate without bound: each entry takes at least this many
@@ -63,6 +63,15 @@ void sk_hstate_encode(sk_buf *b, const sk_hstate *h)
     sk_buf_u32(b, h->ngroups);
     for (uint32_t i = 0; i < h->ngroups; i++)
         sk_buf_str(b, (const char *)h->groups[i], h->group_lens[i]);
+    sk_buf_u32(b, h->ntxns);
+    for (uint32_t i = 0; i < h->ntxns; i++)
+        sk_buf_str(b, (const char *)h->txns[i], h->txn_lens[i]);
+    sk_buf_u32(b, h->ntxidx);
+    for (uint32_t i = 0; i < h->ntxidx; i++) {
+        sk_buf_u64(b, (uint64_t)h->txidx[i].pid);
+        sk_buf_u64(b, (uint64_t)h->txidx[i].first);
+        sk_buf_u64(b, (uint64_t)h->txidx[i].last);
+    }
 }
 
 /* A count of entries of at least `min` bytes each, checked against what is
@@ -170,12 +179,41 @@ static int decode_groups(sk_rd *r, sk_hstate *h)
     return sk_rd_failed(r) ? SK_ERR_CORRUPT : 0;
 }
 
+static int decode_txns(sk_rd *r, sk_hstate *h)
+{
+    if (rd_count(r, MIN_GROUP, &h->ntxns))
+        return SK_ERR_CORRUPT;
+    h->txns = calloc(h->ntxns ? h->ntxns : 1, sizeof *h->txns);
+    h->txn_lens = calloc(h->ntxns ? h->ntxns : 1, sizeof *h->txn_lens);
+    if (!h->txns || !h->txn_lens)
+        return SK_ERR_NOMEM;
+    for (uint32_t i = 0; i < h->ntxns; i++)
+        h->txns[i] = sk_rd_str(r, &h->txn_lens[i]);
+    return sk_rd_failed(r) ? SK_ERR_CORRUPT : 0;
+}
+
+static int decode_txidx(sk_rd *r, sk_hstate *h)
+{
+    if (rd_count(r, 24, &h->ntxidx))
+        return SK_ERR_CORRUPT;
+    h->txidx = calloc(h->ntxidx ? h->ntxidx : 1, sizeof *h->txidx);
+    if (!h->txidx)
+        return SK_ERR_NOMEM;
+    for (uint32_t i = 0; i < h->ntxidx; i++) {
+        h->txidx[i].pid = (int64_t)sk_rd_u64(r);
+        h->txidx[i].first = (int64_t)sk_rd_u64(r);
+        h->txidx[i].last = (int64_t)sk_rd_u64(r);
+    }
+    return sk_rd_failed(r) ? SK_ERR_CORRUPT : 0;
+}
+
 int sk_hstate_decode(const uint8_t *p, size_t n, sk_hstate *h)
 {
     memset(h, 0, sizeof *h);
     sk_rd r;
     sk_rd_init(&r, p, n);
-    if (sk_rd_u8(&r) != HSTATE_VERSION)
+    uint8_t version = sk_rd_u8(&r);
+    if (version != 1 && version != HSTATE_VERSION)
         return SK_ERR_CORRUPT;
     const uint8_t *id = sk_rd_bytes(&r, 16);
     if (id)
@@ -198,6 +236,10 @@ int sk_hstate_decode(const uint8_t *p, size_t n, sk_hstate *h)
         rc = decode_objects(&r, h);
     if (rc == 0)
         rc = decode_groups(&r, h);
+    if (rc == 0 && version >= 2)
+        rc = decode_txns(&r, h);
+    if (rc == 0 && version >= 2)
+        rc = decode_txidx(&r, h);
     if (rc == 0 && (sk_rd_failed(&r) || sk_rd_left(&r) != 0 || h->part < 0 ||
                     h->log_start < 0 || h->next_offset < h->log_start))
         rc = SK_ERR_CORRUPT;
@@ -214,6 +256,14 @@ void sk_hstate_free(sk_hstate *h)
     free(h->ranges);
     free(h->groups);
     free(h->group_lens);
+    free(h->txns);
+    free(h->txn_lens);
+    free(h->txidx);
+    h->txidx = NULL;
+    h->ntxidx = 0;
+    h->txns = NULL;
+    h->txn_lens = NULL;
+    h->ntxns = 0;
     h->producers = NULL;
     h->batches = NULL;
     h->objects = NULL;

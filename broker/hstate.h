@@ -3,7 +3,7 @@
  * (docs/cluster.md, "HANDOFF and ADOPT"), and its encoding, the body of the
  * SK_META_HANDOFF and SK_META_ADOPT records.
  *
- *   u8 version (1) | topic id (16) | u32 partition | u32 epoch | u64 stream |
+ *   u8 version (2) | topic id (16) | u32 partition | u32 epoch | u64 stream |
  *   u64 log start | u64 next offset | u64 max ts | u64 max ts base |
  *   u64 source log | u64 source LSN          (ADOPT: where the HANDOFF was)
  *   u32 nproducers | producer states (meta.h's sk_pstate_put)
@@ -12,6 +12,12 @@
  *                   u32 nranges, (u64 start, u64 end, u64 size, u64 max ts,
  *                   u64 records) each)       (ranges of this partition's stream)
  *   u32 ngroups | str group record body (groups.h, op COMMIT) each
+ *   u32 ntxns | str transactional id record body (txns.h) each
+ *                                            (the ids hashed to this
+ *                                            partition of __consumer_offsets)
+ *   u32 ntxidx | (u64 pid, u64 first offset, u64 abort marker's offset or
+ *                 -1 for an open transaction) each   (txidx.h)
+ *   (the last two: version 2; version 1, still read, has neither)
  *
  * Batches name the log whose WAL holds them (never 0: the writer of a
  * HANDOFF puts its own log id for its own batches). Object flags:
@@ -30,6 +36,7 @@
 #include "kc.h"
 #include "meta.h"
 #include "sk_buf.h"
+#include "txidx.h"
 #include "types.h"
 
 enum { SK_HOBJ_SHARED = 1 };
@@ -77,6 +84,11 @@ typedef struct sk_hstate {
     uint32_t ngroups;
     const uint8_t **groups; /* group record bodies */
     size_t *group_lens;
+    uint32_t ntxns;
+    const uint8_t **txns; /* SK_META_TXN record bodies of the ids hashed here */
+    size_t *txn_lens;
+    uint32_t ntxidx;
+    sk_txidx_ent *txidx; /* the partition's open and aborted transactions */
 } sk_hstate;
 
 void sk_hstate_encode(sk_buf *b, const sk_hstate *h);

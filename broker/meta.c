@@ -261,6 +261,12 @@ void sk_meta_txn(sk_buf *b, const void *body, size_t len)
     sk_buf_put(b, body, len);
 }
 
+void sk_meta_txn_gone(sk_buf *b, const char *id, size_t len)
+{
+    head(b, SK_META_TXN_GONE);
+    sk_buf_str(b, id, len);
+}
+
 int sk_meta_decode(const uint8_t *p, size_t n, sk_meta *m)
 {
     memset(m, 0, sizeof *m);
@@ -322,6 +328,7 @@ int sk_meta_decode(const uint8_t *p, size_t n, sk_meta *m)
     case SK_META_USER_CONFIG:
     case SK_META_ACL:
     case SK_META_TXN:
+    case SK_META_TXN_GONE:
     case SK_META_HANDOFF:
     case SK_META_ADOPT:
         m->body = r.p;

@@ -65,6 +65,7 @@ enum sk_meta_kind {
     SK_META_USER_CONFIG = 16,  /* a user's complete set of SCRAM credentials (gconf.h) */
     SK_META_ACL = 17,          /* an ACL binding created or deleted (acls.h) */
     SK_META_TXN = 18,          /* a transactional id's whole state (txns.h owns the body) */
+    SK_META_TXN_GONE = 19,     /* a transactional id expired: str id (txns.h) */
 };
 
 typedef struct sk_meta {
@@ -115,6 +116,8 @@ void sk_meta_cluster(sk_buf *b, const char *cluster_id);
 void sk_meta_group(sk_buf *b, const void *body, size_t len);
 /* body: txns.h's */
 void sk_meta_txn(sk_buf *b, const void *body, size_t len);
+/* body: str transactional id */
+void sk_meta_txn_gone(sk_buf *b, const char *id, size_t len);
 /* body: gconf.h's */
 void sk_meta_group_config(sk_buf *b, const void *body, size_t len);
 /* body: gconf.h's */

@@ -144,6 +144,11 @@ static void render_cluster(sk_node *n, struct evbuffer *b)
             "HANDOFF records published (own log and logs in custody).", st.published);
     counter(b, "skiff_cluster_handoff_publish_retries_total",
             "Publishes of HANDOFF records that etcd did not take at once.", st.publish_retries);
+    counter(b, "skiff_cluster_handoff_rpcs_total",
+            "HandoffReady RPCs sent to the nodes taking partitions over.", st.rpc_sent);
+    counter(b, "skiff_cluster_handoff_rpc_failures_total",
+            "HandoffReady RPCs that failed or were refused (the target still learns of the "
+            "handoff from etcd).", st.rpc_failed);
     gauge(b, "skiff_cluster_last_adopt_seconds",
           "From etcd naming this node until it served, for the last adoption.", st.last_adopt_s);
     gauge(b, "skiff_cluster_last_leave_seconds",

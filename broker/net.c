@@ -18,8 +18,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "cluster.h"
 #include "config.h"
 #include "dispatch.h"
+#include "peer.h"
+#include "pmap.h"
 #include "sasl.h"
 #include "sk_arena.h"
 #include "sk_err.h"
@@ -338,7 +341,15 @@ static void conn_event_cb(struct bufferevent *bev, short what, void *arg)
 {
     sk_conn *c = arg;
     if ((what & BEV_EVENT_CONNECTED) && c->tls) {
-        sk_tls_principal(bufferevent_openssl_get_ssl(bev), c->principal, sizeof c->principal);
+        char dn[256];
+        if (sk_tls_principal(bufferevent_openssl_get_ssl(bev), c->node->pmap, c->principal,
+                             sizeof c->principal, dn, sizeof dn) != 0) {
+            /* As Kafka: a certificate no rule maps fails authentication. */
+            SK_INFO("net", "%s: TLS: no ssl.principal.mapping.rules rule applies to %s; "
+                    "closing the connection", c->peer, dn);
+            conn_close(c);
+            return;
+        }
         SK_DEBUG("net", "%s: TLS established, principal %s", c->peer, c->principal);
         return;
     }
@@ -495,13 +506,28 @@ static bool needs_tls(const sk_config *cfg)
 typedef struct tls_reload {
     sk_node *n;
     SSL_CTX *ctx;
+    bool want_client; /* the inter-broker listener is TLS: the client side too */
+    SSL_CTX *client;  /* the node-to-node client's new context */
     char why[512];
 } tls_reload;
+
+static bool inter_tls(const sk_node *n)
+{
+    const sk_listener *inter = sk_config_inter_listener(n->cfg);
+    return n->cluster && inter && SK_SEC_IS_TLS(inter->protocol);
+}
 
 static void tls_reload_work(void *arg)
 {
     tls_reload *t = arg;
     t->ctx = sk_tls_load(t->n->cfg, t->why, sizeof t->why);
+    if (t->ctx && t->want_client) {
+        t->client = sk_tls_load_client(t->n->cfg, t->why, sizeof t->why);
+        if (!t->client) {
+            sk_tls_free(t->ctx);
+            t->ctx = NULL;
+        }
+    }
 }
 
 static void tls_reload_done(void *arg)
@@ -510,6 +536,12 @@ static void tls_reload_done(void *arg)
     t->n->tls_reloading = false;
     if (t->ctx) {
         sk_tls_swap(&t->n->tls_ctx, t->ctx);
+        if (t->client) {
+            const sk_config *cfg = t->n->cfg;
+            rpc_client_set_tls(sk_cluster_rpc(t->n->cluster), t->client,
+                               *cfg->ssl_endpoint_identification_algorithm != 0);
+            sk_tls_free(t->client);
+        }
         SK_INFO("net", "TLS key, certificates and trust store reloaded; new connections use "
                 "them");
     } else {
@@ -526,6 +558,7 @@ void sk_net_reload_tls(sk_node *n)
     if (!t)
         return;
     t->n = n;
+    t->want_client = inter_tls(n); /* read here: the worker touches no node state */
     if (sk_workq_submit(n->readers, tls_reload_work, tls_reload_done, t) != 0) {
         free(t);
         return;
@@ -541,6 +574,9 @@ int sk_net_listen(sk_node *n, char *why, size_t whylen)
     if (needs_tls(n->cfg) && !n->tls_ctx) {
         n->tls_ctx = sk_tls_load(n->cfg, why, whylen);
         if (!n->tls_ctx)
+            return SK_ERR_INVAL;
+        /* Checked with the configuration already: this only compiles. */
+        if (sk_pmap_parse(n->cfg->ssl_principal_mapping_rules, &n->pmap, why, whylen) != 0)
             return SK_ERR_INVAL;
     }
     for (int i = 0; i < n->cfg->nlisteners; i++) {
@@ -625,6 +661,8 @@ void sk_net_destroy(sk_node *n)
     }
     sk_tls_free(n->tls_ctx);
     n->tls_ctx = NULL;
+    sk_pmap_free(n->pmap);
+    n->pmap = NULL;
 }
 
 void sk_net_stop_accepting(sk_node *n)

@@ -368,6 +368,7 @@ static int open_wal(sk_node *n, char *why, size_t whylen)
     o.owner_epoch = 0;
     o.lease_ms = n->cfg->wal_lease_ms;
     o.io_timeout_ms = n->cfg->wal_io_timeout_ms;
+    o.no_direct_io = !n->cfg->wal_direct_io;
     /* Names this process as the WAL's owner on this data.dir: a restart
      * after a crash takes the WAL over without waiting out the lease. */
     char lock[4200];
@@ -556,6 +557,7 @@ static int member_wal_step(sk_node *n, void *arg, char *why, size_t whylen)
     o.node_id = (uint32_t)n->cfg->node_id;
     o.lease_ms = n->cfg->wal_lease_ms;
     o.io_timeout_ms = n->cfg->wal_io_timeout_ms;
+    o.no_direct_io = !n->cfg->wal_direct_io;
     o.preamble = member_preamble;
     o.preamble_arg = n;
     int rc = sk_vlog_open(n->log, st, &o, why, whylen);
@@ -642,7 +644,8 @@ static int open_member(sk_node *n, char *why, size_t whylen)
         rc = startup_retry(n, "the shared volume", payload_step, purl, why, whylen);
     if (rc == 0) {
         n->groups = sk_groups_new(n);
-        if (!n->groups) {
+        n->txns = n->groups ? sk_txns_new(n) : NULL;
+        if (!n->groups || !n->txns) {
             snprintf(why, whylen, "out of memory");
             rc = SK_ERR_NOMEM;
         }

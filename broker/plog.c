@@ -186,6 +186,7 @@ void sk_part_release(sk_node *n, sk_part *p)
         free(v);
     sk_map_destroy(p->producers);
     p->producers = sk_map_new();
+    sk_txidx_clear(&p->txidx);
     p->log_start = p->next_offset = p->hw = 0;
     p->max_ts = p->max_ts_base = -1;
     free(p->obj_hint);

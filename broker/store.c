@@ -100,6 +100,7 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_PUT_CGROUP] = "INSERT OR REPLACE INTO consumer_groups(grp, body) VALUES(?1, ?2)",
     [ST_DEL_CGROUP] = "DELETE FROM consumer_groups WHERE grp = ?1",
     [ST_PUT_TXN] = "INSERT OR REPLACE INTO transactions(txn, body) VALUES(?1, ?2)",
+    [ST_DEL_TXN] = "DELETE FROM transactions WHERE txn = ?1",
     [ST_TXO_PUT] = "INSERT OR IGNORE INTO txn_open(topic, part, pid, first) VALUES(?1, ?2, ?3, ?4)",
     [ST_TXO_GET] = "SELECT first FROM txn_open WHERE topic = ?1 AND part = ?2 AND pid = ?3",
     [ST_TXO_DEL] = "DELETE FROM txn_open WHERE topic = ?1 AND part = ?2 AND pid = ?3",
@@ -720,7 +721,7 @@ static int apply_config_set(sk_store *s, const uint8_t *body, size_t len, int pu
 }
 
 /* A transactional id's state is one row: its last record (txns.h). */
-static int apply_txn(sk_store *s, const uint8_t *body, size_t len)
+int apply_txn(sk_store *s, const uint8_t *body, size_t len)
 {
     sk_rd rd;
     sk_rd_init(&rd, body, len);
@@ -731,6 +732,20 @@ static int apply_txn(sk_store *s, const uint8_t *body, size_t len)
     sqlite3_stmt *st = sk_store_stmt(s, ST_PUT_TXN);
     sqlite3_bind_blob(st, 1, idlen ? (const void *)id : "", (int)idlen, SQLITE_STATIC);
     sqlite3_bind_blob(st, 2, body, (int)len, SQLITE_STATIC);
+    return store_step_done(s, st);
+}
+
+/* An expired transactional id: its row goes. */
+static int apply_txn_gone(sk_store *s, const uint8_t *body, size_t len)
+{
+    sk_rd rd;
+    sk_rd_init(&rd, body, len);
+    size_t idlen;
+    const uint8_t *id = sk_rd_str(&rd, &idlen);
+    if (sk_rd_failed(&rd))
+        return SK_ERR_CORRUPT;
+    sqlite3_stmt *st = sk_store_stmt(s, ST_DEL_TXN);
+    sqlite3_bind_blob(st, 1, idlen ? (const void *)id : "", (int)idlen, SQLITE_STATIC);
     return store_step_done(s, st);
 }
 
@@ -825,6 +840,8 @@ static int apply_meta(sk_store *s, const sk_store_rec *r)
         return apply_group_config(s, m.body, m.body_len);
     case SK_META_TXN:
         return apply_txn(s, m.body, m.body_len);
+    case SK_META_TXN_GONE:
+        return apply_txn_gone(s, m.body, m.body_len);
     case SK_META_USER_CONFIG:
         return apply_user_config(s, m.body, m.body_len);
     case SK_META_ACL:

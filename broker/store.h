@@ -167,7 +167,8 @@ int sk_store_backup(sk_store *s, const char *dest, wal_lsn *applied);
 /* ---- partitions moving between logs (store_handoff.c) ---- */
 
 /* Picks the consumer groups whose committed offsets travel with a partition
- * (those that hash to an offsets partition). */
+ * (those that hash to an offsets partition), and likewise the transactional
+ * ids whose state travels with it. */
 typedef bool (*sk_store_group_filter)(void *arg, const char *group, size_t len);
 /* Encodes the partition's whole state as the view holds it now (hstate.h's
  * format, source fields 0) into out; batches of this log are given log id

@@ -43,6 +43,8 @@ static int remove_partition(sk_store *s, const kc_uuid *id, int32_t part)
         "DELETE FROM partitions WHERE topic = ?1 AND part = ?2",
         "DELETE FROM producers WHERE topic = ?1 AND part = ?2",
         "DELETE FROM batches WHERE topic = ?1 AND part = ?2",
+        "DELETE FROM txn_open WHERE topic = ?1 AND part = ?2",
+        "DELETE FROM txn_aborted WHERE topic = ?1 AND part = ?2",
     };
     for (size_t i = 0; i < sizeof sql / sizeof sql[0]; i++)
         if (run(s, sql[i], id, part))
@@ -91,6 +93,29 @@ static int forget_groups(sk_store *s, const sk_hstate *h)
     return 0;
 }
 
+/* The ids whose state left with the partition. */
+static int forget_txns(sk_store *s, const sk_hstate *h)
+{
+    for (uint32_t i = 0; i < h->ntxns; i++) {
+        sk_rd rd;
+        sk_rd_init(&rd, h->txns[i], h->txn_lens[i]);
+        size_t idlen;
+        const uint8_t *id = sk_rd_str(&rd, &idlen);
+        if (sk_rd_failed(&rd))
+            return SK_ERR_CORRUPT;
+        sqlite3_stmt *st;
+        const char *sql = "DELETE FROM transactions WHERE txn = ?1";
+        if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK)
+            return store_db_err(s->db, sql);
+        sqlite3_bind_blob(st, 1, idlen ? (const void *)id : "", (int)idlen, SQLITE_STATIC);
+        int rc = sqlite3_step(st);
+        sqlite3_finalize(st);
+        if (rc != SQLITE_DONE)
+            return store_db_err(s->db, sql);
+    }
+    return 0;
+}
+
 static int note_handoff(sk_store *s, const kc_uuid *id, int32_t part, wal_lsn lsn)
 {
     sqlite3_stmt *st;
@@ -116,6 +141,8 @@ int apply_handoff(sk_store *s, const uint8_t *body, size_t len, wal_lsn lsn)
         rc = release_objects(s, &h);
     if (rc == 0)
         rc = forget_groups(s, &h);
+    if (rc == 0)
+        rc = forget_txns(s, &h);
     if (rc == 0)
         rc = note_handoff(s, &h.id, h.part, lsn);
     sk_hstate_free(&h);
@@ -222,6 +249,28 @@ static int adopt_object(sk_store *s, const sk_hstate *h, const sk_hobj *o)
     return rc;
 }
 
+/* The partition's open and aborted transactions (txidx.h). */
+static int adopt_txidx(sk_store *s, const sk_hstate *h)
+{
+    for (uint32_t i = 0; i < h->ntxidx; i++) {
+        const sk_txidx_ent *e = &h->txidx[i];
+        sqlite3_stmt *st = sk_store_stmt(s, e->last < 0 ? ST_TXO_PUT : ST_TXA_PUT);
+        sqlite3_bind_blob(st, 1, h->id.b, 16, SQLITE_STATIC);
+        sqlite3_bind_int(st, 2, h->part);
+        if (e->last < 0) {
+            sqlite3_bind_int64(st, 3, e->pid);
+            sqlite3_bind_int64(st, 4, e->first);
+        } else {
+            sqlite3_bind_int64(st, 3, e->last);
+            sqlite3_bind_int64(st, 4, e->pid);
+            sqlite3_bind_int64(st, 5, e->first);
+        }
+        if (store_step_done(s, st))
+            return SK_ERR_IO;
+    }
+    return 0;
+}
+
 int apply_adopt(sk_store *s, const uint8_t *body, size_t len)
 {
     sk_hstate h;
@@ -241,6 +290,10 @@ int apply_adopt(sk_store *s, const uint8_t *body, size_t len)
         rc = adopt_object(s, &h, &h.objects[i]);
     for (uint32_t i = 0; i < h.ngroups && rc == 0; i++)
         rc = apply_group(s, h.groups[i], h.group_lens[i]);
+    for (uint32_t i = 0; i < h.ntxns && rc == 0; i++)
+        rc = apply_txn(s, h.txns[i], h.txn_lens[i]);
+    if (rc == 0)
+        rc = adopt_txidx(s, &h);
     if (rc == 0)
         rc = run(s, "DELETE FROM handoffs WHERE topic = ?1 AND part = ?2", &h.id, h.part);
     sk_hstate_free(&h);
@@ -287,7 +340,7 @@ static int enc_head(sqlite3 *db, const kc_uuid *id, int32_t part, sk_buf *b, uin
     int rc = SK_ERR_NOENT;
     if (sqlite3_step(st) == SQLITE_ROW) {
         *stream = (uint64_t)sqlite3_column_int64(st, 0);
-        sk_buf_u8(b, 1); /* hstate version */
+        sk_buf_u8(b, 2); /* hstate version (with transactional ids) */
         sk_buf_put(b, id->b, 16);
         sk_buf_u32(b, (uint32_t)part);
         sk_buf_u32(b, (uint32_t)sqlite3_column_int(st, 3));
@@ -497,6 +550,51 @@ static int enc_groups(sqlite3 *db, sk_store_group_filter want, void *arg, sk_buf
     return rc;
 }
 
+/* The transactional ids `want` picks: their last records. */
+static int enc_txns(sqlite3 *db, sk_store_group_filter want, void *arg, sk_buf *b)
+{
+    sqlite3_stmt *st;
+    const char *sql = "SELECT txn, body FROM transactions";
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
+        return store_db_err(db, sql);
+    size_t at = count_slot(b);
+    uint32_t n = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        const char *id = sqlite3_column_blob(st, 0);
+        size_t il = (size_t)sqlite3_column_bytes(st, 0);
+        if (!want || !id || !want(arg, id, il))
+            continue;
+        sk_buf_str(b, sqlite3_column_blob(st, 1), (size_t)sqlite3_column_bytes(st, 1));
+        n++;
+    }
+    sqlite3_finalize(st);
+    patch_u32(b, at, n);
+    return 0;
+}
+
+/* The partition's transaction index: open ones (last -1), then aborted. */
+static int enc_txidx(sqlite3 *db, const kc_uuid *id, int32_t part, sk_buf *b)
+{
+    sqlite3_stmt *st;
+    const char *sql = "SELECT pid, first, -1 FROM txn_open WHERE topic = ?1 AND part = ?2"
+                      " UNION ALL SELECT pid, first, last FROM txn_aborted"
+                      " WHERE topic = ?1 AND part = ?2";
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
+        return store_db_err(db, sql);
+    sqlite3_bind_blob(st, 1, id->b, 16, SQLITE_STATIC);
+    sqlite3_bind_int(st, 2, part);
+    size_t at = count_slot(b);
+    uint32_t n = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        for (int c = 0; c < 3; c++)
+            sk_buf_u64(b, (uint64_t)sqlite3_column_int64(st, c));
+        n++;
+    }
+    sqlite3_finalize(st);
+    patch_u32(b, at, n);
+    return 0;
+}
+
 int sk_store_encode_state(sk_store *s, const kc_uuid *id, int32_t part, int64_t own_log,
                           sk_store_group_filter want, void *arg, sk_buf *out)
 {
@@ -518,6 +616,10 @@ int sk_store_encode_state(sk_store *s, const kc_uuid *id, int32_t part, int64_t 
             rc = enc_objects(db, stream, out);
         if (rc == 0)
             rc = enc_groups(db, want, arg, out);
+        if (rc == 0)
+            rc = enc_txns(db, want, arg, out);
+        if (rc == 0)
+            rc = enc_txidx(db, id, part, out);
         if (store_exec(db, "COMMIT") != 0 && rc == 0)
             rc = SK_ERR_IO;
     }

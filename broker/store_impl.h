@@ -44,6 +44,7 @@ enum {
     ST_PUT_CGROUP,
     ST_DEL_CGROUP,
     ST_PUT_TXN,
+    ST_DEL_TXN,
     ST_TXO_PUT,
     ST_TXO_GET,
     ST_TXO_DEL,
@@ -96,6 +97,7 @@ sqlite3 *reader_get(sk_store *s);
 void reader_put(sk_store *s, sqlite3 *db);
 /* Applies a SK_META_GROUP body (commit, delete offsets, delete group). */
 int apply_group(sk_store *s, const uint8_t *body, size_t len);
+int apply_txn(sk_store *s, const uint8_t *body, size_t len);
 
 /* store_handoff.c: the records of partitions moving between logs. */
 int apply_handoff(sk_store *s, const uint8_t *body, size_t len, wal_lsn lsn);

@@ -167,6 +167,13 @@ void sk_tc_revert(sk_tc *tc, const char *txn_id)
     s->pending = false;
 }
 
+void sk_tc_forget(sk_tc *tc, const char *txn_id)
+{
+    slot *s = find(tc, txn_id);
+    if (s)
+        drop_slot(tc, s);
+}
+
 int sk_tc_restore(sk_tc *tc, const sk_tc_entry *e)
 {
     slot *s = find(tc, e->txn_id);
@@ -544,6 +551,19 @@ int sk_tc_abort_expired(sk_tc *tc, const char *txn_id, int64_t now)
         return SK_KAFKA_UNKNOWN_SERVER_ERROR;
     fence_and_abort(&s->next);
     return 0;
+}
+
+int sk_tc_idle(const sk_tc *tc, int64_t now, int64_t idle_ms, const char **ids, int max)
+{
+    int n = 0;
+    for (int i = 0; i < tc->n && n < max; i++) {
+        const slot *s = tc->v[i];
+        sk_tc_state st = s->has_cur ? s->cur.state : SK_TC_ONGOING;
+        bool ended = st == SK_TC_EMPTY || st == SK_TC_COMPLETE_COMMIT || st == SK_TC_COMPLETE_ABORT;
+        if (ended && !s->pending && now - s->cur.update_ms >= idle_ms)
+            ids[n++] = s->cur.txn_id;
+    }
+    return n;
 }
 
 int sk_tc_count(const sk_tc *tc)

@@ -82,6 +82,8 @@ bool sk_tc_is_pending(const sk_tc *tc, const char *txn_id);
 /* Makes the pending change of txn_id current (0), or drops it (revert). */
 int sk_tc_apply(sk_tc *tc, const char *txn_id) __attribute__((warn_unused_result));
 void sk_tc_revert(sk_tc *tc, const char *txn_id);
+/* Drops every state of an id (its coordination moved to another node). */
+void sk_tc_forget(sk_tc *tc, const char *txn_id);
 /* Loads a persisted entry (start-up): replaces any state of that id. */
 int sk_tc_restore(sk_tc *tc, const sk_tc_entry *e) __attribute__((warn_unused_result));
 
@@ -138,6 +140,11 @@ int sk_tc_complete(sk_tc *tc, const char *txn_id, int64_t now)
 int sk_tc_expired(const sk_tc *tc, int64_t now, const char **ids, int max);
 int sk_tc_abort_expired(sk_tc *tc, const char *txn_id, int64_t now)
     __attribute__((warn_unused_result));
+
+/* Ids with no open transaction (Empty, CompleteCommit, CompleteAbort), not
+ * pending, last changed at least idle_ms before now (up to max):
+ * transactional.id.expiration.ms. */
+int sk_tc_idle(const sk_tc *tc, int64_t now, int64_t idle_ms, const char **ids, int max);
 
 /* Every id, applied state (listing, snapshots). */
 int sk_tc_count(const sk_tc *tc);

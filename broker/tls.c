@@ -6,6 +6,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "pmap.h"
+#include "sk_err.h"
+
 void sk_tls_last_error(char *out, size_t len)
 {
     unsigned long e = ERR_get_error();
@@ -107,6 +110,47 @@ SSL_CTX *sk_tls_load(const sk_config *cfg, char *why, size_t whylen)
     return ctx;
 }
 
+/* The client side verifies the peer node's certificate: against the
+ * truststore when one is given, else the system's authorities. */
+static int client_trust(SSL_CTX *ctx, const sk_config *cfg, char *why, size_t whylen)
+{
+    const char *ts = cfg->ssl_truststore_location;
+    if (*ts ? SSL_CTX_load_verify_locations(ctx, ts, NULL) != 1
+            : SSL_CTX_set_default_verify_paths(ctx) != 1)
+        return fail(ctx, why, whylen, "ssl.truststore.location", *ts ? ts : "(system default)");
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+    return 0;
+}
+
+SSL_CTX *sk_tls_load_client(const sk_config *cfg, char *why, size_t whylen)
+{
+    ERR_clear_error();
+    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+    if (!ctx) {
+        snprintf(why, whylen, "cannot make a TLS context");
+        return NULL;
+    }
+    const char *ks = cfg->ssl_keystore_location;
+    SSL_CTX_set_default_passwd_cb(ctx, key_password_cb);
+    SSL_CTX_set_default_passwd_cb_userdata(ctx, cfg->ssl_key_password);
+    if (!tls_version_bounds(ctx, cfg->ssl_enabled_protocols)) {
+        fail(ctx, why, whylen, "ssl.enabled.protocols", cfg->ssl_enabled_protocols);
+        return NULL;
+    }
+    /* The node's own certificate is its identity towards the other nodes. */
+    if (*ks && (SSL_CTX_use_certificate_chain_file(ctx, ks) != 1 ||
+                SSL_CTX_use_PrivateKey_file(ctx, ks, SSL_FILETYPE_PEM) != 1 ||
+                SSL_CTX_check_private_key(ctx) != 1)) {
+        fail(ctx, why, whylen, "ssl.keystore.location: no usable key and certificate in", ks);
+        return NULL;
+    }
+    SSL_CTX_set_default_passwd_cb_userdata(ctx, NULL);
+    if (client_trust(ctx, cfg, why, whylen) != 0)
+        return NULL;
+    SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_TICKET);
+    return ctx;
+}
+
 void sk_tls_swap(SSL_CTX **slot, SSL_CTX *ctx)
 {
     /* SSL_CTX is reference-counted: connections accepted with the old one
@@ -125,22 +169,43 @@ SSL *sk_tls_new_ssl(SSL_CTX *ctx)
     return ctx ? SSL_new(ctx) : NULL;
 }
 
-void sk_tls_principal(SSL *ssl, char *out, size_t len)
+/* The certificate's subject, RFC 2253 (Kafka's X500Principal.getName()). */
+static bool subject_of(X509 *cert, char *dn, size_t dnlen)
+{
+    bool ok = false;
+    BIO *b = BIO_new(BIO_s_mem());
+    if (b && X509_NAME_print_ex(b, X509_get_subject_name(cert), 0,
+                                XN_FLAG_RFC2253 & ~ASN1_STRFLGS_ESC_MSB) >= 0) {
+        char *p;
+        long n = BIO_get_mem_data(b, &p);
+        if (n > 0 && (size_t)n < dnlen) {
+            snprintf(dn, dnlen, "%.*s", (int)n, p);
+            ok = true;
+        }
+    }
+    BIO_free(b);
+    return ok;
+}
+
+int sk_tls_principal(SSL *ssl, const sk_pmap *map, char *out, size_t len, char *dn,
+                     size_t dnlen)
 {
     snprintf(out, len, "User:ANONYMOUS");
+    snprintf(dn, dnlen, "%s", "");
     X509 *cert = SSL_get1_peer_certificate(ssl);
     if (!cert)
-        return;
-    if (SSL_get_verify_result(ssl) == X509_V_OK) {
-        BIO *b = BIO_new(BIO_s_mem());
-        if (b && X509_NAME_print_ex(b, X509_get_subject_name(cert), 0,
-                                    XN_FLAG_RFC2253 & ~ASN1_STRFLGS_ESC_MSB) >= 0) {
-            char *p;
-            long n = BIO_get_mem_data(b, &p);
-            if (n > 0 && (size_t)n + 6 < len)
-                snprintf(out, len, "User:%.*s", (int)n, p);
-        }
-        BIO_free(b);
+        return 0;
+    int rc = 0;
+    char name[256];
+    if (SSL_get_verify_result(ssl) == X509_V_OK && subject_of(cert, dn, dnlen)) {
+        rc = map ? sk_pmap_apply(map, dn, name, sizeof name) : SK_ERR_NOENT;
+        if (rc == 0 && strlen(name) + 6 > len)
+            rc = SK_ERR_NOENT;
+        if (rc == 0)
+            snprintf(out, len, "User:%s", name);
+        else
+            rc = SK_ERR_NOENT;
     }
     X509_free(cert);
+    return rc;
 }

@@ -6,6 +6,7 @@
 #include <sys/uio.h>
 
 #include "append.h"
+#include "cluster.h"
 #include "config.h"
 #include "groups.h"
 #include "kbatch.h"
@@ -15,6 +16,7 @@
 #include "sk_err.h"
 #include "sk_log.h"
 #include "sk_time.h"
+#include "txpeer.h"
 
 #define TICK_MS 1000
 #define MAX_EXPIRED 64
@@ -33,6 +35,8 @@ struct sk_txns {
     int naux, capaux;
     aux *auxv;
     struct event *tick_ev;
+    sk_txpeer *peer; /* verification cache (cluster) */
+    int64_t last_cleanup_ms;
 };
 
 /* ---- record codec ---- */
@@ -213,6 +217,8 @@ static bool same(const char *s, const char *p, size_t n)
 bool sk_txns_offset_pending(const sk_txns *tx, const char *group, size_t glen,
                             const char *topic, size_t tlen, int32_t part)
 {
+    if (tx && sk_txpeer_offset_pending(tx->peer, group, glen, topic, tlen, part))
+        return true;
     for (int i = 0; tx && i < tx->naux; i++)
         for (int j = 0; j < tx->auxv[i].noffs; j++) {
             const sk_txoff *o = &tx->auxv[i].offs[j];
@@ -431,14 +437,30 @@ static void part_durable(void *arg, int err)
 }
 
 /* A control batch: key = version 0 | type (0 abort, 1 commit); value =
- * version 0 | coordinator epoch (0: a single node's coordinator). */
-static int marker(uint8_t *out, size_t cap, const sk_tc_entry *e, bool commit)
+ * version 0 | coordinator epoch (0). */
+static int marker(uint8_t *out, size_t cap, int64_t pid, int16_t epoch, bool commit)
 {
     uint8_t key[4] = {0, 0, 0, commit ? 1 : 0};
     uint8_t val[6] = {0};
     kb_build_rec rec = {{key, 4}, {val, 6}, sk_now_ms()};
-    return (int)kb_build(out, cap, &rec, 1, e->producer_id, e->producer_epoch, -1,
-                         KB_ATTR_TRANSACTIONAL | KB_ATTR_CONTROL);
+    return (int)kb_build(out, cap, &rec, 1, pid, epoch, -1, KB_ATTR_TRANSACTIONAL | KB_ATTR_CONTROL);
+}
+
+int sk_txns_append_marker(sk_node *n, sk_part *p, int64_t pid, int16_t epoch, bool commit,
+                          sk_durable_fn fn, void *arg)
+{
+    uint8_t buf[256];
+    int len = marker(buf, sizeof buf, pid, epoch, commit);
+    kb_header h;
+    if (len < 0 || kb_parse_header(buf, (size_t)len, &h) != 0)
+        return SK_ERR_INVAL;
+    sk_append_res res;
+    return sk_append(n, p, buf, (uint32_t)len, &h, NULL, fn, arg, &res);
+}
+
+static bool remote(sk_node *n, const sk_part *p)
+{
+    return n->cluster && !sk_part_serving(p);
 }
 
 static int write_marker(fjob *f, const sk_tc_entry *e, const sk_tc_part *tp, bool commit)
@@ -447,53 +469,66 @@ static int write_marker(fjob *f, const sk_tc_entry *e, const sk_tc_part *tp, boo
     sk_part *p = t ? sk_part_get(t, tp->partition) : NULL;
     if (!p)
         return 0; /* deleted since: nothing to mark */
-    uint8_t buf[256];
-    int len = marker(buf, sizeof buf, e, commit);
-    kb_header h;
-    if (len < 0 || kb_parse_header(buf, (size_t)len, &h) != 0)
-        return SK_ERR_INVAL;
-    sk_append_res res;
     f->pending++;
-    int rc = sk_append(f->tx->n, p, buf, (uint32_t)len, &h, NULL, part_durable, f, &res);
+    int rc = remote(f->tx->n, p)
+                 ? sk_txpeer_markers(f->tx->n, e, commit, p, NULL, 0, NULL, part_durable, f)
+                 : sk_txns_append_marker(f->tx->n, p, e->producer_id, e->producer_epoch, commit,
+                                         part_durable, f);
     if (rc)
         f->pending--;
     return rc;
 }
 
-/* Commits the transaction's offsets of one group, as an OffsetCommit. */
-static int commit_group(fjob *f, const aux *a, const char *group)
+int sk_txns_commit_offsets(sk_node *n, const char *group, int noffs, const sk_txoff *offs,
+                           sk_durable_fn fn, void *arg)
 {
-    uint32_t n = 0;
-    for (int i = 0; i < a->noffs; i++)
-        n += strcmp(a->offs[i].group, group) == 0;
-    if (n == 0)
-        return 0;
+    uint32_t k = 0;
+    for (int i = 0; i < noffs; i++)
+        k += strcmp(offs[i].group, group) == 0;
+    if (k == 0)
+        return SK_ERR_NOENT;
     sk_buf body, b;
     sk_buf_init(&body, 0);
-    sk_grec_begin(&body, SK_GREC_COMMIT, group, strlen(group), n);
-    for (int i = 0; i < a->noffs; i++) {
-        const sk_txoff *o = &a->offs[i];
+    sk_grec_begin(&body, SK_GREC_COMMIT, group, strlen(group), k);
+    for (int i = 0; i < noffs; i++) {
+        const sk_txoff *o = &offs[i];
         if (strcmp(o->group, group) != 0)
             continue;
-        sk_grec_ent ent = {o->topic,        strlen(o->topic), o->part,          o->offset,
-                           o->leader_epoch, o->meta,          strlen(o->meta),  sk_now_ms()};
+        const char *meta = o->meta ? o->meta : "";
+        sk_grec_ent ent = {o->topic,        strlen(o->topic), o->part,     o->offset,
+                           o->leader_epoch, meta,             strlen(meta), sk_now_ms()};
         sk_grec_put(&body, SK_GREC_COMMIT, &ent);
     }
     sk_buf_init(&b, 0);
     sk_meta_group(&b, body.data, body.len);
     int rc = sk_buf_failed(&b) || sk_buf_failed(&body) ? SK_ERR_NOMEM : 0;
     struct iovec iov = {b.data, b.len};
-    if (rc == 0) {
-        f->pending++;
-        rc = sk_node_append(f->tx->n, SK_WAL_META, &iov, 1, part_durable, f, NULL);
-        if (rc)
-            f->pending--;
-    }
-    if (rc == 0 && sk_groups_load(f->tx->n->groups, body.data, body.len) != 0)
+    if (rc == 0)
+        rc = sk_node_append(n, SK_WAL_META, &iov, 1, fn, arg, NULL);
+    if (rc == 0 && sk_groups_load(n->groups, body.data, body.len) != 0)
         SK_WARN("txns", "offsets of group %s not applied", group);
     sk_buf_free(&b);
     sk_buf_free(&body);
     return rc;
+}
+
+/* Commits the transaction's offsets of one group: here as an OffsetCommit,
+ * or through the group's coordinator in a cluster, which also hears of an
+ * abort (it stops holding RequireStable for them). */
+static int commit_group(fjob *f, const sk_tc_entry *e, const aux *a, const char *group,
+                        bool commit)
+{
+    sk_node *n = f->tx->n;
+    sk_part *gp = n->cluster ? sk_cluster_group_part(n->cluster, group, strlen(group)) : NULL;
+    if (!commit && !(gp && remote(n, gp)))
+        return 0;
+    f->pending++;
+    int rc = gp && remote(n, gp)
+                 ? sk_txpeer_markers(n, e, commit, gp, group, a->noffs, a->offs, part_durable, f)
+                 : sk_txns_commit_offsets(n, group, a->noffs, a->offs, part_durable, f);
+    if (rc)
+        f->pending--;
+    return rc == SK_ERR_NOENT ? 0 : rc;
 }
 
 int sk_txns_finish(sk_txns *tx, const char *txn_id, sk_txns_done_fn fn, void *arg)
@@ -516,8 +551,8 @@ int sk_txns_finish(sk_txns *tx, const char *txn_id, sk_txns_done_fn fn, void *ar
     int rc = 0;
     for (int i = 0; rc == 0 && i < e->nparts; i++)
         rc = write_marker(f, e, &e->parts[i], commit);
-    for (int i = 0; rc == 0 && commit && i < e->ngroups; i++)
-        rc = commit_group(f, a, e->groups[i]);
+    for (int i = 0; rc == 0 && i < e->ngroups; i++)
+        rc = commit_group(f, e, a, e->groups[i], commit);
     if (rc)
         f->err = rc;
     part_durable(f, 0);
@@ -555,11 +590,21 @@ static void abort_expired(sk_txns *tx, const char *id, int64_t now)
         pjob_free(holder);
 }
 
+/* Whether this node still acts for the id: in a cluster its partition of
+ * __consumer_offsets may be leaving, and what the tick would write then
+ * might miss the HANDOFF (the adopter finishes or expires it instead). */
+static bool acting(const sk_txns *tx, const char *id)
+{
+    if (!tx->n->cluster)
+        return true;
+    return sk_part_serving(sk_cluster_group_part(tx->n->cluster, id, strlen(id)));
+}
+
 void sk_txns_recover(sk_txns *tx)
 {
     for (int i = 0; i < sk_tc_count(tx->tc); i++) {
         const sk_tc_entry *e = sk_tc_at(tx->tc, i);
-        if (!e || sk_tc_is_pending(tx->tc, e->txn_id))
+        if (!e || sk_tc_is_pending(tx->tc, e->txn_id) || !acting(tx, e->txn_id))
             continue;
         if (e->state != SK_TC_PREPARE_COMMIT && e->state != SK_TC_PREPARE_ABORT)
             continue;
@@ -568,6 +613,72 @@ void sk_txns_recover(sk_txns *tx)
             continue;
         if (sk_txns_finish(tx, e->txn_id, finish_logged, NULL) != 0)
             SK_WARN("txns", "could not finish transaction %s", e->txn_id);
+    }
+}
+
+/* ---- transactional.id.expiration.ms ---- */
+
+static void aux_drop(sk_txns *tx, const char *id);
+
+typedef struct txgone {
+    sk_txns *tx;
+    char *id;
+    int64_t update_ms; /* the state expired; a change since keeps the id */
+} txgone;
+
+static void gone_durable(void *arg, int err)
+{
+    txgone *g = arg;
+    const sk_tc_entry *e = sk_tc_get(g->tx->tc, g->id);
+    if (err == 0 && e && e->update_ms == g->update_ms && !sk_tc_is_pending(g->tx->tc, g->id)) {
+        sk_tc_forget(g->tx->tc, g->id);
+        aux_drop(g->tx, g->id);
+    }
+    free(g->id);
+    free(g);
+}
+
+/* Forgets an id durably: a record, then memory once it is durable. */
+static void expire_id(sk_txns *tx, const char *id)
+{
+    const sk_tc_entry *e = sk_tc_get(tx->tc, id);
+    txgone *g = e ? calloc(1, sizeof *g) : NULL;
+    if (!g || !(g->id = strdup(id))) {
+        free(g);
+        return;
+    }
+    g->tx = tx;
+    g->update_ms = e->update_ms;
+    sk_buf b;
+    sk_buf_init(&b, 0);
+    sk_meta_txn_gone(&b, id, strlen(id));
+    struct iovec iov = {b.data, b.len};
+    int rc = sk_buf_failed(&b) ? SK_ERR_NOMEM
+                               : sk_node_append(tx->n, SK_WAL_META, &iov, 1, gone_durable, g, NULL);
+    sk_buf_free(&b);
+    if (rc) {
+        free(g->id);
+        free(g);
+        return;
+    }
+    SK_INFO("txns", "transactional id %s expired (transactional.id.expiration.ms)", id);
+}
+
+static void expire_idle(sk_txns *tx, int64_t now)
+{
+    const sk_config *cfg = tx->n->cfg;
+    if (now - tx->last_cleanup_ms < cfg->transaction_cleanup_interval_ms)
+        return;
+    tx->last_cleanup_ms = now;
+    const char *ids[MAX_EXPIRED];
+    char *copy[MAX_EXPIRED];
+    int n = sk_tc_idle(tx->tc, now, cfg->transactional_id_expiration_ms, ids, MAX_EXPIRED);
+    for (int i = 0; i < n; i++)
+        copy[i] = strdup(ids[i]);
+    for (int i = 0; i < n; i++) {
+        if (copy[i] && acting(tx, copy[i]))
+            expire_id(tx, copy[i]);
+        free(copy[i]);
     }
 }
 
@@ -583,11 +694,48 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
     for (int i = 0; i < n; i++)
         copy[i] = strdup(ids[i]);
     for (int i = 0; i < n; i++) {
-        if (copy[i])
+        if (copy[i] && acting(tx, copy[i]))
             abort_expired(tx, copy[i], now);
         free(copy[i]);
     }
     sk_txns_recover(tx);
+    expire_idle(tx, now);
+}
+
+/* ---- coordination moving (cluster) ---- */
+
+static void aux_drop(sk_txns *tx, const char *id)
+{
+    for (int i = 0; i < tx->naux; i++) {
+        if (strcmp(tx->auxv[i].id, id) != 0)
+            continue;
+        free(tx->auxv[i].id);
+        sk_txoffs_free(tx->auxv[i].noffs, tx->auxv[i].offs);
+        tx->auxv[i] = tx->auxv[--tx->naux];
+        return;
+    }
+}
+
+void sk_txns_release(sk_txns *tx, bool (*in)(void *arg, const char *id, size_t len), void *arg)
+{
+    /* Collect first: forgetting reorders the table being walked. */
+    int n = sk_tc_count(tx->tc), k = 0;
+    char **gone = calloc((size_t)n + 1, sizeof *gone);
+    if (!gone)
+        return;
+    for (int i = 0; i < n; i++) {
+        const sk_tc_entry *e = sk_tc_at(tx->tc, i);
+        if (e && in(arg, e->txn_id, strlen(e->txn_id)))
+            gone[k++] = strdup(e->txn_id);
+    }
+    for (int i = 0; i < k; i++) {
+        if (!gone[i])
+            continue;
+        sk_tc_forget(tx->tc, gone[i]);
+        aux_drop(tx, gone[i]);
+        free(gone[i]);
+    }
+    free(gone);
 }
 
 /* ---- life ---- */
@@ -600,9 +748,10 @@ sk_txns *sk_txns_new(sk_node *n)
     sk_tc_config cfg = {.max_timeout_ms = n->cfg->transaction_max_timeout_ms};
     tx->n = n;
     tx->tc = sk_tc_new(&cfg);
+    tx->peer = sk_txpeer_new();
     if (n->base)
         tx->tick_ev = event_new(n->base, -1, EV_PERSIST, tick_cb, tx);
-    if (!tx->tc || (n->base && !tx->tick_ev)) {
+    if (!tx->tc || !tx->peer || (n->base && !tx->tick_ev)) {
         sk_txns_destroy(tx);
         return NULL;
     }
@@ -625,7 +774,13 @@ void sk_txns_destroy(sk_txns *tx)
     }
     free(tx->auxv);
     sk_tc_free(tx->tc);
+    sk_txpeer_free(tx->peer);
     free(tx);
+}
+
+sk_txpeer *sk_txns_peer(sk_txns *tx)
+{
+    return tx->peer;
 }
 
 sk_tc *sk_txns_tc(sk_txns *tx)

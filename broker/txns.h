@@ -1,7 +1,9 @@
 /*
  * txns: the node's transaction coordinator (docs/transactions.md): the
  * tcoord state machine, made durable, plus what it does to partitions and
- * groups. Single node only: a cluster refuses transactional ids.
+ * groups. In a cluster, a node coordinates the ids that hash to the
+ * partitions of __consumer_offsets it serves (as for groups), and their
+ * state moves with those partitions (hstate.h).
  *
  * Every change of a transactional id's state is a SK_META_TXN WAL record
  * holding its whole state (and the offsets TxnOffsetCommit gave the open
@@ -32,6 +34,7 @@
 
 #include "sk_buf.h"
 #include "tcoord.h"
+#include "node.h"
 #include "types.h"
 
 typedef struct sk_txns sk_txns;
@@ -54,6 +57,12 @@ uint32_t sk_txns_snapshot(const sk_txns *tx, sk_buf *b);
 /* After loading: finishes transactions a crash left in a Prepare state. */
 void sk_txns_recover(sk_txns *tx);
 
+/* A cluster: forgets the ids `in` picks, whose coordination left with a
+ * partition of __consumer_offsets (their state is in the HANDOFF record);
+ * sk_txns_load takes them in on the adopter, whose tick finishes what a
+ * Prepare state left. */
+void sk_txns_release(sk_txns *tx, bool (*in)(void *arg, const char *id, size_t len), void *arg);
+
 /* Makes the pending change of txn_id durable, then applies it (or reverts
  * it on error) and calls fn. Nonzero: nothing written (reverted). */
 typedef void (*sk_txns_done_fn)(void *arg, int err);
@@ -69,6 +78,15 @@ int sk_txns_finish(sk_txns *tx, const char *txn_id, sk_txns_done_fn fn, void *ar
  * durably, then fn. */
 int sk_txns_add_offsets(sk_txns *tx, const char *txn_id, int n, const sk_txoff *offs,
                         sk_txns_done_fn fn, void *arg) __attribute__((warn_unused_result));
+
+/* A control batch (commit or abort marker) of producer pid/epoch appended to
+ * p, which this node serves; fn once durable. */
+int sk_txns_append_marker(sk_node *n, sk_part *p, int64_t pid, int16_t epoch, bool commit,
+                          sk_durable_fn fn, void *arg) __attribute__((warn_unused_result));
+/* Commits the offsets of `group` among offs (an OffsetCommit record); fn
+ * once durable. SK_ERR_NOENT (fn not called): none of that group. */
+int sk_txns_commit_offsets(sk_node *n, const char *group, int noffs, const sk_txoff *offs,
+                           sk_durable_fn fn, void *arg) __attribute__((warn_unused_result));
 
 /* Whether an open transaction holds an offset of (group, topic, part) not
  * yet committed: OffsetFetch with RequireStable answers UNSTABLE_OFFSET_COMMIT. */

@@ -268,6 +268,7 @@ struct sk_node {
     struct event *retention_ev;
     struct event *sig_ev[3];
     struct ssl_ctx_st *tls_ctx; /* SSL and SASL_SSL listeners' (tls.h); NULL: none */
+    struct sk_pmap *pmap;       /* ssl.principal.mapping.rules (pmap.h), with tls_ctx */
     bool tls_reloading;         /* a SIGHUP reload is reading the files */
     int64_t started_ms;
 

@@ -3,7 +3,7 @@
  * Do not edit: change the specs (or the generator) and run
  *     python3 tools/kgen.py --rpc proto/rpc --out proto
  * which the build does by itself when they change.
- * Input fingerprint (sha256 over the spec files read): eb5a9d9179470b5ded3ee403107d98b2
+ * Input fingerprint (sha256 over the spec files read): 0450920bd507d0b818b90cca22d8635f
  */
 #include "krpc.h"
 
@@ -556,9 +556,133 @@ const kc_struct kr_NodeStatusResponse_desc = {
     .fields = kr_NodeStatusResponse_fields,
 };
 
+/* ---- TxnMarkersRequest (key 10004): versions 0-0, flexible 0+ ---- */
+
+static const kc_field kr_TxnMarkersRequest_Partition_fields[] = {
+    {
+        .name = "TopicId", .type = KC_UUID, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
+        .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_TxnMarkersRequest_Partition, topic_id),
+    },
+    {
+        .name = "Partition", .type = KC_INT32, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
+        .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_TxnMarkersRequest_Partition, partition),
+    },
+};
+const kc_struct kr_TxnMarkersRequest_Partition_desc = {
+    .name = "Partition",
+    .size = sizeof(kr_TxnMarkersRequest_Partition),
+    .nfields = 2,
+    .fields = kr_TxnMarkersRequest_Partition_fields,
+};
+
+static const kc_field kr_TxnMarkersRequest_Offset_fields[] = {
+    {
+        .name = "Group", .type = KC_STRING, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
+        .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_TxnMarkersRequest_Offset, group), .def_str = "",
+    },
+    {
+        .name = "Topic", .type = KC_STRING, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
+        .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_TxnMarkersRequest_Offset, topic), .def_str = "",
+    },
+    {
+        .name = "Partition", .type = KC_INT32, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
+        .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_TxnMarkersRequest_Offset, partition),
+    },
+    {
+        .name = "Offset", .type = KC_INT64, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
+        .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_TxnMarkersRequest_Offset, offset),
+    },
+    {
+        .name = "LeaderEpoch", .type = KC_INT32, .ver_min = 0, .ver_max = KC_VMAX,
+        .null_min = -1, .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_TxnMarkersRequest_Offset, leader_epoch),
+    },
+    {
+        .name = "Metadata", .type = KC_STRING, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
+        .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_TxnMarkersRequest_Offset, metadata), .def_str = "",
+    },
+};
+const kc_struct kr_TxnMarkersRequest_Offset_desc = {
+    .name = "Offset",
+    .size = sizeof(kr_TxnMarkersRequest_Offset),
+    .nfields = 6,
+    .fields = kr_TxnMarkersRequest_Offset_fields,
+};
+
+static const kc_field kr_TxnMarkersRequest_fields[] = {
+    {
+        .name = "TransactionalId", .type = KC_STRING, .ver_min = 0, .ver_max = KC_VMAX,
+        .null_min = -1, .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_TxnMarkersRequest, transactional_id), .def_str = "",
+    },
+    {
+        .name = "ProducerId", .type = KC_INT64, .ver_min = 0, .ver_max = KC_VMAX,
+        .null_min = -1, .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_TxnMarkersRequest, producer_id),
+    },
+    {
+        .name = "ProducerEpoch", .type = KC_INT16, .ver_min = 0, .ver_max = KC_VMAX,
+        .null_min = -1, .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_TxnMarkersRequest, producer_epoch),
+    },
+    {
+        .name = "Commit", .type = KC_BOOL, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
+        .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_TxnMarkersRequest, commit),
+    },
+    {
+        .name = "Partitions", .type = KC_ARRAY, .elem_type = KC_STRUCT, .ver_min = 0,
+        .ver_max = KC_VMAX, .null_min = -1, .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_TxnMarkersRequest, partitions),
+        .elem_size = sizeof(kr_TxnMarkersRequest_Partition),
+        .sub = &kr_TxnMarkersRequest_Partition_desc,
+    },
+    {
+        .name = "Offsets", .type = KC_ARRAY, .elem_type = KC_STRUCT, .ver_min = 0,
+        .ver_max = KC_VMAX, .null_min = -1, .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_TxnMarkersRequest, offsets),
+        .elem_size = sizeof(kr_TxnMarkersRequest_Offset),
+        .sub = &kr_TxnMarkersRequest_Offset_desc,
+    },
+};
+const kc_struct kr_TxnMarkersRequest_desc = {
+    .name = "TxnMarkersRequest",
+    .size = sizeof(kr_TxnMarkersRequest),
+    .nfields = 6,
+    .fields = kr_TxnMarkersRequest_fields,
+};
+
+/* ---- TxnMarkersResponse (key 10004) ---- */
+
+static const kc_field kr_TxnMarkersResponse_fields[] = {
+    {
+        .name = "ThrottleTimeMs", .type = KC_INT32, .ver_min = 0, .ver_max = KC_VMAX,
+        .null_min = -1, .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_TxnMarkersResponse, throttle_time_ms),
+    },
+    {
+        .name = "ErrorCode", .type = KC_INT16, .ver_min = 0, .ver_max = KC_VMAX, .null_min = -1,
+        .null_max = -1, .tag_min = -1, .tag_max = -1,
+        .offset = offsetof(kr_TxnMarkersResponse, error_code),
+    },
+};
+const kc_struct kr_TxnMarkersResponse_desc = {
+    .name = "TxnMarkersResponse",
+    .size = sizeof(kr_TxnMarkersResponse),
+    .nfields = 2,
+    .fields = kr_TxnMarkersResponse_fields,
+};
+
 /* ---- the API table, indexed by key - KRPC_KEY_MIN ---- */
 
-static const kc_api krpc_apis[4] = {
+static const kc_api krpc_apis[5] = {
     [10000 - KRPC_KEY_MIN] = {.key = 10000, .name = "HandoffReady", .min_ver = 0, .max_ver = 0,
             .flex_min = 0,
             .req = &kr_HandoffReadyRequest_desc,
@@ -575,16 +699,20 @@ static const kc_api krpc_apis[4] = {
             .flex_min = 0,
             .req = &kr_NodeStatusRequest_desc,
             .resp = &kr_NodeStatusResponse_desc},
+    [10004 - KRPC_KEY_MIN] = {.key = 10004, .name = "TxnMarkers", .min_ver = 0, .max_ver = 0,
+            .flex_min = 0,
+            .req = &kr_TxnMarkersRequest_desc,
+            .resp = &kr_TxnMarkersResponse_desc},
 };
 
 const kc_api *krpc_api_get(int16_t key)
 {
-    if (key < KRPC_KEY_MIN || key > 10003 || krpc_apis[key - KRPC_KEY_MIN].name == NULL)
+    if (key < KRPC_KEY_MIN || key > 10004 || krpc_apis[key - KRPC_KEY_MIN].name == NULL)
         return NULL;
     return &krpc_apis[key - KRPC_KEY_MIN];
 }
 
 int krpc_api_max_key(void)
 {
-    return 10003;
+    return 10004;
 }

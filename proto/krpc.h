@@ -3,7 +3,7 @@
  * Do not edit: change the specs (or the generator) and run
  *     python3 tools/kgen.py --rpc proto/rpc --out proto
  * which the build does by itself when they change.
- * Input fingerprint (sha256 over the spec files read): eb5a9d9179470b5ded3ee403107d98b2
+ * Input fingerprint (sha256 over the spec files read): 0450920bd507d0b818b90cca22d8635f
  */
 /*
  * krpc: Skiff's node-to-node RPCs, declared like the Kafka messages of
@@ -31,6 +31,7 @@ enum kr_api_key {
     KR_CONFIRM = 10001,
     KR_FOLLOW = 10002,
     KR_NODE_STATUS = 10003,
+    KR_TXN_MARKERS = 10004,
 };
 
 /* ---- HandoffReadyRequest (key 10000): versions 0-0, flexible 0+ ---- */
@@ -300,6 +301,63 @@ typedef struct kr_NodeStatusResponse {
 } kr_NodeStatusResponse;
 
 extern const kc_struct kr_NodeStatusResponse_desc;
+
+/* ---- TxnMarkersRequest (key 10004): versions 0-0, flexible 0+ ---- */
+
+typedef struct kr_TxnMarkersRequest_Partition {
+    /* The id of the partition's topic. */
+    kc_uuid topic_id;                                    /* v0+ */
+    /* The partition index. */
+    int32_t partition;                                   /* v0+ */
+} kr_TxnMarkersRequest_Partition;
+
+typedef struct kr_TxnMarkersRequest_Offset {
+    /* The group id. */
+    kc_str group;                                        /* v0+ */
+    /* The topic name. */
+    kc_str topic;                                        /* v0+ */
+    /* The partition index. */
+    int32_t partition;                                   /* v0+ */
+    /* The committed offset. */
+    int64_t offset;                                      /* v0+ */
+    /* The leader epoch of the committed offset, -1 if unknown. */
+    int32_t leader_epoch;                                /* v0+ */
+    /* The commit's metadata. */
+    kc_str metadata;                                     /* v0+ */
+} kr_TxnMarkersRequest_Offset;
+
+typedef struct kr_TxnMarkersRequest {
+    /* The transactional id whose transaction ends (for logs). */
+    kc_str transactional_id;                             /* v0+ */
+    /* The producer id of the transaction. */
+    int64_t producer_id;                                 /* v0+ */
+    /* The producer epoch the markers carry. */
+    int16_t producer_epoch;                              /* v0+ */
+    /* True for commit markers, false for abort markers. */
+    bool commit;                                         /* v0+ */
+    /* Partitions of the receiver that get a marker. */
+    struct { int32_t n; kr_TxnMarkersRequest_Partition *v; } partitions; /* v0+ */
+    /* On commit: the transaction's offsets of groups the receiver coordinates,
+     * committed with the markers. */
+    struct { int32_t n; kr_TxnMarkersRequest_Offset *v; } offsets; /* v0+ */
+} kr_TxnMarkersRequest;
+
+extern const kc_struct kr_TxnMarkersRequest_Partition_desc;
+extern const kc_struct kr_TxnMarkersRequest_Offset_desc;
+extern const kc_struct kr_TxnMarkersRequest_desc;
+
+/* ---- TxnMarkersResponse (key 10004) ---- */
+
+typedef struct kr_TxnMarkersResponse {
+    /* Always 0: nodes do not throttle each other; kept so that every response can
+     * carry it. */
+    int32_t throttle_time_ms;                            /* v0+ */
+    /* 0 once every marker and offset is durable; otherwise the first error (the sender
+     * tries again). */
+    int16_t error_code;                                  /* v0+ */
+} kr_TxnMarkersResponse;
+
+extern const kc_struct kr_TxnMarkersResponse_desc;
 
 /* The internal API `key` (KRPC_KEY_MIN..krpc_api_max_key()), NULL when
  * there is none; the kc_api feeds kc_decode/kc_size/kc_encode as Kafka's. */

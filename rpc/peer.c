@@ -19,10 +19,14 @@
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
 #include <event2/dns.h>
 #include <event2/event.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,6 +129,8 @@ struct rpc_client {
     struct event *reap_ev;
     int32_t next_corr;
     bool destroying;
+    SSL_CTX *tls;     /* new connections are TLS ones (a reference), NULL: plaintext */
+    bool check_host;  /* the peer's certificate must name the address dialled */
     uint64_t rand;
     rpc_stats st;
 };
@@ -409,9 +415,23 @@ static void conn_ready(rpc_peer *peer)
     flush_queue(peer);
 }
 
+/* OpenSSL's reason for a TLS connection's failure, if it gave one. */
+static bool tls_error(struct bufferevent *bev, char *out, size_t len)
+{
+    if (!bufferevent_openssl_get_ssl(bev))
+        return false;
+    unsigned long e = bufferevent_get_openssl_error(bev);
+    while (bufferevent_get_openssl_error(bev))
+        ;
+    /* Socket errors (a peer not listening yet) are told as such. */
+    if (!e || ERR_GET_LIB(e) == 0 || ERR_GET_LIB(e) == ERR_LIB_SYS)
+        return false;
+    ERR_error_string_n(e, out, len);
+    return true;
+}
+
 static void conn_event_cb(struct bufferevent *bev, short what, void *arg)
 {
-    (void)bev;
     rpc_conn *k = arg;
     if (k->closed)
         return;
@@ -422,8 +442,14 @@ static void conn_event_cb(struct bufferevent *bev, short what, void *arg)
     }
     if (!(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)))
         return;
+    char tls_why[256];
     const char *why = (what & BEV_EVENT_EOF) ? "closed by the peer"
                                              : evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR());
+    if (tls_error(bev, tls_why, sizeof tls_why)) {
+        /* A refused certificate does not heal by retrying: say so loudly. */
+        SK_WARN("rpc", "node %d (%s:%d): TLS: %s", peer->node, peer->host, peer->port, tls_why);
+        why = tls_why;
+    }
     if (peer->state == RPC_PEER_CONNECTING)
         connect_failed(peer, why);
     else
@@ -669,11 +695,49 @@ static int MUST_USE start_connect(rpc_peer *peer, rpc_conn *k)
     return start_lookup(peer, k);
 }
 
+/* An SSL for a connection to peer, checking that its certificate names the
+ * address dialled (an IP address, or a DNS name also sent as SNI). */
+static SSL *peer_ssl(rpc_client *c, const rpc_peer *peer)
+{
+    SSL *ssl = SSL_new(c->tls);
+    if (!ssl || !c->check_host)
+        return ssl;
+    struct sockaddr_storage ss;
+    int len;
+    int ok = numeric_addr(peer->host, peer->port, &ss, &len)
+                 ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), peer->host)
+                 : SSL_set1_host(ssl, peer->host) && SSL_set_tlsext_host_name(ssl, peer->host);
+    if (!ok) {
+        SSL_free(ssl);
+        return NULL;
+    }
+    return ssl;
+}
+
+/* A plaintext or (with a TLS context) a TLS bufferevent, not connected. */
+static struct bufferevent *peer_bev(rpc_client *c, const rpc_peer *peer)
+{
+    if (!c->tls)
+        return bufferevent_socket_new(c->base, -1, BEV_OPT_CLOSE_ON_FREE);
+    SSL *ssl = peer_ssl(c, peer);
+    if (!ssl)
+        return NULL;
+    struct bufferevent *bev = bufferevent_openssl_socket_new(
+        c->base, -1, ssl, BUFFEREVENT_SSL_CONNECTING, BEV_OPT_CLOSE_ON_FREE);
+    if (!bev) {
+        SSL_free(ssl);
+        return NULL;
+    }
+    /* A node that dies mid-record is a broken connection like any other. */
+    bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);
+    return bev;
+}
+
 static void peer_connect(rpc_peer *peer)
 {
     rpc_client *c = peer->client;
     rpc_conn *k = calloc(1, sizeof *k);
-    struct bufferevent *bev = bufferevent_socket_new(c->base, -1, BEV_OPT_CLOSE_ON_FREE);
+    struct bufferevent *bev = peer_bev(c, peer);
     sk_map *m = sk_map_new();
     peer->state = RPC_PEER_CONNECTING;
     if (!k || !bev || !m) {
@@ -1021,5 +1085,15 @@ void rpc_client_destroy(rpc_client *c)
     if (c->dns)
         dns_unref(c->dns, false);
     free(c->nameservers);
+    SSL_CTX_free(c->tls);
     free(c);
+}
+
+void rpc_client_set_tls(rpc_client *c, SSL_CTX *ctx, bool check_host)
+{
+    if (ctx)
+        SSL_CTX_up_ref(ctx);
+    SSL_CTX_free(c->tls);
+    c->tls = ctx;
+    c->check_host = check_host;
 }

@@ -29,6 +29,13 @@
  * over, and the next call connects at once. Nothing closes an idle READY
  * connection but the peer itself.
  *
+ * TLS (rpc_client_set_tls): connections are TLS ones, CONNECTING until the
+ * handshake is over; the node's own certificate in the context is its
+ * identity (mutual TLS) and the peer's certificate is checked by the
+ * context's verification (and, with check_host, against the address
+ * dialled). A failed handshake is a failed connection (BACKOFF), logged
+ * with OpenSSL's reason.
+ *
  * Calls: rpc_call encodes the request at once (the caller's struct is not
  * kept), queues it until the connection is READY, and matches the response
  * by correlation id. The callback runs exactly once, on the loop thread,
@@ -71,6 +78,7 @@
 #include "kc.h"
 
 struct event_base;
+struct ssl_ctx_st;
 
 typedef struct rpc_client rpc_client;
 
@@ -112,6 +120,10 @@ rpc_client *rpc_client_new(struct event_base *base, const rpc_opts *o);
  * resolver is freed, on a later pass of the loop (run it once more before
  * freeing the event base). */
 void rpc_client_destroy(rpc_client *c);
+
+/* Connections made from now on use TLS with ctx, a client context (the
+ * client keeps a reference; NULL: plaintext again); open ones keep theirs. */
+void rpc_client_set_tls(rpc_client *c, struct ssl_ctx_st *ctx, bool check_host);
 
 /* Sets or changes the address of a peer node. A changed address closes the
  * old connection (its calls fail as described above: SK_ERR_IO if unsent,

@@ -1638,6 +1638,8 @@ static int claim(wal *w, struct claim *c)
         w->lease_until_us = check + w->lease_ms * 1000;
         w->renew_start_us = check;
         w->exclusive = exclusive;
+        if (exclusive && st->ops->sole_owner)
+            st->ops->sole_owner(st, !w->o.no_direct_io);
         return 0;
     }
 }

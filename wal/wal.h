@@ -73,6 +73,7 @@ typedef struct wal_opts {
     uint32_t node_id;
     uint64_t owner_epoch;       /* the least epoch to claim; 0: the next one */
     bool no_preallocate;        /* do not reserve segment_bytes when creating a segment */
+    bool no_direct_io;          /* write through the page cache even where O_DIRECT works */
     /* Lease of the owner (0: 10 s). Renewed every quarter of it. */
     int64_t lease_ms;
     /* How long the volume may fail to complete an operation before the WAL

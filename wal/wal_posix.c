@@ -28,9 +28,19 @@
 #include "sk_workq.h"
 #include "wal_storage.h"
 
+/* Trimmed segments kept for reuse, at most. */
+#define WAL_POSIX_SPARES 2
+/* Zeroed at the start of a spare: the segment header and then some. */
+#define SPARE_ZERO_BYTES 4096
+/* Direct I/O: offsets, lengths and buffers aligned to this (the largest
+ * logical block size in use), written through a bounce buffer this large. */
+#define DIO_ALIGN 4096
+#define BOUNCE_BYTES (1u << 20)
+
 struct segfd {
     uint64_t seg;
-    int fd;
+    int fd;        /* buffered: reads, truncation, preallocation */
+    int dfd;       /* O_DIRECT, for the writes of a direct-I/O WAL; -1 until then */
     int refs;      /* readers and the IO thread currently using fd */
     bool removed;  /* unlinked: close fd once refs drops to zero */
 };
@@ -43,9 +53,24 @@ struct posix {
     sk_workq *io;
     sk_workq *rm; /* removals, apart: freeing a large file's blocks takes tens of
                      milliseconds that commits must not wait behind */
-    pthread_mutex_t mu; /* guards segs */
+    pthread_mutex_t mu; /* guards segs and spares */
     struct segfd **segs;
     size_t nsegs, cap;
+    /* Recycling (docs/wal.md, "Recycled segments"): trimmed segments kept as
+     * <start>.spare files, their header zeroed, for the next creates. Only
+     * while holding the lock proves this process alone uses the directory. */
+    bool recycle;
+    uint64_t spares[WAL_POSIX_SPARES]; /* their former start LSNs, which name them */
+    size_t nspares;
+    /* Direct I/O (docs/wal.md, "Direct I/O"), IO thread only once writes
+     * begin: writes go out in DIO_ALIGN blocks through a bounce buffer, the
+     * block holding a write's end kept to start the next write with. */
+    bool direct;
+    uint8_t *bounce;       /* BOUNCE_BYTES, DIO_ALIGN-aligned */
+    uint64_t tail_seg;     /* the segment and offset of the kept block */
+    uint64_t tail_at;      /* UINT64_MAX: none */
+    size_t tail_len;       /* its bytes of data; the rest of it is zeros */
+    uint8_t tail[DIO_ALIGN];
 };
 
 struct op {
@@ -134,10 +159,19 @@ static struct segfd *seg_insert(struct posix *p, size_t at, uint64_t seg, int fd
         return NULL;
     e->seg = seg;
     e->fd = fd;
+    e->dfd = -1;
     memmove(&p->segs[at + 1], &p->segs[at], (p->nsegs - at) * sizeof *p->segs);
     p->segs[at] = e;
     p->nsegs++;
     return e;
+}
+
+static void segfd_free(struct segfd *e)
+{
+    close(e->fd);
+    if (e->dfd >= 0)
+        close(e->dfd);
+    free(e);
 }
 
 /* Takes a reference on seg's fd, opening the file when it has none yet.
@@ -187,10 +221,8 @@ static void seg_put(struct posix *p, struct segfd *e)
     pthread_mutex_lock(&p->mu);
     bool drop = --e->refs == 0 && e->removed;
     pthread_mutex_unlock(&p->mu);
-    if (drop) {
-        close(e->fd);
-        free(e);
-    }
+    if (drop)
+        segfd_free(e);
 }
 
 static int sync_dir(struct posix *p)
@@ -341,6 +373,8 @@ static int px_truncate(wal_storage *s, uint64_t seg, uint64_t size)
     int rc = seg_get(p, seg, false, &e);
     if (rc)
         return rc;
+    if (p->tail_seg == seg)
+        p->tail_at = UINT64_MAX;
     if (ftruncate(e->fd, (off_t)size) != 0 || do_fsync(e->fd, false) != 0) {
         SK_ERROR("wal_posix", "truncate segment %llu to %llu: %s", (unsigned long long)seg,
                  (unsigned long long)size, strerror(errno));
@@ -348,6 +382,120 @@ static int px_truncate(wal_storage *s, uint64_t seg, uint64_t size)
     }
     seg_put(p, e);
     return rc;
+}
+
+/* ---- recycled segments (docs/wal.md, "Recycled segments") ---- */
+
+static char *spare_name(uint64_t seg, char *buf, size_t len)
+{
+    snprintf(buf, len, "%020llu.spare", (unsigned long long)seg);
+    return buf;
+}
+
+/* Zeroes the start of spare `name` durably: renamed to a segment, it then
+ * reads as a segment whose first write never finished, never as the
+ * segment it was (whose header names another start). */
+static int spare_clean(struct posix *p, const char *name)
+{
+    static const uint8_t zeros[SPARE_ZERO_BYTES];
+    int fd = openat(p->dirfd, name, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return errno_to_sk(errno);
+    ssize_t n;
+    do
+        n = pwrite(fd, zeros, sizeof zeros, 0);
+    while (n < 0 && errno == EINTR);
+    int rc = n == (ssize_t)sizeof zeros && do_fsync(fd, true) == 0 ? 0 : SK_ERR_IO;
+    if (rc)
+        SK_WARN("wal_posix", "cannot clear spare %s/%s: %s", p->dir, name, strerror(errno));
+    close(fd);
+    return rc;
+}
+
+/* Keeps the renamed file `name` (once segment `seg`) as a spare, or deletes
+ * it when it cannot be cleared or the spares are full. */
+static void spare_keep(struct posix *p, uint64_t seg, const char *name)
+{
+    bool kept = false;
+    if (spare_clean(p, name) == 0) {
+        pthread_mutex_lock(&p->mu);
+        if (p->nspares < WAL_POSIX_SPARES) {
+            p->spares[p->nspares++] = seg;
+            kept = true;
+        }
+        pthread_mutex_unlock(&p->mu);
+    }
+    if (!kept && unlinkat(p->dirfd, name, 0) != 0 && errno != ENOENT)
+        SK_WARN("wal_posix", "unlink %s/%s: %s", p->dir, name, strerror(errno));
+}
+
+/* Renames a spare to segment `seg`'s name: true when the segment's file is
+ * now that spare. A spare that cannot be renamed is deleted. */
+static bool spare_take(struct posix *p, uint64_t seg)
+{
+    pthread_mutex_lock(&p->mu);
+    bool have = p->nspares > 0;
+    uint64_t sp = have ? p->spares[--p->nspares] : 0;
+    pthread_mutex_unlock(&p->mu);
+    if (!have)
+        return false;
+    char from[WAL_SEGMENT_NAME_MAX + 8], to[WAL_SEGMENT_NAME_MAX];
+    spare_name(sp, from, sizeof from);
+    wal_segment_name(seg, to, sizeof to);
+    if (renameat2(p->dirfd, from, p->dirfd, to, RENAME_NOREPLACE) == 0)
+        return true;
+    /* EEXIST: the create fails below as it would without spares. */
+    if (errno != EEXIST)
+        SK_WARN("wal_posix", "cannot reuse %s/%s: %s", p->dir, from, strerror(errno));
+    unlinkat(p->dirfd, from, 0);
+    return false;
+}
+
+/* At start-up, with the directory to itself: spares of an earlier run are
+ * cleared again (a crash may have come between a segment's rename and its
+ * clearing) and kept, up to the limit; the rest are deleted. */
+static void spares_load(struct posix *p)
+{
+    DIR *d = fdopendir(dup(p->dirfd));
+    struct dirent *de;
+    if (d)
+        rewinddir(d); /* the dup shares the directory's offset */
+    while (d && (de = readdir(d))) {
+        size_t l = strlen(de->d_name);
+        uint64_t seg = 0;
+        if (l != 26 || strcmp(de->d_name + 20, ".spare") != 0)
+            continue;
+        for (int i = 0; i < 20; i++)
+            seg = seg * 10 + (uint64_t)(de->d_name[i] - '0');
+        spare_keep(p, seg, de->d_name);
+    }
+    if (d)
+        closedir(d);
+}
+
+static int px_purge(wal_storage *s)
+{
+    struct posix *p = s->impl;
+    int rc = 0;
+    DIR *d = fdopendir(dup(p->dirfd));
+    struct dirent *de;
+    if (d)
+        rewinddir(d); /* the dup shares the directory's offset */
+    while (d && (de = readdir(d))) {
+        size_t l = strlen(de->d_name);
+        if (l > 6 && strcmp(de->d_name + l - 6, ".spare") == 0 &&
+            unlinkat(p->dirfd, de->d_name, 0) != 0 && errno != ENOENT) {
+            SK_ERROR("wal_posix", "unlink %s/%s: %s", p->dir, de->d_name, strerror(errno));
+            rc = SK_ERR_IO;
+        }
+    }
+    if (d)
+        closedir(d);
+    pthread_mutex_lock(&p->mu);
+    p->nspares = 0;
+    p->recycle = false;
+    pthread_mutex_unlock(&p->mu);
+    return rc ? rc : sync_dir(p);
 }
 
 /* ---- asynchronous operations (run on the IO thread) ---- */
@@ -365,13 +513,20 @@ static void create_work(void *arg)
     struct op *o = arg;
     struct posix *p = o->p;
     struct segfd *e;
-    o->err = seg_get(p, o->seg, true, &e);
+    bool reused = spare_take(p, o->seg);
+    o->err = seg_get(p, o->seg, !reused, &e);
     if (o->err) {
         if (o->err == SK_ERR_EXIST)
             SK_ERROR("wal_posix", "segment %llu already exists in %s", (unsigned long long)o->seg,
                      p->dir);
         return;
     }
+    /* A reused file's blocks are written already: each later write+fdatasync
+     * is an overwrite, with no extent to convert in the journal. Its pages
+     * are read ahead, so that a write ending inside a page need not read
+     * the rest of it first. */
+    if (reused && o->hint > 0)
+        posix_fadvise(e->fd, 0, (off_t)o->hint, POSIX_FADV_WILLNEED);
     /* Reserved blocks make each later write+fdatasync an overwrite, which
      * needs no block allocation nor size change in the journal. A file
      * system that cannot reserve just gets appends. */
@@ -385,17 +540,9 @@ static void create_work(void *arg)
     seg_put(p, e);
 }
 
-static void write_work(void *arg)
+/* Writes iov at off through the page cache. */
+static int buffered_write(struct segfd *e, uint64_t off, struct iovec *iov, int cnt)
 {
-    struct op *o = arg;
-    struct posix *p = o->p;
-    struct segfd *e;
-    o->err = seg_get(p, o->seg, false, &e);
-    if (o->err)
-        return;
-    uint64_t off = o->off;
-    struct iovec *iov = o->iov;
-    int cnt = o->iovcnt;
     while (cnt > 0 && iov->iov_len == 0) {
         iov++;
         cnt--;
@@ -405,10 +552,9 @@ static void write_work(void *arg)
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0) {
-            SK_ERROR("wal_posix", "pwritev segment %llu at %llu: %s", (unsigned long long)o->seg,
+            SK_ERROR("wal_posix", "pwritev segment %llu at %llu: %s", (unsigned long long)e->seg,
                      (unsigned long long)off, n < 0 ? strerror(errno) : "wrote nothing");
-            o->err = SK_ERR_IO;
-            break;
+            return SK_ERR_IO;
         }
         /* A short write: skip what went out and write the rest. */
         off += (uint64_t)n;
@@ -423,7 +569,124 @@ static void write_work(void *arg)
             iov->iov_len -= left;
         }
     }
-    if (!o->err && o->sync && do_fsync(e->fd, true) != 0) {
+    return 0;
+}
+
+/* Opens seg's O_DIRECT fd. False, with direct I/O turned off for good,
+ * when the file system cannot do it with DIO_ALIGN (tmpfs, a device with
+ * larger blocks): writes then go through the page cache. */
+static bool direct_open(struct posix *p, struct segfd *e)
+{
+    char name[WAL_SEGMENT_NAME_MAX];
+    struct statx sx;
+    const char *why = NULL;
+    if (statx(e->fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) != 0 ||
+        !(sx.stx_mask & STATX_DIOALIGN) || sx.stx_dio_offset_align == 0)
+        why = "the file system does not support it";
+    else if (sx.stx_dio_offset_align > DIO_ALIGN || sx.stx_dio_mem_align > DIO_ALIGN)
+        why = "its blocks are larger than 4 KiB";
+    else if ((e->dfd = openat(p->dirfd, wal_segment_name(e->seg, name, sizeof name),
+                              O_WRONLY | O_DIRECT | O_CLOEXEC)) < 0)
+        why = strerror(errno);
+    if (!why)
+        return true;
+    SK_INFO("wal_posix", "no direct I/O for the WAL in %s (%s): writing through the page cache",
+            p->dir, why);
+    p->direct = false;
+    return false;
+}
+
+/* The bytes of [at, off) that the next direct write must write again: the
+ * kept block when it is that one, else read back from the file. */
+static int direct_prefix(struct posix *p, struct segfd *e, uint64_t at, size_t pre)
+{
+    if (p->tail_seg == e->seg && p->tail_at == at && p->tail_len == pre) {
+        memcpy(p->bounce, p->tail, pre);
+        return 0;
+    }
+    size_t done = 0;
+    while (done < pre) {
+        ssize_t n = pread(e->fd, p->bounce + done, pre - done, (off_t)(at + done));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            SK_ERROR("wal_posix", "read back segment %llu at %llu: %s", (unsigned long long)e->seg,
+                     (unsigned long long)(at + done), n < 0 ? strerror(errno) : "end of file");
+            return SK_ERR_IO;
+        }
+        done += (size_t)n;
+    }
+    return 0;
+}
+
+/* Writes iov at off with O_DIRECT: whole DIO_ALIGN blocks from the block
+ * holding off, the partial block at the end padded with zeros (recovery
+ * reads zeros as the end of the log) and written again, completed, by the
+ * next write. */
+static int direct_write(struct posix *p, struct segfd *e, uint64_t off, const struct iovec *iov,
+                        int cnt)
+{
+    uint64_t at = off & ~(uint64_t)(DIO_ALIGN - 1);
+    size_t fill = (size_t)(off - at);
+    int rc = direct_prefix(p, e, at, fill);
+    p->tail_at = UINT64_MAX;
+    int i = 0;
+    size_t in = 0; /* bytes of iov[i] already copied */
+    while (!rc) {
+        while (fill < BOUNCE_BYTES && i < cnt) {
+            size_t n = iov[i].iov_len - in;
+            if (n > BOUNCE_BYTES - fill)
+                n = BOUNCE_BYTES - fill;
+            memcpy(p->bounce + fill, (const uint8_t *)iov[i].iov_base + in, n);
+            fill += n;
+            in += n;
+            if (in == iov[i].iov_len) {
+                i++;
+                in = 0;
+            }
+        }
+        size_t len = (fill + DIO_ALIGN - 1) & ~(size_t)(DIO_ALIGN - 1);
+        memset(p->bounce + fill, 0, len - fill);
+        for (size_t done = 0; done < len && !rc;) {
+            ssize_t n = pwrite(e->dfd, p->bounce + done, len - done, (off_t)(at + done));
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0 || n % DIO_ALIGN) {
+                SK_ERROR("wal_posix", "direct write segment %llu at %llu: %s",
+                         (unsigned long long)e->seg, (unsigned long long)(at + done),
+                         n < 0 ? strerror(errno) : "short write");
+                rc = SK_ERR_IO;
+            }
+            done += n > 0 ? (size_t)n : 0;
+        }
+        if (rc || i == cnt) {
+            size_t keep = fill % DIO_ALIGN;
+            if (!rc && keep) {
+                p->tail_seg = e->seg;
+                p->tail_at = at + fill - keep;
+                p->tail_len = keep;
+                memcpy(p->tail, p->bounce + fill - keep, keep);
+            }
+            break;
+        }
+        at += fill; /* fill == BOUNCE_BYTES: aligned */
+        fill = 0;
+    }
+    return rc;
+}
+
+static void write_work(void *arg)
+{
+    struct op *o = arg;
+    struct posix *p = o->p;
+    struct segfd *e;
+    o->err = seg_get(p, o->seg, false, &e);
+    if (o->err)
+        return;
+    bool direct = p->direct && (e->dfd >= 0 || direct_open(p, e));
+    o->err = direct ? direct_write(p, e, o->off, o->iov, o->iovcnt)
+                    : buffered_write(e, o->off, o->iov, o->iovcnt);
+    if (!o->err && o->sync && do_fsync(direct ? e->dfd : e->fd, true) != 0) {
         SK_ERROR("wal_posix", "fdatasync segment %llu: %s", (unsigned long long)o->seg,
                  strerror(errno));
         o->err = SK_ERR_IO;
@@ -446,28 +709,33 @@ static void remove_work(void *arg)
         p->nsegs--;
         e->removed = true;
     }
+    bool drop = e && e->refs == 0;
+    /* A file a reader still reads is not rewritten under it. */
+    bool keep = p->recycle && p->nspares < WAL_POSIX_SPARES && (!e || drop);
     /* Rename under the lock, so that no reader reopens the name meanwhile;
      * unlink outside it, since freeing the blocks is the slow part. */
     wal_segment_name(o->seg, name, sizeof name);
     char gone[WAL_SEGMENT_NAME_MAX + 8];
-    snprintf(gone, sizeof gone, "%s.del", name);
+    if (keep)
+        spare_name(o->seg, gone, sizeof gone);
+    else
+        snprintf(gone, sizeof gone, "%s.del", name);
     bool renamed = renameat(p->dirfd, name, p->dirfd, gone) == 0;
     if (!renamed && errno != ENOENT) {
         SK_ERROR("wal_posix", "rename %s/%s: %s", p->dir, name, strerror(errno));
         o->err = SK_ERR_IO;
     }
-    bool drop = e && e->refs == 0;
     pthread_mutex_unlock(&p->mu);
-    if (renamed && unlinkat(p->dirfd, gone, 0) != 0 && errno != ENOENT) {
+    if (drop)
+        segfd_free(e);
+    if (!o->err)
+        o->err = sync_dir(p);
+    if (renamed && keep) {
+        spare_keep(p, o->seg, gone);
+    } else if (renamed && unlinkat(p->dirfd, gone, 0) != 0 && errno != ENOENT) {
         SK_ERROR("wal_posix", "unlink %s/%s: %s", p->dir, gone, strerror(errno));
         o->err = SK_ERR_IO;
     }
-    if (drop) {
-        close(e->fd);
-        free(e);
-    }
-    if (!o->err)
-        o->err = sync_dir(p);
 }
 
 static struct op *op_new(struct posix *p, uint64_t seg, wal_io_cb cb, void *arg)
@@ -540,10 +808,10 @@ static void px_destroy(wal_storage *s)
     sk_workq_destroy(p->rm);
     sk_workq_destroy(p->io);
     for (size_t i = 0; i < p->nsegs; i++) {
-        close(p->segs[i]->fd);
-        free(p->segs[i]);
+        segfd_free(p->segs[i]);
     }
     free(p->segs);
+    free(p->bounce);
     if (p->lockfd >= 0)
         close(p->lockfd);
     close(p->dirfd);
@@ -576,10 +844,8 @@ static int px_discard(wal_storage *s, uint64_t seg)
     }
     bool drop = e && e->refs == 0;
     pthread_mutex_unlock(&p->mu);
-    if (drop) {
-        close(e->fd);
-        free(e);
-    }
+    if (drop)
+        segfd_free(e);
     return rc ? rc : sync_dir(p);
 }
 
@@ -738,6 +1004,23 @@ static int px_lock(wal_storage *s, bool *exclusive)
     return 0;
 }
 
+static void px_sole_owner(wal_storage *s, bool direct_io)
+{
+    struct posix *p = s->impl;
+    if (!p->recycle) {
+        p->recycle = true;
+        spares_load(p);
+    }
+    if (direct_io && !p->bounce) {
+        void *b = NULL;
+        if (posix_memalign(&b, DIO_ALIGN, BOUNCE_BYTES) == 0)
+            p->bounce = b;
+        else
+            SK_WARN("wal_posix", "no memory for direct I/O: writing through the page cache");
+    }
+    p->direct = direct_io && p->bounce;
+}
+
 static void px_renew(wal_storage *s, uint64_t epoch, const void *buf, size_t len, wal_io_cb cb,
                      void *arg);
 
@@ -751,6 +1034,7 @@ static const wal_storage_ops posix_ops = {
     .write = px_write,
     .remove = px_remove,
     .discard = px_discard,
+    .purge = px_purge,
     .owner_list = px_owner_list,
     .owner_read = px_owner_read,
     .owner_create = px_owner_create,
@@ -758,6 +1042,7 @@ static const wal_storage_ops posix_ops = {
     .owner_remove = px_owner_remove,
     .renew = px_renew,
     .lock = px_lock,
+    .sole_owner = px_sole_owner,
     .destroy = px_destroy,
 };
 
@@ -837,6 +1122,7 @@ wal_storage *wal_posix_new(struct event_base *base, const char *dir, int *err)
     }
     p->dirfd = dfd;
     p->lockfd = -1;
+    p->tail_at = UINT64_MAX;
     pthread_mutex_init(&p->mu, NULL);
     p->io = sk_workq_new(base, "wal-io", 1);
     p->rm = sk_workq_new(base, "wal-rm", 1);

@@ -110,6 +110,8 @@ int wal_destroy_files(struct event_base *base, const char *url, char *why, size_
     free(v);
     v = NULL;
     n = 0;
+    if (rc == 0 && st->ops->purge)
+        rc = st->ops->purge(st);
     if (rc == 0)
         rc = st->ops->owner_list(st, &v, &n);
     for (size_t i = 0; rc == 0 && i < n; i++)

@@ -80,6 +80,10 @@ typedef struct wal_storage_ops {
     /* Blocking remove of a segment (recovery drops segments a fenced owner
      * left behind); a missing file is not an error. */
     int (*discard)(wal_storage *s, uint64_t seg);
+    /* Blocking: deletes the files a backend keeps for reuse (the POSIX
+     * backend's spare segments), for a WAL that is gone for good. NULL when
+     * the backend keeps none. */
+    int (*purge)(wal_storage *s);
 
     /* Owner files. list: the epochs present, ascending (malloc'd). read:
      * SK_ERR_NOENT when absent. create: exclusive and durable, SK_ERR_EXIST
@@ -102,6 +106,11 @@ typedef struct wal_storage_ops {
      * anywhere uses this WAL (a local file system), false when it proves
      * nothing (no lock, or a network file system). */
     int (*lock)(wal_storage *s, bool *exclusive);
+    /* Optional. Called, before any create or write, once a WAL owner has
+     * claimed the WAL and `lock` said exclusive: the backend may then use
+     * what is safe only for a process alone with its files (the POSIX
+     * backend: spare segments; O_DIRECT writes when direct_io). */
+    void (*sole_owner)(wal_storage *s, bool direct_io);
 
     void (*destroy)(wal_storage *s);
 } wal_storage_ops;

@@ -531,13 +531,25 @@ _api(22, 2,
       F("OngoingTxnProducerId", "int64", "6+", default=-1),
       F("OngoingTxnProducerEpoch", "int16", "6+", default=-1)])
 
-# Transactions (client forms): AddPartitionsToTxn v0-3, AddOffsetsToTxn, EndTxn,
-# TxnOffsetCommit.
+# Transactions: AddPartitionsToTxn v0-5, AddOffsetsToTxn, EndTxn, TxnOffsetCommit.
+# v4+ is the batched form brokers send the coordinator (VerifyOnly: KIP-890).
 _api(24, 3,
-     [F("TransactionalId", "string", "0-3"), F("ProducerId", "int64", "0-3"),
+     [S("Transactions", "4+", [F("TransactionalId", "string", "4+"),
+                               F("ProducerId", "int64", "4+"),
+                               F("ProducerEpoch", "int16", "4+"),
+                               F("VerifyOnly", "bool", "4+"),
+                               S("Topics", "4+", [F("Name", "string", "4+"),
+                                                  F("Partitions", "[]int32", "4+")])]),
+      F("TransactionalId", "string", "0-3"), F("ProducerId", "int64", "0-3"),
       F("ProducerEpoch", "int16", "0-3"),
       S("Topics", "0-3", [F("Name", "string", "0+"), F("Partitions", "[]int32", "0+")])],
-     [F("ThrottleTimeMs", "int32", "0+"),
+     [F("ThrottleTimeMs", "int32", "0+"), F("ErrorCode", "int16", "4+"),
+      S("ResultsByTransaction", "4+", [
+          F("TransactionalId", "string", "4+"),
+          S("TopicResults", "4+", [F("Name", "string", "4+"),
+                                   S("ResultsByPartition", "4+", [
+                                       F("PartitionIndex", "int32", "4+"),
+                                       F("PartitionErrorCode", "int16", "4+")])])]),
       S("Results", "0-3", [F("Name", "string", "0+"),
                            S("Partitions", "0+", [F("PartitionIndex", "int32", "0+"),
                                                   F("ErrorCode", "int16", "0+")])])])

@@ -31,6 +31,7 @@ VALUES = {
     "ZoneA": "us-east-1a", "ZoneB": "us-east-1b", "ZoneC": "us-east-1c",
     "SubnetACidr": ZONES["us-east-1a"], "SubnetBCidr": ZONES["us-east-1b"],
     "SubnetCCidr": ZONES["us-east-1c"], "ExtraClientZoneCidrs": "",
+    "TlsCaSecretArn": "arn:aws:secretsmanager:us-east-1:123456789012:secret:skiff-ca-AbCdEf",
 }
 
 
@@ -120,8 +121,15 @@ def test_properties_of_each_zone_pass_check_config(template, tmp_path):
         out = tmp_path / ("%s.properties" % zone)
         props = render(script, zone, ip, out)
         assert props["broker.rack"] == zone
-        assert props["advertised.listeners"] == "PLAINTEXT://%s:9092" % ip
-        assert props["listeners"] == "PLAINTEXT://0.0.0.0:9092"
+        assert props["advertised.listeners"] == "CLIENTS://%s:9092,INTERNAL://%s:9093" % (ip, ip)
+        assert props["listeners"] == "CLIENTS://0.0.0.0:9092,INTERNAL://0.0.0.0:9093"
+        # Clients on SASL_SSL; nodes on mutual TLS, their certificate's principal a super
+        # user, every other principal held to the ACLs.
+        assert props["listener.security.protocol.map"] == "CLIENTS:SASL_SSL,INTERNAL:SSL"
+        assert props["inter.broker.listener.name"] == "INTERNAL"
+        assert props["ssl.client.auth"] == "required"
+        assert "User:CN=skiff-node" in props["super.users"].split(";")
+        assert props["authorizer.class.name"].endswith("StandardAuthorizer")
         assert props["wal.url"] == "file:///mnt/fsx/skiff"
         assert props["objects.url"] == "s3://skiff-test-bucket/skiff?region=us-east-1"
         assert props["etcd.endpoints"] == ",".join("http://%s:2379" % a for a in ETCD)
@@ -132,7 +140,8 @@ def test_properties_of_each_zone_pass_check_config(template, tmp_path):
         print(r.stdout)
         assert r.returncode == 0, (zone, r.stdout, r.stderr)
         assert "broker.rack=%s cluster member" % zone in r.stdout, r.stdout
-        assert "advertised PLAINTEXT://%s:9092" % ip in r.stdout, r.stdout
+        assert "advertised CLIENTS://%s:9092 (SASL_SSL)" % ip in r.stdout, r.stdout
+        assert "advertised INTERNAL://%s:9093 (SSL) (inter-broker)" % ip in r.stdout, r.stdout
     assert len(ids) == 3 and all(0 <= i < 2 ** 31 for i in ids), ids
 
 
@@ -202,19 +211,60 @@ def test_only_needed_ports_are_open(template):
             assert rule.get("CidrIp") != "0.0.0.0/0", (name, rule)
             if "CidrIp" in rule:
                 open_to_cidr.append((rule["CidrIp"]["Ref"], rule["FromPort"], rule["ToPort"]))
+    # 9093 is the nodes' SSL listener: only certificates of the cluster's authority pass.
     assert sorted(open_to_cidr) == [("AdminCidr", 22, 22), ("AdminCidr", 22, 22),
-                                    ("AdminCidr", 9644, 9644), ("ClientCidr", 9092, 9092)]
+                                    ("AdminCidr", 9093, 9093), ("AdminCidr", 9644, 9644),
+                                    ("ClientCidr", 9092, 9092)]
 
 
-def test_node_role_reaches_only_the_bucket(template):
+def test_node_role_reaches_only_the_bucket_and_the_ca(template):
     role = template["Resources"]["NodeRole"]["Properties"]
     assert "ManagedPolicyArns" not in role
     for pol in role["Policies"]:
         for st in pol["PolicyDocument"]["Statement"]:
             assert st["Effect"] == "Allow"
-            assert all(a.startswith("s3:") for a in st["Action"]), st
             res = st["Resource"]
+            if st["Action"] == "secretsmanager:GetSecretValue":
+                assert res == {"Ref": "TlsCaSecretArn"}, st
+                continue
+            assert all(a.startswith("s3:") for a in st["Action"]), st
             assert res in ({"Fn::GetAtt": ["Bucket", "Arn"]}, {"Fn::Sub": "${Bucket.Arn}/*"}), st
+
+
+def test_node_signs_its_certificate_with_the_ca(template, tmp_path):
+    """make_tls, run with a fake `aws` that answers a CA made here: the node's keystore
+    holds a key and a certificate for its IP address that the CA verifies, and the CA's
+    key is not left on disk."""
+    script = node_script(template, tmp_path)
+    ca = tmp_path / "ca"
+    ca.mkdir()
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
+                    str(ca / "ca.key"), "-subj", "/CN=test-ca", "-days", "2", "-out",
+                    str(ca / "ca.pem")], check=True, capture_output=True)
+    import json
+    secret = json.dumps({"certificate": (ca / "ca.pem").read_text(),
+                         "private_key": (ca / "ca.key").read_text()})
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "aws").write_text("#!/bin/sh\ncat %s\n" % (tmp_path / "secret.json"))
+    (bindir / "aws").chmod(0o755)
+    (bindir / "install").write_text('#!/bin/sh\nfor last; do :; done\nexec mkdir -p "$last"\n')
+    (bindir / "install").chmod(0o755)
+    (bindir / "chown").write_text("#!/bin/sh\nexit 0\n")
+    (bindir / "chown").chmod(0o755)
+    (tmp_path / "secret.json").write_text(secret)
+    tls = tmp_path / "tls"
+    env = dict(os.environ, PATH="%s:%s" % (bindir, os.environ["PATH"]))
+    subprocess.run(["bash", "-c", 'source "$0"; make_tls "$1" "$2"', script, "10.0.2.21",
+                    str(tls)], check=True, timeout=60, env=env)
+    assert sorted(os.listdir(tls)) == ["ca.pem", "node.crt", "node.pem"]
+    assert "PRIVATE KEY" in (tls / "node.pem").read_text()
+    r = subprocess.run(["openssl", "verify", "-CAfile", str(tls / "ca.pem"), "-verify_ip",
+                        "10.0.2.21", str(tls / "node.crt")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    subj = subprocess.run(["openssl", "x509", "-noout", "-subject", "-nameopt", "RFC2253",
+                           "-in", str(tls / "node.crt")], capture_output=True, text=True).stdout
+    assert subj.strip() == "subject=CN=skiff-node"
 
 
 def test_bucket_aborts_incomplete_multipart_uploads(template):

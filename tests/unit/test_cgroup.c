@@ -482,6 +482,214 @@ static void test_export_import(void **st)
     sk_cg_destroy(cg);
 }
 
+/* ---- classic members (mixed groups) ---- */
+
+static const sk_cg_proto RANGE_PROTO[] = {{{"range", 5}, {(const uint8_t *)"\0\1md", 4}}};
+
+/* A classic member's JoinGroup; `m` owns what its SyncGroup gave it. */
+static sk_cg_classic_result cjoin(sk_cg *cg, mst *m, const char *ptype, int64_t now)
+{
+    kc_str subs[1] = {S("a")};
+    sk_cg_classic_args a = {0};
+    a.group_id = S(GROUP);
+    a.member_id = S(m->id);
+    a.instance_id = S(m->instance);
+    a.client_id = S("cli");
+    a.client_host = S("/127.0.0.1");
+    a.rack_id = S(NULL);
+    a.protocol_type = S(ptype);
+    a.session_ms = 10000;
+    a.rebalance_ms = 30000;
+    a.nprotocols = 1;
+    a.protocols = RANGE_PROTO;
+    a.nsubs = 1;
+    a.subs = subs;
+    a.nowned = m->nowned;
+    a.owned = m->owned;
+    sk_cg_classic_result r;
+    sk_cg_classic_join(cg, &a, topics, ntopics, now, &r);
+    if (r.error == 0)
+        m->epoch = r.generation;
+    return r;
+}
+
+static int16_t csync(sk_cg *cg, mst *m, int64_t now)
+{
+    sk_cg_classic_sync_args a = {S(m->id), S(m->instance), m->epoch, S("consumer"), S("range")};
+    sk_cg_classic_sync_result r;
+    int16_t err = sk_cg_classic_sync(cg, sk_cg_find(cg, GROUP, 1), &a, now, &r);
+    if (err == 0) {
+        assert_string_equal(r.protocol_name, "range");
+        assert_int_equal(r.metadata_len, 4);
+        m->nowned = r.nassigned;
+        memcpy(m->owned, r.assigned, (size_t)r.nassigned * sizeof *m->owned);
+    }
+    return err;
+}
+
+static int16_t cbeat(sk_cg *cg, mst *m, int64_t now)
+{
+    return sk_cg_classic_heartbeat(sk_cg_find(cg, GROUP, 1), S(m->id), S(m->instance), m->epoch,
+                                   now);
+}
+
+/* A classic member joins a consumer group: it is driven by rebalances,
+ * gets its share from the server-side assignor, never a partition the
+ * consumer member still holds, and commits with its generation. */
+static void test_classic_member_in_consumer_group(void **st)
+{
+    (void)st;
+    set_topics(4, 0);
+    sk_cg *cg = new_cg(NULL, 0);
+    mst k = {.id = "k1"}, c = {.id = "c1"};
+    assert_int_equal(beat(cg, &k, JOIN_A, 0), 0);
+    assert_int_equal(k.nowned, 4);
+    assert_int_equal(cjoin(cg, &c, "other", 10).error, SK_KAFKA_INCONSISTENT_GROUP_PROTOCOL);
+    sk_cg_classic_result r = cjoin(cg, &c, "consumer", 10);
+    assert_int_equal(r.error, 0);
+    assert_string_equal(r.member_id, "c1");
+    assert_string_equal(r.protocol_name, "range");
+    assert_int_equal(r.generation, 2);
+    /* Everything is still k's: c gets nothing yet. */
+    assert_int_equal(csync(cg, &c, 20), 0);
+    assert_int_equal(c.nowned, 0);
+    assert_int_equal(cbeat(cg, &c, 30), 0);
+    /* k gives two up; then c is told to rejoin, and gets them. */
+    assert_int_equal(beat(cg, &k, PLAIN, 40), 0);
+    assert_int_equal(beat(cg, &k, ACK, 50), 0);
+    assert_int_equal(k.nowned, 2);
+    assert_int_equal(cbeat(cg, &c, 60), SK_KAFKA_REBALANCE_IN_PROGRESS);
+    assert_int_equal(cjoin(cg, &c, "consumer", 70).error, 0);
+    assert_int_equal(csync(cg, &c, 80), 0);
+    assert_int_equal(c.nowned, 2);
+    no_overlap(&k, &c);
+    assert_int_equal(cbeat(cg, &c, 90), 0);
+    sk_cg_group *g = sk_cg_find(cg, GROUP, 1);
+    assert_int_equal(sk_cg_group_state(g), SK_CG_STABLE);
+    sk_cg_member_view v;
+    for (int i = 0; i < 2; i++) {
+        sk_cg_group_member(g, i, &v);
+        assert_int_equal(v.classic, strcmp(v.member_id, "c1") == 0);
+    }
+    /* Fencing: a wrong generation, a consumer heartbeat with its id. */
+    mst wrong = c;
+    wrong.epoch = c.epoch + 1;
+    assert_int_equal(cbeat(cg, &wrong, 95), SK_KAFKA_ILLEGAL_GENERATION);
+    assert_int_equal(beat(cg, &c, PLAIN, 95), SK_KAFKA_UNKNOWN_MEMBER_ID);
+    assert_int_equal(sk_cg_check_commit(g, S("c1"), c.epoch, 8, &c.owned[0]), 0);
+    assert_int_equal(sk_cg_check_commit(g, S("c1"), c.epoch - 1, 8, &c.owned[0]),
+                     SK_KAFKA_ILLEGAL_GENERATION);
+    assert_int_equal(sk_cg_check_fetch(g, S("c1"), c.epoch + 1), SK_KAFKA_ILLEGAL_GENERATION);
+    /* Its session is the one of its JoinGroup. */
+    assert_int_equal(beat(cg, &k, PLAIN, 9000), 0);
+    assert_int_equal(sk_cg_tick(cg, 9000 + 1500), 1);
+    assert_int_equal(sk_cg_group_nmembers(g), 1);
+    sk_cg_destroy(cg);
+}
+
+/* Online upgrade: the classic group's members keep their partitions at its
+ * generation; a consumer member joining moves the group on; the classic
+ * members leave with LeaveGroup; all of it survives export and import. */
+static void test_adopt_classic_then_leave(void **st)
+{
+    (void)st;
+    set_topics(4, 0);
+    sk_cg *cg = new_cg(NULL, 0);
+    kc_str subs[1] = {S("a")};
+    sk_cg_tp p01[2] = {{topics[0].id, 0, 0}, {topics[0].id, 1, 0}};
+    sk_cg_tp p23[2] = {{topics[0].id, 2, 0}, {topics[0].id, 3, 0}};
+    sk_cg_adopted ms[2] = {0};
+    for (int i = 0; i < 2; i++) {
+        sk_cg_classic_args *a = &ms[i].member;
+        a->group_id = S(GROUP);
+        a->member_id = S(i ? "c2" : "c1");
+        a->instance_id = S(NULL);
+        a->rack_id = S(NULL);
+        a->client_id = S("cli");
+        a->client_host = S("/h");
+        a->protocol_type = S("consumer");
+        a->session_ms = 10000;
+        a->rebalance_ms = 30000;
+        a->nprotocols = 1;
+        a->protocols = RANGE_PROTO;
+        a->nsubs = 1;
+        a->subs = subs;
+        a->nowned = -1;
+        ms[i].nassigned = 2;
+        ms[i].assigned = i ? p23 : p01;
+    }
+    assert_int_equal(sk_cg_adopt_classic(cg, S(GROUP), 5, 2, ms, 0), 0);
+    sk_cg_group *g = sk_cg_find(cg, GROUP, 1);
+    assert_int_equal(sk_cg_group_epoch(g), 5);
+    assert_int_equal(sk_cg_group_state(g), SK_CG_STABLE);
+    assert_true(sk_cg_all_classic(g));
+    mst c1 = {.id = "c1", .epoch = 5};
+    assert_int_equal(cbeat(cg, &c1, 10), 0);
+    assert_int_equal(csync(cg, &c1, 10), 0);
+    assert_int_equal(c1.nowned, 2);
+    /* A consumer member joins: the classic ones must rejoin. */
+    mst k = {.id = "k1"};
+    assert_int_equal(beat(cg, &k, JOIN_A, 20), 0);
+    assert_false(sk_cg_all_classic(g));
+    assert_int_equal(cbeat(cg, &c1, 30), SK_KAFKA_REBALANCE_IN_PROGRESS);
+    /* Export and import keep the classic members. */
+    sk_buf b;
+    sk_buf_init(&b, 0);
+    sk_cg_export(g, &b);
+    sk_cg *cg2 = new_cg(NULL, 0);
+    assert_int_equal(sk_cg_import(cg2, GROUP, 1, b.data, b.len, 40), 0);
+    sk_buf_free(&b);
+    sk_cg_group *g2 = sk_cg_find(cg2, GROUP, 1);
+    int classic = 0;
+    for (int i = 0; i < sk_cg_group_nmembers(g2); i++) {
+        sk_cg_member_view v;
+        sk_cg_group_member(g2, i, &v);
+        if (v.classic) {
+            classic++;
+            assert_int_equal(v.session_ms, 10000);
+            assert_int_equal(v.nprotocols, 1);
+            assert_int_equal(v.protocols[0].metadata.len, 4);
+        }
+    }
+    assert_int_equal(classic, 2);
+    assert_int_equal(cbeat(cg2, &c1, 50), SK_KAFKA_REBALANCE_IN_PROGRESS);
+    /* LeaveGroup of classic members; a consumer member's id is refused. */
+    assert_int_equal(sk_cg_classic_leave(g2, S("k1"), S(NULL)), SK_KAFKA_UNKNOWN_MEMBER_ID);
+    assert_int_equal(sk_cg_classic_leave(g2, S("c1"), S(NULL)), 0);
+    assert_int_equal(sk_cg_classic_leave(g2, S("c2"), S(NULL)), 0);
+    assert_int_equal(sk_cg_group_nmembers(g2), 1);
+    assert_false(sk_cg_all_classic(g2));
+    sk_cg_destroy(cg2);
+    sk_cg_destroy(cg);
+}
+
+/* Kafka's join timeout: a classic member told to rejoin that keeps
+ * heartbeating without rejoining is removed after its rebalance timeout;
+ * one that joined and never syncs too. */
+static void test_classic_join_and_sync_timeouts(void **st)
+{
+    (void)st;
+    set_topics(4, 0);
+    sk_cg *cg = new_cg(NULL, 0);
+    mst k = {.id = "k1"}, c = {.id = "c1"}, d = {.id = "d1"};
+    assert_int_equal(beat(cg, &k, JOIN_A, 0), 0);
+    assert_int_equal(cjoin(cg, &c, "consumer", 0).error, 0);
+    assert_int_equal(csync(cg, &c, 0), 0);
+    assert_int_equal(cjoin(cg, &d, "consumer", 0).error, 0); /* never syncs */
+    sk_cg_group *g = sk_cg_find(cg, GROUP, 1);
+    for (int64_t t = 1000; t <= 29000; t += 7000) {
+        assert_int_equal(beat(cg, &k, ACK, t), 0);
+        assert_int_equal(cbeat(cg, &c, t), SK_KAFKA_REBALANCE_IN_PROGRESS);
+        int16_t e = cbeat(cg, &d, t); /* alive, whatever it is told */
+        assert_true(e == 0 || e == SK_KAFKA_REBALANCE_IN_PROGRESS);
+    }
+    assert_int_equal(sk_cg_tick(cg, 29500), 0);
+    assert_int_equal(sk_cg_tick(cg, 30000), 1); /* d: no SyncGroup in 30 s */
+    assert_int_equal(sk_cg_tick(cg, 31001), 1); /* c: told at 1000, never rejoined */
+    assert_int_equal(sk_cg_group_nmembers(g), 1);
+    sk_cg_destroy(cg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -497,6 +705,9 @@ int main(void)
         cmocka_unit_test(test_uniform_assignor_balance_and_regex),
         cmocka_unit_test(test_offset_checks),
         cmocka_unit_test(test_export_import),
+        cmocka_unit_test(test_classic_member_in_consumer_group),
+        cmocka_unit_test(test_adopt_classic_then_leave),
+        cmocka_unit_test(test_classic_join_and_sync_timeouts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

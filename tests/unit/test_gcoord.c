@@ -955,6 +955,59 @@ static void test_listing_and_remove(void **st)
     sk_gc_destroy(gc, 0);
 }
 
+/* Online downgrade: members adopted from a consumer group at generation 7
+ * keep their protocols and last assignments; the group rebalances at once
+ * (their heartbeats say so, commits at their generation pass) and ends at
+ * generation 8 once both rejoined. */
+static void test_adopt_from_consumer_group(void **st)
+{
+    (void)st;
+    sk_gc *gc = gc_new(0);
+    sk_gc_protocol protos[2] = {{S("range"), {(const uint8_t *)"range-md", 8}},
+                                {S("cooperative-sticky"), {(const uint8_t *)"cs-md", 5}}};
+    sk_gc_adopted ms[2] = {0};
+    const char *ids[2] = {"c1", "c2"};
+    for (int i = 0; i < 2; i++) {
+        sk_gc_join_args *a = &ms[i].member;
+        a->group_id = S(GROUP);
+        a->member_id = S(ids[i]);
+        a->instance_id = NOSTR;
+        a->client_id = S("cli");
+        a->client_host = S("/h");
+        a->protocol_type = S("consumer");
+        a->session_timeout_ms = SESSION;
+        a->rebalance_timeout_ms = REBALANCE;
+        a->nprotocols = 2;
+        a->protocols = protos;
+        ms[i].assignment = (kc_bytes){(const uint8_t *)(i ? "as-2" : "as-1"), 4};
+    }
+    assert_int_equal(sk_gc_adopt(gc, S(GROUP), 7, 2, ms, 0), 0);
+    assert_int_equal(sk_gc_adopt(gc, S(GROUP), 7, 2, ms, 0), SK_ERR_EXIST);
+    sk_gc_group *g = sk_gc_find(gc, GROUP, 1);
+    assert_int_equal(sk_gc_group_state(g), SK_GC_PREPARING);
+    assert_int_equal(generation(gc), 7);
+    assert_string_equal(sk_gc_group_protocol_type(g), "consumer");
+    assert_string_equal(sk_gc_group_protocol_name(g), "range");
+    sk_gc_member_view v;
+    sk_gc_group_member(g, 1, &v);
+    assert_int_equal(v.nprotocols, 2);
+    assert_int_equal(v.session_ms, SESSION);
+    assert_int_equal(v.assignment_len, 4);
+    assert_memory_equal(v.assignment, "as-2", 4);
+    sk_gc_protocol p = sk_gc_group_member_protocol(g, 1, 1);
+    assert_int_equal(p.metadata.len, 5);
+    assert_int_equal(hb(gc, "c1", 7, 10), SK_KAFKA_REBALANCE_IN_PROGRESS);
+    assert_int_equal(sk_gc_check_commit(gc, S(GROUP), S("c1"), NOSTR, 7, 8), 0);
+    jslot j1, j2;
+    join(gc, &j1, "c1", 20);
+    assert_int_equal(j1.calls, 0);
+    join(gc, &j2, "c2", 30);
+    assert_int_equal(j1.calls, 1);
+    assert_int_equal(j2.error, 0);
+    assert_int_equal(j2.generation, 8);
+    sk_gc_destroy(gc, SK_KAFKA_COORDINATOR_NOT_AVAILABLE);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -973,6 +1026,7 @@ int main(void)
         cmocka_unit_test(test_commit_checks),
         cmocka_unit_test(test_join_errors),
         cmocka_unit_test(test_listing_and_remove),
+        cmocka_unit_test(test_adopt_from_consumer_group),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

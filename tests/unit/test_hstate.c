@@ -510,7 +510,7 @@ static void test_bad_head(void **state)
     sk_hstate d;
     assert_int_equal(sk_hstate_decode(b.data, b.len, &d), 0);
     sk_hstate_free(&d);
-    b.data[0] = 2; /* an unknown version */
+    b.data[0] = 3; /* an unknown version */
     assert_int_equal(sk_hstate_decode(b.data, b.len, &d), SK_ERR_CORRUPT);
     sk_buf_free(&b);
     h.next_offset = 49; /* below the log start */

@@ -73,7 +73,12 @@ static void test_api_table(void **state)
     assert_ptr_equal(api->req, &kr_HandoffReadyRequest_desc);
     assert_ptr_equal(api->resp, &kr_HandoffReadyResponse_desc);
     assert_int_equal(KRPC_KEY_MIN, 10000);
-    assert_int_equal(krpc_api_max_key(), KR_NODE_STATUS);
+    assert_int_equal(krpc_api_max_key(), KR_TXN_MARKERS);
+    const kc_api *tm = krpc_api_get(KR_TXN_MARKERS);
+    assert_non_null(tm);
+    assert_string_equal(tm->name, "TxnMarkers");
+    assert_ptr_equal(tm->req, &kr_TxnMarkersRequest_desc);
+    assert_ptr_equal(tm->resp, &kr_TxnMarkersResponse_desc);
     const kc_api *ns = krpc_api_get(KR_NODE_STATUS);
     assert_non_null(ns);
     assert_string_equal(ns->name, "NodeStatus");

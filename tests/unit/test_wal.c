@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <event2/event.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <pthread.h>
@@ -548,6 +549,7 @@ static uint8_t *make_log(struct fx *f, int n, wal_lsn *lsns, size_t *flen)
 {
     wal_opts o = opts_default(NULL);
     o.no_preallocate = true;
+    o.no_direct_io = true;
     wal *w = open_ok(f, &o, 0, NULL, NULL, NULL);
     append_range(f, w, 0, n, lsns);
     wal_close(w);
@@ -737,7 +739,9 @@ static void test_bad_crc_earlier_segment(void **state)
     size_t blen;
     seg_path(f, p.starts[1], path, sizeof path);
     b = read_file(path, &blen);
-    write_file(path, b, blen - 1);
+    /* Its data, not the file: direct I/O pads the file to whole blocks. */
+    assert_true(blen >= p.starts[2] - p.starts[1]);
+    write_file(path, b, (size_t)(p.starts[2] - p.starts[1]) - 1);
     free(b);
     w = open_ex(f, &o, 0, NULL, NULL, NULL, &err, why, sizeof why);
     assert_null(w);
@@ -920,6 +924,278 @@ static void test_trim_and_read(void **state)
     wal_close(w);
 }
 
+/* ---- recycled segments (docs/wal.md, "Recycled segments") ---- */
+
+/* The spares in the directory: their inodes, each checked cleared. */
+static int spares_of(struct fx *f, ino_t *inos, int cap)
+{
+    DIR *d = opendir(f->dir);
+    assert_non_null(d);
+    struct dirent *de;
+    int n = 0;
+    while ((de = readdir(d))) {
+        size_t l = strlen(de->d_name);
+        if (l < 6 || strcmp(de->d_name + l - 6, ".spare") != 0)
+            continue;
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s", f->dir, de->d_name);
+        size_t blen;
+        uint8_t *b = read_file(path, &blen);
+        assert_true(blen >= WAL_SEGMENT_HEADER);
+        for (size_t i = 0; i < WAL_SEGMENT_HEADER; i++)
+            assert_int_equal(b[i], 0);
+        free(b);
+        struct stat st;
+        assert_int_equal(stat(path, &st), 0);
+        assert_true(n < cap);
+        inos[n++] = st.st_ino;
+    }
+    closedir(d);
+    return n;
+}
+
+static bool ino_in(ino_t x, const ino_t *v, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (v[i] == x)
+            return true;
+    return false;
+}
+
+/* Replays the WAL and checks that its records are records [first, to). */
+static void expect_tail(struct fx *f, int first, int to)
+{
+    struct rlog l = {0};
+    struct pre p = {0};
+    wal *w = open_small(f, &p, NULL, NULL, &l, 0);
+    static struct rec *u[256];
+    size_t k = rlog_user(&l, u);
+    assert_int_equal(k, (size_t)(to - first));
+    for (size_t j = 0; j < k; j++)
+        check_rec(u[j], first + (int)j);
+    rlog_free(&l);
+    wal_close(w);
+}
+
+/* The first record of the segment holding lsn. */
+static int first_in_segment(const struct pre *p, const wal_lsn *lsns, int n, wal_lsn lsn)
+{
+    wal_lsn seg = 0;
+    for (int i = 0; i < p->calls && i < 256; i++)
+        if (p->starts[i] <= lsn)
+            seg = p->starts[i];
+    int i = 0;
+    while (i < n && lsns[i] < seg)
+        i++;
+    return i;
+}
+
+static void test_recycled_segments(void **state)
+{
+    struct fx *f = *state;
+    struct pre p = {0};
+    wal_lsn lsns[120];
+    wal *w = open_small(f, &p, NULL, NULL, NULL, 0);
+    append_range(f, w, 0, 60, lsns);
+    int nseg = p.calls;
+    assert_true(nseg >= 4);
+    wal_trim(w, lsns[59]);
+    wait_removed(f->base, w, nseg - 1);
+    spin(f->base);
+    ino_t sp[8];
+    assert_int_equal(spares_of(f, sp, 8), 2);
+
+    /* The next two segments are the spares, renamed and written over. */
+    append_range(f, w, 60, 120, lsns);
+    assert_true(p.calls >= nseg + 2);
+    for (int i = nseg; i < nseg + 2; i++) {
+        char path[512];
+        seg_path(f, p.starts[i], path, sizeof path);
+        struct stat st;
+        assert_int_equal(stat(path, &st), 0);
+        assert_true(ino_in(st.st_ino, sp, 2));
+    }
+    wal_close(w);
+    expect_tail(f, first_in_segment(&p, lsns, 120, lsns[59]), 120);
+}
+
+/* A crash may leave a spare whose header was not cleared yet, or a spare
+ * renamed to the next segment before that segment's first write. */
+static void test_recycled_crash_states(void **state)
+{
+    struct fx *f = *state;
+    struct pre p = {0};
+    wal_lsn lsns[120];
+    wal *w = open_small(f, &p, NULL, NULL, NULL, 0);
+    append_range(f, w, 0, 60, lsns);
+    char path[512], spare[512];
+    seg_path(f, p.starts[0], path, sizeof path);
+    size_t blen;
+    uint8_t *first = read_file(path, &blen);
+    int nseg = p.calls;
+    wal_trim(w, lsns[59]);
+    wait_removed(f->base, w, nseg - 1);
+    spin(f->base);
+    wal_lsn end = wal_end_lsn(w);
+    wal_close(w);
+    int keep = first_in_segment(&p, lsns, 60, lsns[59]);
+
+    /* A spare with a valid header of its earlier life. */
+    snprintf(spare, sizeof spare, "%s/%020llu.spare", f->dir, (unsigned long long)p.starts[0]);
+    write_file(spare, first, blen);
+    free(first);
+    /* And the other spare, renamed to the segment that would start at the
+     * end of the log: its header is cleared, the rest is an earlier life. */
+    ino_t sp[8];
+    DIR *d = opendir(f->dir);
+    struct dirent *de;
+    char other[512] = "";
+    while ((de = readdir(d))) {
+        size_t l = strlen(de->d_name);
+        if (l > 6 && strcmp(de->d_name + l - 6, ".spare") == 0 &&
+            strcmp(de->d_name, strrchr(spare, '/') + 1) != 0)
+            snprintf(other, sizeof other, "%s/%s", f->dir, de->d_name);
+    }
+    closedir(d);
+    assert_true(other[0]);
+    seg_path(f, end, path, sizeof path);
+    assert_int_equal(rename(other, path), 0);
+
+    struct pre p2 = {0};
+    w = open_small(f, &p2, NULL, NULL, NULL, 0);
+    assert_int_equal(wal_end_lsn(w), end);
+    assert_int_equal(spares_of(f, sp, 8), 1); /* cleared at start-up */
+    append_range(f, w, 60, 120, lsns);
+    assert_int_equal(p2.starts[0], end);
+    wal_close(w);
+    expect_tail(f, keep, 120);
+}
+
+/* A WAL deleted for good leaves no spare behind. */
+static void test_destroy_files_purges_spares(void **state)
+{
+    struct fx *f = *state;
+    struct pre p = {0};
+    wal_lsn lsns[60];
+    wal *w = open_small(f, &p, NULL, NULL, NULL, 0);
+    append_range(f, w, 0, 60, lsns);
+    wal_trim(w, lsns[59]);
+    wait_removed(f->base, w, p.calls - 1);
+    spin(f->base);
+    wal_close(w);
+    ino_t sp[8];
+    assert_int_equal(spares_of(f, sp, 8), 2);
+    char url[512], why[256] = "";
+    snprintf(url, sizeof url, "file://%s", f->dir);
+    assert_int_equal(wal_destroy_files(f->base, url, why, sizeof why), 0);
+    assert_int_equal(spares_of(f, sp, 8), 0);
+    assert_int_equal(count_segment_files(f), 0);
+}
+
+/* ---- direct I/O (docs/wal.md, "Direct I/O") ---- */
+
+struct iow {
+    bool done;
+    int err;
+};
+
+static void iow_cb(void *a, int err)
+{
+    struct iow *w = a;
+    w->done = true;
+    w->err = err;
+}
+
+static bool iow_done(void *a)
+{
+    return ((struct iow *)a)->done;
+}
+
+/* Writes buf[off, off+len) at off in two pieces, as the WAL's iovecs come. */
+static int st_write(struct fx *f, wal_storage *st, const uint8_t *buf, uint64_t off, size_t len)
+{
+    struct iow w = {0};
+    struct iovec iov[2] = {{(void *)(buf + off), len / 3}, {(void *)(buf + off + len / 3), len - len / 3}};
+    st->ops->write(st, 0, off, iov, 2, true, iow_cb, &w);
+    run_until(f->base, iow_done, &w);
+    return w.err;
+}
+
+static wal_storage *st_sole(struct fx *f, bool direct)
+{
+    int e = 0;
+    wal_storage *st = wal_posix_new(f->base, f->dir, &e);
+    assert_non_null(st);
+    bool excl = false;
+    assert_int_equal(st->ops->lock(st, &excl), 0);
+    assert_true(excl);
+    st->ops->sole_owner(st, direct);
+    return st;
+}
+
+static void expect_file(struct fx *f, const uint8_t *want, size_t len, bool padded)
+{
+    char path[128];
+    seg_path(f, 0, path, sizeof path);
+    size_t got;
+    uint8_t *b = read_file(path, &got);
+    if (padded) {
+        assert_int_equal(got, (len + 4095) / 4096 * 4096);
+        for (size_t i = len; i < got; i++)
+            assert_int_equal(b[i], 0);
+    } else {
+        assert_int_equal(got, len);
+    }
+    assert_memory_equal(b, want, len);
+    free(b);
+}
+
+static void test_posix_direct_io(void **state)
+{
+    struct fx *f = *state;
+    size_t total = 3u << 20;
+    uint8_t *data = malloc(total);
+    for (size_t i = 0; i < total; i++)
+        data[i] = (uint8_t)(i * 2654435761u >> 13);
+    wal_storage *st = st_sole(f, true);
+    struct iow w = {0};
+    st->ops->create(st, 0, 0, iow_cb, &w);
+    run_until(f->base, iow_done, &w);
+    assert_int_equal(w.err, 0);
+    /* Unaligned ends, exact blocks, and a write larger than the bounce
+     * buffer, each read back at once and from the file. */
+    size_t sizes[] = {1, 100, 4095, 4096, 4097, (3u << 19) + 5, 777, 8192};
+    uint64_t off = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        assert_int_equal(st_write(f, st, data, off, sizes[i]), 0);
+        off += sizes[i];
+        uint8_t *back = malloc(off);
+        size_t got = 0;
+        assert_int_equal(st->ops->pread(st, 0, 0, back, off, &got), 0);
+        assert_true(got >= off);
+        assert_memory_equal(back, data, off);
+        free(back);
+        expect_file(f, data, off, true);
+    }
+    st->ops->destroy(st);
+    /* A new instance has no block kept: it reads the partial one back. */
+    st = st_sole(f, true);
+    assert_int_equal(st_write(f, st, data, off, 5000), 0);
+    off += 5000;
+    expect_file(f, data, off, true);
+    st->ops->destroy(st);
+    /* Without direct I/O the same writes go through the page cache. */
+    reset_dir(f);
+    st = st_sole(f, false);
+    memset(&w, 0, sizeof w);
+    st->ops->create(st, 0, 0, iow_cb, &w);
+    run_until(f->base, iow_done, &w);
+    assert_int_equal(st_write(f, st, data, 0, 4097), 0);
+    expect_file(f, data, 4097, false);
+    st->ops->destroy(st);
+    free(data);
+}
+
 /* Fault tests: record 0 durable first, then records 1..3 meet the fault. */
 static void fault_case(struct fx *f, wal_faulty_ctl *ctl, int expect_err)
 {
@@ -990,6 +1266,7 @@ static void test_fault_short_write(void **state)
     long before = file_size(path);
     wal_opts o = opts_default(NULL);
     o.no_preallocate = true;
+    o.no_direct_io = true;
     wal *w = open_ok(f, &o, 0, NULL, NULL, NULL);
     long cut = file_size(path);
     assert_true(cut < before);
@@ -1005,6 +1282,7 @@ static void test_posix_short_write(void **state)
     struct fx *f = *state;
     wal_opts o = opts_default(NULL);
     o.no_preallocate = true;
+    o.no_direct_io = true;
     wal *w = open_ok(f, &o, 0, NULL, NULL, NULL);
     append_range(f, w, 0, 3, NULL);
     wal_lsn end = wal_end_lsn(w);
@@ -2004,16 +2282,51 @@ static int cmp64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static void bench_run(struct fx *f, bool prealloc, int window)
+enum bench_mode { BENCH_PREALLOC, BENCH_APPEND, BENCH_RECYCLED, BENCH_RECYCLED_BUFFERED };
+static const char *const bench_mode_name[] = {"preallocated", "appending", "recycled",
+                                              "recycled, page cache"};
+
+static double cpu_seconds(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+/* Fills and trims segments until the WAL has spares to reuse. */
+static void bench_make_spares(struct fx *f, wal *w, struct bench *b)
+{
+    wal_stats s;
+    wal_get_stats(w, &s);
+    uint64_t removed = s.segments_removed;
+    /* 12 MiB in 1 MiB steps (the staging cap is 4 MiB), trimming as we go. */
+    for (int step = 0; step < 12; step++) {
+        static struct dlog d;
+        memset(&d, 0, sizeof d);
+        wal_lsn last = 0;
+        for (int i = 0; i < 1024; i++)
+            assert_int_equal(wal_append(w, 9, b->payload, sizeof b->payload, done_cb, &d, &last), 0);
+        wait_done(f->base, &d, 1024);
+        wal_trim(w, last);
+    }
+    wait_removed(f->base, w, (int)removed + 2);
+}
+
+static void bench_run(struct fx *f, enum bench_mode mode, int window)
 {
     reset_dir(f);
-    wal_opts o = {.segment_bytes = 64 << 20, .max_pending_bytes = 4 << 20,
-                  .no_preallocate = !prealloc};
+    bool recycled = mode == BENCH_RECYCLED || mode == BENCH_RECYCLED_BUFFERED;
+    wal_opts o = {.segment_bytes = recycled ? 4 << 20 : 64 << 20,
+                  .max_pending_bytes = 4 << 20, .no_preallocate = mode == BENCH_APPEND,
+                  .no_direct_io = mode == BENCH_RECYCLED_BUFFERED};
     wal *w = open_ok(f, &o, 0, NULL, NULL, NULL);
     struct bench *b = calloc(1, sizeof *b);
     b->w = w;
     b->ev = event_new(f->base, -1, 0, bench_turn, b);
     b->window = window;
+    if (recycled)
+        bench_make_spares(f, w, b);
     const char *env = getenv("WAL_BENCH_MS");
     /* Short by default: unit runs should not write gigabytes. */
     int64_t ms = env ? atoi(env) : 200;
@@ -2021,6 +2334,7 @@ static void bench_run(struct fx *f, bool prealloc, int window)
     append_range(f, w, 0, 1, NULL);
     wal_stats s0;
     wal_get_stats(w, &s0);
+    double cpu0 = cpu_seconds();
     int64_t t0 = sk_mono_us();
     struct timeval zero = {0, 0};
     if (window)
@@ -2033,22 +2347,26 @@ static void bench_run(struct fx *f, bool prealloc, int window)
     b->stop = true;
     uint64_t done = b->done;
     double secs = (double)(sk_mono_us() - t0) / 1e6;
+    double cpu = cpu_seconds() - cpu0;
     wal_stats s;
     wal_get_stats(w, &s);
     wal_close(w);
     event_free(b->ev);
     uint64_t commits = s.commits - s0.commits;
     qsort(b->lat, (size_t)b->nlat, sizeof b->lat[0], cmp64);
-    char mode[64];
+    char how[64];
     if (window)
-        snprintf(mode, sizeof mode, "%d in flight", window);
+        snprintf(how, sizeof how, "%d in flight", window);
     else
-        snprintf(mode, sizeof mode, "at max rate");
+        snprintf(how, sizeof how, "at max rate");
     printf("[ wal bench ] posix %s, 1 KiB appends %s for %.2f s: %.0f commits/s, "
-           "%.1f records/commit, %.1f MB/s, commit p50 %lld us, p99 %lld us\n",
-           prealloc ? "preallocated" : "appending", mode, secs, (double)commits / secs,
+           "%.1f records/commit, %.1f MB/s, %.2f CPU s/GB, commit p50 %lld us, p99 %lld us\n",
+           bench_mode_name[mode], how, secs, (double)commits / secs,
            commits ? (double)done / (double)commits : 0.0,
            (double)(s.bytes_written - s0.bytes_written) / secs / 1e6,
+           s.bytes_written > s0.bytes_written
+               ? cpu / ((double)(s.bytes_written - s0.bytes_written) / 1e9)
+               : 0.0,
            b->nlat ? (long long)b->lat[b->nlat / 2] : 0LL,
            b->nlat ? (long long)b->lat[b->nlat * 99 / 100] : 0LL);
     free(b);
@@ -2062,8 +2380,10 @@ static void test_bench(void **state)
         skip();
     const char *win = getenv("WAL_BENCH_WINDOW");
     int window = win ? atoi(win) : 0;
-    bench_run(f, true, window);
-    bench_run(f, false, window);
+    bench_run(f, BENCH_PREALLOC, window);
+    bench_run(f, BENCH_APPEND, window);
+    bench_run(f, BENCH_RECYCLED, window);
+    bench_run(f, BENCH_RECYCLED_BUFFERED, window);
 }
 
 int main(void)
@@ -2081,6 +2401,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bad_crc_earlier_segment, setup, teardown),
         cmocka_unit_test_setup_teardown(test_roll_preamble_replay_from, setup, teardown),
         cmocka_unit_test_setup_teardown(test_trim_and_read, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_recycled_segments, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_recycled_crash_states, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_destroy_files_purges_spares, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_posix_direct_io, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fault_write_eio, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fault_sync_eio, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fault_short_write, setup, teardown),

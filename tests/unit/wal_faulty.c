@@ -214,6 +214,19 @@ static void fy_remove(wal_storage *s, uint64_t seg, wal_io_cb cb, void *arg)
     f->inner->ops->remove(f->inner, seg, inner_done, op);
 }
 
+static void fy_sole_owner(wal_storage *s, bool direct_io)
+{
+    struct faulty *f = s->impl;
+    if (f->inner->ops->sole_owner)
+        f->inner->ops->sole_owner(f->inner, direct_io);
+}
+
+static int fy_purge(wal_storage *s)
+{
+    struct faulty *f = s->impl;
+    return f->inner->ops->purge ? f->inner->ops->purge(f->inner) : 0;
+}
+
 static int fy_discard(wal_storage *s, uint64_t seg)
 {
     struct faulty *f = s->impl;
@@ -303,6 +316,8 @@ static const wal_storage_ops faulty_ops = {
     .write = fy_write,
     .remove = fy_remove,
     .discard = fy_discard,
+    .purge = fy_purge,
+    .sole_owner = fy_sole_owner,
     .owner_list = fy_owner_list,
     .owner_read = fy_owner_read,
     .owner_create = fy_owner_create,

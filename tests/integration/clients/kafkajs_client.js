@@ -8,11 +8,17 @@
 // without checking the broker's minimum (COMPAT §0.5). Its consumer only
 // works in a group, so reading back by assignment is done by the Python test.
 //
+// SKIFF_KAFKAJS_SECURITY, when set, is JSON for a secure connection:
+//   {"ssl": {"ca": PATH, "cert": PATH, "key": PATH}, "sasl": {"mechanism": M,
+//    "username": U, "password": P}} (cert/key and sasl optional), as kafkajs's
+// own ssl (tls.connect options) and sasl settings.
+//
 // Output: "ACK i partition offset" / "REC i partition offset" lines and JSON
 // lines with an "op" field; kafkajs's own log goes to stderr. The process
 // exits by itself after SKIFF_TEST_TIMEOUT_MS (default 90 s).
 'use strict';
 
+const fs = require('fs');
 const { Kafka, logLevel } = require('kafkajs');
 
 const [mode, bootstrap, topic, arg3, arg4] = process.argv.slice(2);
@@ -35,9 +41,23 @@ const watchdog = setTimeout(() => {
   process.exit(3);
 }, timeoutMs);
 
+function security() {
+  if (!process.env.SKIFF_KAFKAJS_SECURITY) return {};
+  const sec = JSON.parse(process.env.SKIFF_KAFKAJS_SECURITY);
+  const out = {};
+  if (sec.ssl) {
+    out.ssl = { ca: [fs.readFileSync(sec.ssl.ca, 'utf-8')] };
+    if (sec.ssl.cert) out.ssl.cert = fs.readFileSync(sec.ssl.cert, 'utf-8');
+    if (sec.ssl.key) out.ssl.key = fs.readFileSync(sec.ssl.key, 'utf-8');
+  }
+  if (sec.sasl) out.sasl = sec.sasl;
+  return out;
+}
+
 const kafka = new Kafka({
   clientId: 'skiff-test-kafkajs',
   brokers: [bootstrap],
+  ...security(),
   connectionTimeout: 10000,
   requestTimeout: 15000,
   retry: { retries: 5, initialRetryTime: 100 },

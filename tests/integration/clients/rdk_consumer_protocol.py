@@ -1,6 +1,9 @@
 """librdkafka consumers (confluent-kafka of tests/.venv) with group.protocol=consumer.
 
-usage: rdk_consumer_protocol.py BOOTSTRAP TOPIC GROUP N
+usage: rdk_consumer_protocol.py BOOTSTRAP TOPIC GROUP N [PROTOCOL1,PROTOCOL2]
+
+PROTOCOL1,PROTOCOL2: the group.protocol of m1 and m2 (default consumer,consumer;
+classic,consumer makes a mixed group: m2 joining upgrades it, m2 leaving downgrades it).
 
 Two members m1 and m2 of GROUP read TOPIC (N records in all) and commit
 synchronously after each batch: m1 reads a tenth alone; m2 joins, and both read
@@ -20,6 +23,8 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition, libversion
 
 def main():
     bootstrap, topic, group, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    protocols = dict(zip(("m1", "m2"), (sys.argv[5] if len(sys.argv) > 5
+                                        else "consumer,consumer").split(",")))
     lock = threading.Lock()
     out, errors = [], []
     counts = {"m1": 0, "m2": 0}
@@ -28,7 +33,7 @@ def main():
 
     def member(name):
         c = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
-                      "group.protocol": "consumer", "client.id": "skiff-rdk-" + name,
+                      "group.protocol": protocols[name], "client.id": "skiff-rdk-" + name,
                       "enable.auto.commit": False, "auto.offset.reset": "earliest",
                       # small fetches: a member holds little beyond what it is reading,
                       # so that partitions it gives up have records left for the other

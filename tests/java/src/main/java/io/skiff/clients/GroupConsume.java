@@ -37,7 +37,9 @@ import org.apache.kafka.common.serialization.StringSerializer;
  *            while members join and leave the group -g: m1 and m2 at once, m3
  *            when a third is written, m2 leaves at two thirds; runs until
  *            every record was consumed (or --read-timeout).
- *   consume  one member reads until -n records arrived, then closes.
+ *   consume  one member (named --name, default m1) reads until -n records
+ *            arrived or the file --stop-file exists, then closes (leaving the
+ *            group).
  * Output: "REC member partition offset i" per record, "ASSIGN member [tp..]"
  * per assignment (under the consumer protocol: the partitions added), a JSON summary {"op":"group-consume",...}. --prop k=v sets
  * any consumer property.
@@ -154,11 +156,14 @@ public final class GroupConsume {
         long t0 = System.currentTimeMillis();
 
         if (mode.equals("consume")) {
-            Member m = new Member("m1", p, topic, log);
+            String name = cli.get("name", "m1");
+            java.io.File stopFile = new java.io.File(cli.get("stop-file", "/nonexistent/stop"));
+            Member m = new Member(name, p, topic, log);
             m.limit = n;
-            Thread t = new Thread(m, "m1");
+            Thread t = new Thread(m, name);
             t.start();
-            while (m.records.get() < n && System.currentTimeMillis() < deadline && m.error == null) {
+            while (m.records.get() < n && System.currentTimeMillis() < deadline && m.error == null
+                    && !stopFile.exists()) {
                 Thread.sleep(50);
             }
             m.stop = true;

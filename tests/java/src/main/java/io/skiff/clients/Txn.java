@@ -33,6 +33,13 @@ import org.apache.kafka.common.serialization.StringSerializer;
  *  timeout: a transaction left open past transaction.timeout.ms (-T ms); its commit fails.
  *  open: a transaction left open (value o-i, -n of them, flushed); prints OPEN and waits
  *      to be killed.
+ *  load: -n transactions of -k records each (value L<txn>-<i>, keys spread over the
+ *      partitions of -t), printing "COMMITTED <txn>" once each commit returned; a
+ *      transaction whose commit failed is listed as unknown and the producer is made
+ *      anew (its init aborts or completes what was left).
+ *  zombie-wait: opens a transaction (z1-i), prints READY, waits for a line on stdin,
+ *      then sends z1late and tries to commit; reports the error.
+ *  read: what read_committed and read_uncommitted consumers read of -t.
  * Then prints a JSON summary. -x names the transactional id.
  */
 public final class Txn {
@@ -47,6 +54,12 @@ public final class Txn {
             case "zombie" -> zombie(cli, out);
             case "timeout" -> timeout(cli, out);
             case "open" -> open(cli);
+            case "load" -> load(cli, out);
+            case "zombie-wait" -> zombieWait(cli, out);
+            case "read" -> {
+                out.put("committed", readAll(cli, cli.require("t"), "read_committed"));
+                out.put("uncommitted", readAll(cli, cli.require("t"), "read_uncommitted"));
+            }
             default -> throw new IllegalArgumentException("unknown mode " + mode);
         }
         System.out.println(out);
@@ -212,5 +225,67 @@ public final class Txn {
         System.out.println("OPEN");
         System.out.flush();
         Thread.sleep(600000);
+    }
+
+    static void load(Cli cli, Cli.Json out) {
+        String topic = cli.require("t"), id = cli.require("x");
+        int n = cli.getInt("n", 100), k = cli.getInt("k", 6);
+        List<Integer> committed = new ArrayList<>(), unknown = new ArrayList<>();
+        KafkaProducer<String, String> p = producer(cli, id, 0);
+        p.initTransactions();
+        for (int t = 0; t < n; t++) {
+            try {
+                p.beginTransaction();
+                for (int i = 0; i < k; i++) {
+                    String v = "L" + t + "-" + i;
+                    p.send(new ProducerRecord<>(topic, v, v));
+                }
+                p.commitTransaction();
+                committed.add(t);
+                System.out.println("COMMITTED " + t);
+                System.out.flush();
+            } catch (Exception e) {
+                unknown.add(t);
+                System.err.println("transaction " + t + ": " + e);
+                p.close(Duration.ZERO);
+                p = producer(cli, id, 0);
+                long until = System.currentTimeMillis() + 60000;
+                while (true) {
+                    try {
+                        p.initTransactions();
+                        break;
+                    } catch (Exception e2) {
+                        if (System.currentTimeMillis() > until)
+                            throw e2;
+                        System.err.println("init again: " + e2);
+                        p.close(Duration.ZERO);
+                        p = producer(cli, id, 0);
+                    }
+                }
+            }
+        }
+        p.close();
+        out.put("committed_txns", committed).put("unknown_txns", unknown);
+    }
+
+    static void zombieWait(Cli cli, Cli.Json out) throws Exception {
+        String topic = cli.require("t"), id = cli.require("x");
+        KafkaProducer<String, String> p = producer(cli, id, 0);
+        p.initTransactions();
+        p.beginTransaction();
+        send(p, topic, "z1", 3);
+        p.flush();
+        System.out.println("READY");
+        System.out.flush();
+        new java.io.BufferedReader(new java.io.InputStreamReader(System.in)).readLine();
+        String err = "none";
+        try {
+            send(p, topic, "z1late", 1);
+            p.commitTransaction();
+        } catch (Exception e) {
+            err = e.getClass().getSimpleName();
+        }
+        p.close(Duration.ZERO);
+        out.put("zombie_error", err);
     }
 }
