@@ -31,6 +31,7 @@ unit-test: build
 
 # SKIFF_BENCH_ONLY=cluster: only the cluster part (bench/cluster.sh); BENCH_CLUSTER=0: without it.
 # SKIFF_BENCH_ONLY=zones: only the zones part (bench/zones.sh, root); BENCH_ZONES=0: without it.
+# SKIFF_BENCH_ONLY=txn: only the transactions part (bench/txn.py); BENCH_TXN=0: without it.
 bench: test-deps build
 	@SKIFF_BUILD=$${SKIFF_BUILD:-$(BUILD)} bench/run.sh
 

@@ -24,7 +24,11 @@
 #      only this part; skipped, saying why, without root or network namespaces);
 #  10. runs bench/secure.sh: (a) and (b) over SASL_SSL beside PLAINTEXT, and beside
 #      Apache Kafka over SASL_SSL on the same machine (BENCH_SECURE=0 skips it;
-#      BENCH_SECURE_KAFKA=0 leaves Kafka out).
+#      BENCH_SECURE_KAFKA=0 leaves Kafka out);
+#  11. runs bench/txn.py: the Java transactional producer against skiffd and Apache
+#      Kafka (default and log.flush.interval.messages=1): transactions/s, MB/s and
+#      commitTransaction p50/p99 (BENCH_TXN=0 skips it; SKIFF_BENCH_ONLY=txn runs
+#      only this part).
 #
 # Exit status: 0 when the figures were measured, whatever they are; 1 when
 # the harness failed (build, disk floor, skiffd start-up, skiffd died during
@@ -53,6 +57,7 @@
 #   SKIFF_BUILD=dir            [build] where skiffd and bench/ binaries are built
 #   SKIFF_BENCH_ONLY=cluster   only the cluster section (bench/cluster.sh)
 #   SKIFF_BENCH_ONLY=zones     only the zones section (bench/zones.sh)
+#   SKIFF_BENCH_ONLY=txn       only the transactions section (bench/txn.py)
 set -eu
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -97,7 +102,8 @@ case "${SKIFF_BENCH_ONLY:-}" in
   "") ;;
   cluster) SKIFF_BUILD=$BUILD exec "$ROOT/bench/cluster.sh" ;;
   zones) SKIFF_BUILD=$BUILD exec "$ROOT/bench/zones.sh" ;;
-  *) say "SKIFF_BENCH_ONLY=$SKIFF_BENCH_ONLY: the parts that run alone are 'cluster' and 'zones'"; exit 2 ;;
+  txn) SKIFF_BUILD=$BUILD exec "$PY" "$ROOT/bench/txn.py" ;;
+  *) say "SKIFF_BENCH_ONLY=$SKIFF_BENCH_ONLY: the parts that run alone are 'cluster', 'zones' and 'txn'"; exit 2 ;;
 esac
 
 cleanup() {
@@ -493,4 +499,21 @@ if [ -z "$EXTERNAL" ] && [ "${BENCH_SECURE:-1}" != 0 ]; then
   fi
   echo
   SKIFF_BUILD=$BUILD BENCH_WORK=$WORK "$ROOT/bench/secure.sh" || fail "security section (bench/secure.sh)"
+fi
+
+# -------------------------------------------------------- 11. transactions
+# bench/txn.py: the Java transactional producer against one skiffd and Apache Kafka
+# (default and fsync on every append): throughput and commitTransaction latency.
+# BENCH_TXN=0 skips it.
+if [ -z "$EXTERNAL" ] && [ "${BENCH_TXN:-1}" != 0 ]; then
+  if [ -n "$BROKER_PID" ]; then
+    kill -TERM "$BROKER_PID" 2>/dev/null || true
+    i=0
+    while kill -0 "$BROKER_PID" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+    kill -KILL "$BROKER_PID" 2>/dev/null || true
+    wait "$BROKER_PID" 2>/dev/null || true
+    BROKER_PID=""
+  fi
+  echo
+  SKIFF_BUILD=$BUILD BENCH_WORK=$WORK "$PY" "$ROOT/bench/txn.py" || fail "transactions section (bench/txn.py)"
 fi

@@ -13,9 +13,10 @@ def test_bench_harness_smoke(tmp_path):
     skload = os.path.join(harness.BUILD, "bench", "skload")
     if not os.path.exists(skload):
         pytest.skip("bench/skload is not built (librdkafka-dev missing)")
-    # The security section (bench/secure.sh) has its own smoke test, test_9009.
+    # The security and transactions sections have their own smoke tests, test_9009 and
+    # test_2017.
     env = dict(os.environ, BENCH_SMOKE="1", BENCH_NOBUILD="1", BENCH_WORK=str(tmp_path),
-               SKIFF_BUILD=harness.BUILD, BENCH_SECURE="0")
+               SKIFF_BUILD=harness.BUILD, BENCH_SECURE="0", BENCH_TXN="0")
     p = subprocess.run([os.path.join(harness.ROOT, "bench", "run.sh")], env=env,
                        capture_output=True, text=True, timeout=240)
     assert p.returncode == 0, "bench/run.sh failed:\n%s\n%s" % (p.stdout[-4000:], p.stderr[-4000:])
