@@ -22,17 +22,7 @@ import kwire  # noqa: E402
 @pytest.fixture(scope="module")
 def java():
     """A function running one of the io.skiff.clients programs; returns (exit code, stdout lines, stderr)."""
-    cp = ktest.build_java()
-
-    def run(program, args, timeout=120):
-        # --timeout first: Admin reads its global options before the first op.
-        p = ktest.run(["java", "-XX:TieredStopAtLevel=1", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-                       "-cp", cp, "io.skiff.clients." + program, "--timeout", str(timeout - 10)] + args,
-                      timeout=timeout, check=False, what=program)
-        return p.returncode, p.stdout.decode(errors="replace").splitlines(), p.stderr.decode(
-            errors="replace")
-
-    return run
+    return ktest.java_runner(120)
 
 
 def _json(lines):

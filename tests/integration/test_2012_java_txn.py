@@ -3,7 +3,6 @@ seen by read_committed and read_uncommitted consumers, consume-transform-produce
 sendOffsetsToTransaction, a zombie producer fenced, a transaction aborted at its timeout,
 and SIGKILL of the node with a transaction open (docs/transactions.md)."""
 
-import json
 import os
 import signal
 import subprocess
@@ -23,24 +22,10 @@ import ktest  # noqa: E402
 @pytest.fixture(scope="module")
 def java():
     """Runs an io.skiff.clients program: (exit code, stdout lines, stderr)."""
-    cp = ktest.build_java()
-
-    def run(program, args, timeout=90):
-        p = ktest.run(["java", "-XX:TieredStopAtLevel=1",
-                       "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", cp,
-                       "io.skiff.clients." + program, "--timeout", str(timeout - 10)] + args,
-                      timeout=timeout, check=False, what=program)
-        return p.returncode, p.stdout.decode(errors="replace").splitlines(), \
-            p.stderr.decode(errors="replace")
-
-    run.classpath = cp
-    return run
+    return ktest.java_runner(90)
 
 
-def summary(rc, out, err):
-    js = [json.loads(line) for line in out if line.startswith("{")]
-    assert rc == 0 and js, "rc %d\n%s\n%s" % (rc, "\n".join(out[-20:]), ktest.tail(err))
-    return js[-1]
+summary = ktest.json_summary
 
 
 def tid():

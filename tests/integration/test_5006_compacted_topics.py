@@ -11,6 +11,7 @@ import time
 import pytest
 
 import kgroup as kg
+import keyed
 import kproto
 
 INVALID_CONFIG = 40
@@ -129,28 +130,6 @@ def produce_rounds(bootstrap, topic):
     return latest
 
 
-def consume_all(bootstrap, topic, hw):
-    """[(offset, key, value)] of partition 0 from the beginning up to hw (librdkafka)."""
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "t5006-" + topic,
-                  "enable.auto.commit": False, "fetch.wait.max.ms": 50})
-    c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-    got, deadline = [], time.time() + 30
-    try:
-        while time.time() < deadline:
-            m = c.poll(0.2)
-            if m is None or m.error():
-                if c.position([TopicPartition(topic, 0)])[0].offset >= hw:
-                    break
-                continue
-            got.append((m.offset(), m.key().decode(), m.value()))
-            if m.offset() + 1 >= hw:
-                break
-    finally:
-        c.close()
-    return got
-
-
 def compacted_as_expected(got, latest, tombstones):
     """What is wrong with got, a log compacted down to `latest` (with or without the
     tombstones); None when nothing."""
@@ -170,7 +149,7 @@ def compacted_as_expected(got, latest, tombstones):
 def wait_compacted(b, topic, latest, hw, tombstones, timeout):
     deadline = time.time() + timeout
     while True:
-        got = consume_all(b.bootstrap, topic, hw)
+        got = keyed.read_partition(b.bootstrap, topic, hw, "t5006-" + topic)
         why = compacted_as_expected(got, latest, tombstones)
         if why is None:
             return got
@@ -222,7 +201,7 @@ def test_compaction_keeps_latest_per_key(broker_factory, s3, topic_name):
     b.kill()
     b.overrides["wal.cache.bytes"] = "0"
     b.start()
-    assert compacted_as_expected(consume_all(b.bootstrap, topic_name, hw), latest, False) is None
+    assert compacted_as_expected(keyed.read_partition(b.bootstrap, topic_name, hw, "t5006-" + topic_name), latest, False) is None
     s3env.wait_no_orphans(s3, prefix, b, 30)
     print("5006 compaction: %d of %d records left, %d passes" % (
         len(got), hw, s3env.metrics(b)["skiff_log_cleaner_passes_total"]))

@@ -22,6 +22,7 @@ import time
 
 import pytest
 
+import keyed
 import kproto
 import s3env
 from s3proxy import S3Proxy
@@ -90,7 +91,7 @@ def test_sigkill_during_compaction(broker_factory, s3, topic_name):
     s3env.wait_metric(b, lambda m: m["skiff_log_cleaner_passes_total"] >= 1, 60, "a pass")
     with kproto.Conn(b.bootstrap, timeout=30) as c:
         hw = kproto.list_offsets(c, topic_name, 0, -1)["Offset"]
-    got = read_all(b.bootstrap, topic_name, hw)
+    got = keyed.read_partition(b.bootstrap, topic_name, hw, "t5007-" + topic_name, 90)
     offsets = [o for o, _, _ in got]
     assert offsets == sorted(set(offsets)), "offsets not increasing"
     last = {}
@@ -111,32 +112,11 @@ def test_sigkill_during_compaction(broker_factory, s3, topic_name):
         len(got), hw, passes))
 
 
-def read_all(bootstrap, topic, hw):
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "t5007-" + topic,
-                  "enable.auto.commit": False, "fetch.wait.max.ms": 50})
-    c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-    got, deadline = [], time.time() + 90
-    try:
-        while time.time() < deadline:
-            m = c.poll(0.2)
-            if m is None or m.error():
-                if c.position([TopicPartition(topic, 0)])[0].offset >= hw:
-                    break
-                continue
-            got.append((m.offset(), m.key().decode(), m.value()))
-            if m.offset() + 1 >= hw:
-                break
-    finally:
-        c.close()
-    return got
-
-
 def check_latest(b, topic, latest):
     """Every key's acknowledged latest value at its offset, and nothing older."""
     with kproto.Conn(b.bootstrap, timeout=30) as c:
         hw = kproto.list_offsets(c, topic, 0, -1)["Offset"]
-    got = read_all(b.bootstrap, topic, hw)
+    got = keyed.read_partition(b.bootstrap, topic, hw, "t5007-" + topic, 90)
     last = {}
     for off, k, v in got:
         last[k] = (off, v)

@@ -21,6 +21,7 @@ import time
 import pytest
 
 import harness
+import keyed
 import kproto
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "clients"))
@@ -65,24 +66,7 @@ def produce(bootstrap, topic, records, pause=0.0):
 
 
 def read_all(bootstrap, topic, hw):
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "t5008-%s-%d" % (topic, hw),
-                  "enable.auto.commit": False, "fetch.wait.max.ms": 50})
-    c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-    got, deadline = [], time.time() + 30
-    try:
-        while time.time() < deadline:
-            m = c.poll(0.2)
-            if m is None or m.error():
-                if c.position([TopicPartition(topic, 0)])[0].offset >= hw:
-                    break
-                continue
-            got.append((m.offset(), m.key().decode(), m.value()))
-            if m.offset() + 1 >= hw:
-                break
-    finally:
-        c.close()
-    return got
+    return keyed.read_partition(bootstrap, topic, hw, "t5008-%s-%d" % (topic, hw))
 
 
 def hw_of(bootstrap, topic):

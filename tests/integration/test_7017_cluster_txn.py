@@ -9,7 +9,6 @@ takes it. Consume-transform-produce commits its group's offsets through a group
 coordinator that is not the transaction coordinator.
 """
 
-import json
 import os
 import sys
 import time
@@ -30,24 +29,11 @@ PARTS = 6
 
 @pytest.fixture(scope="module")
 def java():
-    cp = ktest.build_java()
-
-    def run(program, args, timeout=120):
-        p = ktest.run(["java", "-XX:TieredStopAtLevel=1",
-                       "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", cp,
-                       "io.skiff.clients." + program, "--timeout", str(timeout - 10)] + args,
-                      timeout=timeout, check=False, what=program)
-        return p.returncode, p.stdout.decode(errors="replace").splitlines(), \
-            p.stderr.decode(errors="replace")
-
-    run.classpath = cp
-    return run
+    """Runs an io.skiff.clients program: (exit code, stdout lines, stderr)."""
+    return ktest.java_runner(120)
 
 
-def summary(rc, out, err):
-    js = [json.loads(line) for line in out if line.startswith("{")]
-    assert rc == 0 and js, "rc %d\n%s\n%s" % (rc, "\n".join(out[-20:]), ktest.tail(err))
-    return js[-1]
+summary = ktest.json_summary
 
 
 def values(prefix, n):

@@ -152,6 +152,32 @@ def build_java():
         return jar + ":" + f.read().strip()
 
 
+def java_runner(default_timeout=120):
+    """A function running one of the io.skiff.clients programs of tests/java:
+    run(program, args, timeout) -> (exit code, stdout lines, stderr); its
+    `classpath` attribute is the classpath. --timeout goes first: Admin reads its
+    global options before the first op."""
+    cp = build_java()
+
+    def run_program(program, args, timeout=default_timeout):
+        p = run(["java", "-XX:TieredStopAtLevel=1",
+                 "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", cp,
+                 "io.skiff.clients." + program, "--timeout", str(timeout - 10)] + args,
+                timeout=timeout, check=False, what=program)
+        return p.returncode, p.stdout.decode(errors="replace").splitlines(), \
+            p.stderr.decode(errors="replace")
+
+    run_program.classpath = cp
+    return run_program
+
+
+def json_summary(rc, out, err):
+    """The last JSON line a client program printed, asserting that it exited 0."""
+    js = [json.loads(line) for line in out if line.startswith("{")]
+    assert rc == 0 and js, "rc %d\n%s\n%s" % (rc, "\n".join(out[-20:]), tail(err))
+    return js[-1]
+
+
 def install_npm(package, version):
     """package@version from npm into CACHE/node (once); returns its node_modules, or raises
     RuntimeError."""
