@@ -171,9 +171,32 @@ static void put_be32(uint8_t *p, uint32_t v)
     p[3] = (uint8_t)v;
 }
 
+void sk_req_drop_pieces(sk_req *r)
+{
+    for (int i = 0; i < r->npieces; i++)
+        sk_ref_put(r->pieces[i].ref);
+    free(r->pieces);
+    r->pieces = NULL;
+    r->npieces = 0;
+}
+
+/* Room for the pieces of `body` that have an owner (a Fetch response's
+ * cached batches), which the encoder lists instead of copying; none when
+ * there are none or there is no memory (then they are copied). */
+static kc_gather gather_room(const kc_struct *d, int16_t ver, bool flexible, const void *body)
+{
+    kc_gather g = {NULL, 0, 0};
+    int n = kc_count_refs(d, ver, flexible, body);
+    if (n > 0 && (g.v = malloc((size_t)n * sizeof *g.v)) != NULL)
+        g.cap = n;
+    return g;
+}
+
 /* Encodes `body` of message `d` at `ver` into r->out, with the response
  * header; ApiVersions always gets header v0 (clients parse it before they
- * know whether the broker speaks flexible versions). */
+ * know whether the broker speaks flexible versions). Record pieces with an
+ * owner stay where they are: r->pieces lists them, each held until it is
+ * handed to the connection's output or the request is freed. */
 static int encode_into(sk_req *r, const kc_struct *d, int16_t ver, bool flexible, bool flex_header,
                        const void *body)
 {
@@ -182,21 +205,37 @@ static int encode_into(sk_req *r, const kc_struct *d, int16_t ver, bool flexible
     size_t total = 4 + hsz + bsz;
     if (total - 4 > INT32_MAX)
         return SK_ERR_NOMEM;
+    kc_gather g = gather_room(d, ver, flexible, body);
     uint8_t *out = malloc(total);
-    if (!out)
+    if (!out) {
+        free(g.v);
         return SK_ERR_NOMEM;
+    }
     put_be32(out, (uint32_t)(total - 4));
     uint8_t *p = kc_put_resp_header(out + 4, r->hdr.correlation_id, flex_header);
-    uint8_t *end = kc_encode(d, ver, flexible, body, p);
-    if ((size_t)(end - out) != total) {
+    uint8_t *end = kc_encode_gather(d, ver, flexible, body, p, &g);
+    size_t wrote = (size_t)(end - out);
+    for (int i = 0; i < g.n; i++) {
+        g.v[i].at += (size_t)(p - out);
+        wrote += g.v[i].len;
+    }
+    if (wrote != total) {
         SK_ERROR("dispatch", "%s v%d: encoder wrote %zu bytes, sized %zu", r->entry->api->name,
-                 ver, (size_t)(end - out), total);
+                 ver, wrote, total);
+        free(g.v);
         free(out);
         return SK_ERR_PARSE;
     }
+    for (int i = 0; i < g.n; i++)
+        sk_ref_hold(g.v[i].ref);
+    sk_req_drop_pieces(r);
     free(r->out);
     r->out = out;
-    r->out_len = total;
+    r->out_len = (size_t)(end - out);
+    r->pieces = g.n ? g.v : NULL;
+    r->npieces = g.n;
+    if (!g.n)
+        free(g.v);
     return 0;
 }
 
@@ -208,10 +247,15 @@ static void observe_latency(sk_req *r)
         sk_metrics_observe(&r->node->metrics.request_latency[key], sk_mono_us() - r->start_us);
 }
 
-void sk_req_respond(sk_req *r)
+int sk_req_encode(sk_req *r)
 {
     bool flex_header = r->flexible && r->entry->key != 18;
-    if (encode_into(r, r->entry->api->resp, r->version, r->flexible, flex_header, r->resp) != 0) {
+    return encode_into(r, r->entry->api->resp, r->version, r->flexible, flex_header, r->resp);
+}
+
+void sk_req_respond(sk_req *r)
+{
+    if (sk_req_encode(r) != 0) {
         sk_req_close(r, "response encoding failed");
         return;
     }

@@ -35,6 +35,12 @@ void sk_dispatch(sk_req *r);
 void *sk_req_new_resp(sk_req *r);
 /* Encodes r->resp and finishes the request. */
 void sk_req_respond(sk_req *r);
+/* Encodes r->resp into r->out (and r->pieces): 0, or SK_ERR_NOMEM /
+ * SK_ERR_PARSE. sk_req_respond does it; tests call it alone. */
+int sk_req_encode(sk_req *r) __attribute__((warn_unused_result));
+/* Drops the holds of the record pieces an encoded response left out of
+ * r->out (request freed, or encoded again). */
+void sk_req_drop_pieces(sk_req *r);
 /* Finishes the request without a response (acks=0). */
 void sk_req_silent(sk_req *r);
 /* Finishes the request by closing the connection after earlier replies. */

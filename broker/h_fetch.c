@@ -4,8 +4,12 @@
  * long-poll (max_wait_ms / min_bytes) until produce moves a watermark.
  *
  * A fetch is evaluated from scratch each time (first call, wake-up, disk
- * read done, timeout): cached batches are only pointed at, never kept
- * across loop turns, so eviction cannot pull memory from under a response.
+ * read done, timeout): cached batches are only pointed at while evaluating.
+ * The response does not copy them: each record piece names its counted
+ * owner (the WAL cache entry, or the buffer a storage read filled), the
+ * encoder leaves those pieces out, and the connection sends them by
+ * reference, holding each owner until its bytes are written (dispatch.c,
+ * net.c). So eviction cannot pull memory from under a queued response.
  */
 #include <event2/event.h>
 #include <stdlib.h>
@@ -49,6 +53,7 @@ struct disk {
     uint64_t stream;
     sk_obj_loc loc;
     uint8_t *buf; /* concatenated batches */
+    sk_ref *bref; /* buf's count, once a response points at it (loop thread) */
     int64_t len;
     int64_t first_base, end; /* offsets the result covers: [first batch base, end) */
     int err;
@@ -75,6 +80,48 @@ typedef struct sk_fwait {
 
 static void fetch_eval(sk_fwait *w);
 
+/* A storage read's buffer with a count, for responses that send it by
+ * reference. */
+struct rbuf {
+    sk_ref ref; /* first */
+    uint8_t *buf;
+};
+
+static void rbuf_free(sk_ref *ref)
+{
+    struct rbuf *b = (struct rbuf *)ref;
+    free(b->buf);
+    free(b);
+}
+
+/* d->buf's count, made on first use; NULL without memory (then the
+ * response copies the bytes). */
+static sk_ref *disk_ref(struct disk *d)
+{
+    if (!d->bref) {
+        struct rbuf *b = malloc(sizeof *b);
+        if (!b)
+            return NULL;
+        sk_ref_init(&b->ref, rbuf_free);
+        b->buf = d->buf;
+        d->bref = &b->ref;
+    }
+    return d->bref;
+}
+
+/* Lets go of d->buf. Also called on a reader thread (disk_work): no response
+ * holds the buffer then, as a fetch is answered only once and never while
+ * its storage read runs, so this drop is the last. */
+static void disk_release(struct disk *d)
+{
+    if (d->bref)
+        sk_ref_put(d->bref);
+    else
+        free(d->buf);
+    d->bref = NULL;
+    d->buf = NULL;
+}
+
 static void unpark(sk_fwait *w)
 {
     for (int i = 0; i < w->nregs; i++)
@@ -94,7 +141,7 @@ static void fetch_cleanup(sk_req *r)
     if (w->timer)
         event_free(w->timer);
     for (int i = 0; i < w->nflat; i++)
-        free(w->disk[i].buf);
+        disk_release(&w->disk[i]);
     free(w->disk);
     free(w->regs);
     sk_arena_destroy(w->keep);
@@ -165,8 +212,7 @@ static void disk_work(void *arg)
         if (!d->wanted)
             continue;
         d->wanted = false;
-        free(d->buf);
-        d->buf = NULL;
+        disk_release(d);
         d->len = 0;
         sk_batch_loc locs[64];
         int nl = sk_store_read_batches(n->store, &d->id, d->part, d->offset, d->max_bytes, locs,
@@ -254,8 +300,7 @@ static void tier_done(void *arg, int err, uint8_t *buf, size_t len, int64_t firs
     free(tr);
     d->from_objs = false;
     d->from_proxy = false;
-    free(d->buf);
-    d->buf = NULL;
+    disk_release(d);
     d->len = 0;
     if (err != 0 && d->via_hint) {
         /* The remembered range is gone (compacted and deleted): forget it
@@ -376,6 +421,15 @@ static int16_t check_epoch(const sk_part *p, int32_t current)
                                      : SK_KAFKA_FENCED_LEADER_EPOCH;
 }
 
+/* A one-entry owner list for a records field, or NULL (copied). */
+static sk_ref *const *one_ref(sk_req *r, sk_ref *ref)
+{
+    sk_ref **v = ref ? sk_arena_alloc(r->arena, sizeof *v) : NULL;
+    if (v)
+        *v = ref;
+    return v;
+}
+
 /* What one partition's evaluation decided. */
 enum { PE_NONE, PE_DATA, PE_ERROR, PE_READ };
 
@@ -419,9 +473,11 @@ static int eval_proxied(sk_fwait *w, sk_part *p, const kp_FetchRequest_FetchPart
     }
     const uint8_t *buf;
     int64_t len;
+    sk_ref *ref = NULL; /* the followed tail is copied */
     if (d->have && d->err == 0 && d->len > 0 && off >= d->first_base && off < d->end) {
         buf = d->buf;
         len = d->len;
+        ref = disk_ref(d);
     } else if (!sk_follow_tail(f, p, off, limit > 0 ? limit : 1, &buf, &len)) {
         if (d->proxy_tried)
             return PE_NONE;
@@ -434,7 +490,7 @@ static int eval_proxied(sk_fwait *w, sk_part *p, const kp_FetchRequest_FetchPart
         return PE_NONE;
     seg->p = (uint8_t *)buf;
     seg->len = (int32_t)len;
-    pd->records = (kc_records){NULL, (int32_t)len, 1, seg};
+    pd->records = (kc_records){NULL, (int32_t)len, 1, seg, one_ref(w->r, ref)};
     *bytes = len;
     return PE_DATA;
 read:
@@ -471,7 +527,7 @@ static void fetch_eval(sk_fwait *w)
             kp_FetchResponse_PartitionData *pd = &tr->partitions.v[j];
             struct disk *d = &w->disk[flat];
             pd->partition_index = fp->partition;
-            pd->records = (kc_records){NULL, 0, 0, NULL};
+            pd->records = (kc_records){NULL, 0, 0, NULL, NULL};
             pd->error_code = 0;
             if (denied) {
                 pd->error_code = SK_KAFKA_TOPIC_AUTHORIZATION_FAILED;
@@ -551,16 +607,18 @@ static void fetch_eval(sk_fwait *w)
                     continue;
                 seg->p = d->buf;
                 seg->len = (int32_t)dlen;
-                pd->records = (kc_records){NULL, (int32_t)dlen, 1, seg};
+                pd->records =
+                    (kc_records){NULL, (int32_t)dlen, 1, seg, one_ref(r, disk_ref(d))};
                 total += dlen;
                 first_data = false;
                 continue;
             }
             kc_bytes found[MAX_SEGS];
+            sk_ref *owners[MAX_SEGS];
             int64_t bytes;
             bool miss;
-            int ns = sk_part_cached(p, off, end, limit > 0 ? limit : 1, found, MAX_SEGS, &bytes,
-                                    &miss);
+            int ns = sk_part_cached(p, off, end, limit > 0 ? limit : 1, found, owners, MAX_SEGS,
+                                    &bytes, &miss);
             if (miss) {
                 if (w->disk_tried && d->have && d->err != 0) {
                     /* Storage (the WAL's volume or the object store) failed:
@@ -608,10 +666,13 @@ static void fetch_eval(sk_fwait *w)
             if (!first_data && bytes > limit)
                 continue;
             kc_bytes *segs = sk_arena_calloc(r->arena, (size_t)ns, sizeof *segs);
+            sk_ref **refs = sk_arena_calloc(r->arena, (size_t)ns, sizeof *refs);
             if (!segs)
                 continue;
             memcpy(segs, found, (size_t)ns * sizeof *segs);
-            pd->records = (kc_records){NULL, (int32_t)bytes, ns, segs};
+            if (refs)
+                memcpy(refs, owners, (size_t)ns * sizeof *refs);
+            pd->records = (kc_records){NULL, (int32_t)bytes, ns, segs, refs};
             total += bytes;
             first_data = false;
         }

@@ -120,11 +120,44 @@ static void free_ref_cb(const void *data, size_t len, void *extra)
     free(extra);
 }
 
+static void put_ref_cb(const void *data, size_t len, void *extra)
+{
+    (void)data;
+    (void)len;
+    sk_ref_put(extra);
+}
+
+/* Queues r's answer on out: the encoded bytes, and the record pieces the
+ * encoder left out by reference, each hold passing to libevent, which drops
+ * it once the bytes are written or the connection is freed. */
+int sk_conn_queue_answer(struct evbuffer *out, sk_req *r, size_t *bytes)
+{
+    *bytes = r->out_len;
+    if (r->npieces == 0) {
+        if (evbuffer_add_reference(out, r->out, r->out_len, free_ref_cb, r->out) != 0)
+            return -1;
+        r->out = NULL;
+        return 0;
+    }
+    size_t from = 0;
+    for (int i = 0; i < r->npieces; i++) {
+        kc_piece *pc = &r->pieces[i];
+        if (evbuffer_add(out, r->out + from, pc->at - from) != 0 ||
+            evbuffer_add_reference(out, pc->p, pc->len, put_ref_cb, pc->ref) != 0)
+            return -1;
+        pc->ref = NULL; /* the evbuffer holds it now */
+        from = pc->at;
+        *bytes += pc->len;
+    }
+    return evbuffer_add(out, r->out + from, r->out_len - from);
+}
+
 static void req_free(sk_req *r)
 {
     sk_conn *c = r->conn;
     if (r->cleanup)
         r->cleanup(r);
+    sk_req_drop_pieces(r);
     free(r->frame);
     free(r->out);
     sk_arena_destroy(r->arena);
@@ -155,9 +188,9 @@ static void conn_flush(sk_conn *c)
         if (!c->closed && !c->close_after) {
             if (r->state == SK_REQ_DONE && r->out) {
                 struct evbuffer *out = bufferevent_get_output(c->bev);
-                if (evbuffer_add_reference(out, r->out, r->out_len, free_ref_cb, r->out) == 0) {
-                    r->out = NULL;
-                    sk_xzone_conn_bytes(c, SK_ZA_OUT, r->hdr.api_key, r->out_len);
+                size_t bytes;
+                if (sk_conn_queue_answer(out, r, &bytes) == 0) {
+                    sk_xzone_conn_bytes(c, SK_ZA_OUT, r->hdr.api_key, bytes);
                     c->close_after |= r->close_after_reply;
                 } else
                     c->close_after = true;

@@ -13,6 +13,11 @@
  * connection stops being read while the WAL holds more than
  * wal.max.pending.bytes not yet durable (sk_net_pause/resume).
  *
+ * Responses go out without copying their record bytes: the pieces the
+ * encoder left out (cache entries, storage read buffers) are added to the
+ * output by reference, each holding its owner until written; a connection
+ * freed with output unsent drops those holds with its buffer.
+ *
  * Lifetime: a connection is reference-counted (one reference while open,
  * one per live request). It is freed from a deferred event once closed and
  * unreferenced, never inside one of its own callbacks.
@@ -59,6 +64,13 @@ int sk_net_listen(sk_node *n, char *why, size_t whylen);
 /* Whether every listener's port can be bound now (a cluster member checks
  * before it joins, rather than join and leave at once). */
 int sk_net_check_ports(const sk_config *cfg, char *why, size_t whylen)
+    __attribute__((warn_unused_result));
+struct evbuffer;
+/* Appends r's encoded answer to out: r->out copied around its record
+ * pieces, which go by reference, their holds passing to out (dropped once
+ * written or when out is freed). *bytes: the whole answer's size. 0, or -1
+ * when libevent fails (the holds not passed are still r's). */
+int sk_conn_queue_answer(struct evbuffer *out, sk_req *r, size_t *bytes)
     __attribute__((warn_unused_result));
 /* Learns the connection's zone from its first request (see proxy/zone.h). */
 void sk_conn_learn_zone(sk_conn *c, const kc_str *client_id);

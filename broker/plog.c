@@ -108,7 +108,7 @@ void sk_topic_remove(sk_node *n, sk_topic *t)
         if (b->part->topic == t) {
             *pp = b->gnext;
             n->cache_bytes -= b->len;
-            free(b);
+            sk_ref_put(&b->ref);
         } else {
             prev = b;
             pp = &b->gnext;
@@ -166,7 +166,7 @@ static void cache_drop(sk_node *n, sk_part *p)
         if (b->part == p) {
             *pp = b->gnext;
             n->cache_bytes -= b->len;
-            free(b);
+            sk_ref_put(&b->ref);
         } else {
             prev = b;
             pp = &b->gnext;
@@ -217,6 +217,11 @@ static sk_cbatch *cq_at(const sk_part *p, uint32_t i)
     return p->cq[(p->cq_head + i) % p->cq_cap];
 }
 
+static void cbatch_free(sk_ref *ref)
+{
+    free((sk_cbatch *)ref); /* ref is its first member */
+}
+
 void sk_cache_add(sk_node *n, sk_part *p, sk_cbatch *b)
 {
     if (p->cq_len == p->cq_cap) {
@@ -240,6 +245,7 @@ void sk_cache_add(sk_node *n, sk_part *p, sk_cbatch *b)
         p->cq_cap = ncap;
         p->cq_head = 0;
     }
+    sk_ref_init(&b->ref, cbatch_free);
     p->cq[(p->cq_head + p->cq_len) % p->cq_cap] = b;
     p->cq_len++;
     b->part = p;
@@ -269,7 +275,7 @@ void sk_cache_evict(sk_node *n)
         if (!n->cache_head)
             n->cache_tail = NULL;
         n->cache_bytes -= b->len;
-        free(b);
+        sk_ref_put(&b->ref);
     }
 }
 
@@ -331,7 +337,7 @@ const sk_cbatch *sk_part_cached_at(const sk_part *p, int64_t offset)
 }
 
 int sk_part_cached(const sk_part *p, int64_t from, int64_t hw, int64_t max_bytes, kc_bytes *segs,
-                   int maxsegs, int64_t *bytes, bool *miss)
+                   sk_ref **refs, int maxsegs, int64_t *bytes, bool *miss)
 {
     *bytes = 0;
     *miss = false;
@@ -351,6 +357,8 @@ int sk_part_cached(const sk_part *p, int64_t from, int64_t hw, int64_t max_bytes
             break;
         segs[n].p = b->data;
         segs[n].len = (int32_t)b->len;
+        if (refs)
+            refs[n] = (sk_ref *)&b->ref;
         *bytes += b->len;
         n++;
         if (*bytes >= max_bytes)

@@ -59,7 +59,9 @@ void sk_part_release(sk_node *n, sk_part *p);
 
 /* Adds an appended batch at the end of the partition's cache. */
 void sk_cache_add(sk_node *n, sk_part *p, sk_cbatch *b);
-/* Evicts the oldest batches while over the limit and covered by the view. */
+/* Evicts the oldest batches while over the limit and covered by the view.
+ * An evicted batch a response still holds (sk_ref) leaves the cache and its
+ * byte count at once, and is freed when the last response lets go. */
 void sk_cache_evict(sk_node *n);
 /* Drops p's cached batches that end below `below` and that the view
  * covers (compaction rewrote them: reads go to the new objects). */
@@ -67,10 +69,12 @@ void sk_cache_drop_below(sk_node *n, sk_part *p, int64_t below);
 
 /* Collects cached batches of p holding offsets in [from, hw), in order,
  * until max_bytes is reached (the first batch always counts). Returns the
- * number of batches put in segs; *miss is true when the batch holding
- * `from` is older than the cache (it must be read from storage). */
+ * number of batches put in segs, and in refs (when not NULL) each batch's
+ * count: whoever keeps pointing at a batch past this loop turn holds it;
+ * *miss is true when the batch holding `from` is older than the cache (it
+ * must be read from storage). */
 int sk_part_cached(const sk_part *p, int64_t from, int64_t hw, int64_t max_bytes, kc_bytes *segs,
-                   int maxsegs, int64_t *bytes, bool *miss);
+                   sk_ref **refs, int maxsegs, int64_t *bytes, bool *miss);
 /* The same as cached batches: up to max of them from the one holding
  * `from`, below hw, until max_bytes (the first always counts). */
 int sk_part_cached_batches(const sk_part *p, int64_t from, int64_t hw, int64_t max_bytes,

@@ -73,7 +73,9 @@ typedef struct sk_tconf {
  * FIFO (gnext). An entry leaves the cache only once the SQLite view covers
  * its LSN, so every batch below the HW is in the cache or in the view. */
 struct sk_cbatch {
-    sk_part *part;
+    sk_ref ref; /* first: the cache holds one, each response still sending
+                   its bytes one; data stays until the last goes */
+    sk_part *part; /* dangling once evicted: only the cache follows it */
     sk_cbatch *gnext;
     int64_t base, last;
     int64_t max_ts;
@@ -182,7 +184,9 @@ struct sk_req {
     void *body;      /* decoded request struct */
     void *resp;      /* response struct, encoded by sk_req_respond */
     uint8_t *out;    /* encoded response frame (size prefix included) */
-    size_t out_len;
+    size_t out_len;  /* bytes in out: the frame less the pieces below */
+    kc_piece *pieces; /* record bytes left out of `out`, each held (sk_ref) */
+    int npieces;
     int64_t start_us;
     int pending; /* asynchronous steps outstanding (WAL appends, jobs) */
     void *hctx;  /* the handler's own state */

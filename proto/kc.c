@@ -28,6 +28,9 @@ typedef struct kc_ctx {
     int16_t ver;
     bool flex;
     sk_arena *arena; /* decoding only */
+    kc_gather *g;    /* kc_encode_gather: where owned pieces go */
+    uint8_t *base;   /* ... and the start of its buffer */
+    int *nrefs;      /* kc_count_refs */
 } kc_ctx;
 
 /* ------------------------------------------------------------ versions */
@@ -771,7 +774,11 @@ static size_t sz_scalar(uint8_t type, bool nul, const kc_ctx *c, const uint8_t *
         return len_size(c->flex, true, l) + (l > 0 ? (size_t)l : 0);
     }
     case KC_RECORDS: {
-        int32_t l = records_len((const kc_records *)p, nul);
+        const kc_records *rec = (const kc_records *)p;
+        int32_t l = records_len(rec, nul);
+        if (c->nrefs && rec->refs)
+            for (int32_t i = 0; i < rec->nseg; i++)
+                *c->nrefs += rec->refs[i] != NULL;
         return len_size(c->flex, true, l) + (l > 0 ? (size_t)l : 0);
     }
     case KC_STRUCT:
@@ -779,6 +786,18 @@ static size_t sz_scalar(uint8_t type, bool nul, const kc_ctx *c, const uint8_t *
         break;
     }
     return 0;
+}
+
+/* Lists piece i of rec in c's gather instead of copying it, if it has an
+ * owner and there is room. */
+static bool gather(const kc_ctx *c, const kc_records *rec, int32_t i, int32_t len,
+                   const uint8_t *o)
+{
+    kc_gather *g = c->g;
+    if (!g || !rec->refs || !rec->refs[i] || g->n >= g->cap)
+        return false;
+    g->v[g->n++] = (kc_piece){(size_t)(o - c->base), rec->segs[i].p, (size_t)len, rec->refs[i]};
+    return true;
 }
 
 static uint8_t *enc_scalar(uint8_t type, bool nul, const kc_ctx *c, const uint8_t *p,
@@ -841,9 +860,11 @@ static uint8_t *enc_scalar(uint8_t type, bool nul, const kc_ctx *c, const uint8_
                     continue;
                 if (sl > l - done)
                     sl = l - done;
+                done += sl;
+                if (gather(c, rec, i, sl, o))
+                    continue;
                 memcpy(o, rec->segs[i].p, (size_t)sl);
                 o += sl;
-                done += sl;
             }
         } else if (l > 0) {
             memcpy(o, rec->p, (size_t)l);
@@ -1048,6 +1069,21 @@ uint8_t *kc_encode(const kc_struct *s, int16_t ver, bool flexible, const void *i
 {
     kc_ctx c = {.ver = ver, .flex = flexible, .arena = NULL};
     return enc_struct(s, &c, in, out);
+}
+
+uint8_t *kc_encode_gather(const kc_struct *s, int16_t ver, bool flexible, const void *in,
+                          uint8_t *out, kc_gather *g)
+{
+    kc_ctx c = {.ver = ver, .flex = flexible, .g = g, .base = out};
+    return enc_struct(s, &c, in, out);
+}
+
+int kc_count_refs(const kc_struct *s, int16_t ver, bool flexible, const void *in)
+{
+    int n = 0;
+    kc_ctx c = {.ver = ver, .flex = flexible, .nrefs = &n};
+    sz_struct(s, &c, in);
+    return n;
 }
 
 /* ------------------------------------------------------------- headers */

@@ -13,7 +13,8 @@
  *  - Arrays and nullable structs are allocated from the caller's sk_arena
  *    (per request).
  *  - Encoding reads the struct and writes into a caller-provided buffer of
- *    exactly kc_size() bytes.
+ *    exactly kc_size() bytes; kc_encode_gather leaves out the record pieces
+ *    that name a counted owner (sk_ref) and lists where they belong.
  *
  * Thread: any, no global state. Errors: kc_decode returns 0 or SK_ERR_PARSE
  * (bounds, negative or absurd lengths, bad varints) or SK_ERR_NOMEM (arena
@@ -27,6 +28,7 @@
 #include <stdint.h>
 
 #include "sk_arena.h"
+#include "sk_ref.h"
 
 /* A string field: len -1 means null. Not NUL-terminated. */
 typedef struct kc_str {
@@ -43,13 +45,33 @@ typedef struct kc_bytes {
 /* A records field. Decoded: p/len (len -1 = null), nseg = 0.
  * To encode a value made of several pieces without copying them (a Fetch
  * response gathering batches), set nseg > 0 and segs; len must then be the sum
- * of the pieces' lengths and p is ignored. */
+ * of the pieces' lengths and p is ignored. refs (NULL, or nseg entries, each
+ * NULL or not) names the counted owner of each piece: kc_encode_gather leaves
+ * such pieces out of the buffer and lists them instead. */
 typedef struct kc_records {
     const uint8_t *p;
     int32_t len;
     int32_t nseg;
     const kc_bytes *segs;
+    sk_ref *const *refs;
 } kc_records;
+
+/* A piece kc_encode_gather left out: `len` bytes at `p`, owned by `ref`,
+ * belonging at byte `at` of the encoded buffer (before the bytes written
+ * from there on). */
+typedef struct kc_piece {
+    size_t at;
+    const uint8_t *p;
+    size_t len;
+    sk_ref *ref;
+} kc_piece;
+
+/* Where kc_encode_gather lists pieces: v has room for cap; pieces past it
+ * are copied into the buffer as kc_encode would. */
+typedef struct kc_gather {
+    kc_piece *v;
+    int n, cap;
+} kc_gather;
 
 typedef struct kc_uuid {
     uint8_t b[16];
@@ -178,6 +200,13 @@ int kc_decode(const kc_struct *s, int16_t ver, bool flexible, kc_reader *r, void
 size_t kc_size(const kc_struct *s, int16_t ver, bool flexible, const void *in);
 uint8_t *kc_encode(const kc_struct *s, int16_t ver, bool flexible, const void *in,
                    uint8_t *out);
+/* kc_encode, except that record pieces with an owner (kc_records.refs) are
+ * listed in g instead of copied: the buffer then receives kc_size() minus
+ * their lengths. Takes no hold; the caller holds what it keeps. */
+uint8_t *kc_encode_gather(const kc_struct *s, int16_t ver, bool flexible, const void *in,
+                          uint8_t *out, kc_gather *g);
+/* How many record pieces of *in have an owner (room for kc_encode_gather). */
+int kc_count_refs(const kc_struct *s, int16_t ver, bool flexible, const void *in);
 
 /* Request header v1/v2 (v2 when the API version is flexible). ClientId is
  * always an int16-length nullable string, even in v2. */

@@ -995,7 +995,7 @@ static void test_fetch_v16_leader_hint(void **state)
     kc_init(&kp_FetchResponse_PartitionData_desc, &pd);
     pd.error_code = 6;
     pd.aborted_transactions.n = -1;
-    pd.records = (kc_records){NULL, -1, 0, NULL};
+    pd.records = (kc_records){NULL, -1, 0, NULL, NULL};
     pd.current_leader.leader_id = 2;
     pd.current_leader.leader_epoch = 7;
     kp_FetchResponse_FetchableTopicResponse t;
