@@ -363,10 +363,55 @@ typedef struct fctx {
     int64_t horizon;
     bool need_horizon;
     int32_t kept, tombstones;
+    /* producers whose transactional data the pass kept since their last marker */
+    int64_t *pids; /* open addressing, 0 free (ids are at least 0: stored + 1) */
+    bool *pid_data;
+    size_t npids, pid_cap;
+    int alloc_err;
     /* totals */
     uint64_t removed, batches_removed;
     int64_t min_horizon;
 } fctx;
+
+/* The slot of producer `pid` in the table, made when absent; NULL when out
+ * of memory. */
+static bool *pid_slot(fctx *f, int64_t pid)
+{
+    if (f->npids * 10 >= f->pid_cap * 7) {
+        size_t ncap = f->pid_cap ? f->pid_cap * 2 : 64;
+        int64_t *np = calloc(ncap, sizeof *np);
+        bool *nd = calloc(ncap, sizeof *nd);
+        if (!np || !nd) {
+            free(np);
+            free(nd);
+            f->alloc_err = SK_ERR_NOMEM;
+            return NULL;
+        }
+        for (size_t i = 0; i < f->pid_cap; i++) {
+            if (!f->pids[i])
+                continue;
+            size_t j = (uint64_t)f->pids[i] % ncap;
+            while (np[j])
+                j = (j + 1) % ncap;
+            np[j] = f->pids[i];
+            nd[j] = f->pid_data[i];
+        }
+        free(f->pids);
+        free(f->pid_data);
+        f->pids = np;
+        f->pid_data = nd;
+        f->pid_cap = ncap;
+    }
+    int64_t k = pid + 1;
+    size_t j = (uint64_t)k % f->pid_cap;
+    while (f->pids[j] && f->pids[j] != k)
+        j = (j + 1) % f->pid_cap;
+    if (!f->pids[j]) {
+        f->pids[j] = k;
+        f->npids++;
+    }
+    return &f->pid_data[j];
+}
 
 static bool decide(void *arg, const kb_record *r)
 {
@@ -396,6 +441,12 @@ static int count_kept(void *arg, const kb_record *r)
 static void note_horizon(fctx *f, int64_t h)
 {
     if (f->tombstones > 0 && (f->min_horizon < 0 || h < f->min_horizon))
+        f->min_horizon = h;
+}
+
+static void note_marker_horizon(fctx *f, int64_t h)
+{
+    if (f->min_horizon < 0 || h < f->min_horizon)
         f->min_horizon = h;
 }
 
@@ -432,6 +483,52 @@ static int drop_aborted(fctx *f, const objfmt_batch *b, const uint8_t *payload, 
     return 1;
 }
 
+static bool keep_all(void *arg, const kb_record *r)
+{
+    (void)arg;
+    (void)r;
+    return true;
+}
+
+/* A transaction's marker goes once none of its data is left, as with
+ * Kafka's cleaner: a pass from the stream's start that kept nothing of the
+ * producer's data since its previous marker gives the marker a delete
+ * horizon (delete.retention.ms from now), and a pass after the horizon
+ * removes it. Markers at or past the last stable offset, at an edge of the
+ * pass, or met by a pass that may not see all of their data stay. */
+static int marker(fctx *f, const objfmt_batch *b, const kb_header *h, const uint8_t *payload,
+                  uint8_t **out, uint32_t *out_size, uint32_t *records)
+{
+    bool *d = pid_slot(f, h->producer_id);
+    if (!d)
+        return f->alloc_err;
+    bool had_data = *d;
+    *d = false;
+    if (!f->whole || had_data || (int64_t)b->last_offset >= f->c->lso || edge_batch(f, b))
+        return 0;
+    if (h->attributes & KB_ATTR_DELETE_HORIZON) {
+        if (f->now < h->base_timestamp) {
+            note_marker_horizon(f, h->base_timestamp);
+            return 0;
+        }
+        f->removed += b->record_count;
+        f->batches_removed++;
+        return 2;
+    }
+    int64_t hz = f->now + f->retention;
+    note_marker_horizon(f, hz);
+    uint8_t *nb;
+    size_t nlen;
+    int32_t kept;
+    int rc = kb_filter(payload, b->size, keep_all, NULL, hz, &nb, &nlen, &kept);
+    if (rc != 0)
+        return rc;
+    *out = nb;
+    *out_size = (uint32_t)nlen;
+    *records = (uint32_t)kept;
+    return 1;
+}
+
 static int filter(void *arg, uint64_t stream, const objfmt_batch *b, const uint8_t *payload,
                   uint8_t **out, uint32_t *out_size, uint32_t *records)
 {
@@ -441,6 +538,8 @@ static int filter(void *arg, uint64_t stream, const objfmt_batch *b, const uint8
     kb_header h;
     if (kb_parse_header(payload, b->size, &h) != 0)
         return SK_ERR_PARSE;
+    if (h.attributes & KB_ATTR_CONTROL)
+        return marker(f, b, &h, payload, out, out_size, records);
     enum txn_kind k = txn_kind(f->c, &h, (int64_t)b->last_offset);
     if (k == TXN_KEEP)
         return 0;
@@ -455,6 +554,12 @@ static int filter(void *arg, uint64_t stream, const objfmt_batch *b, const uint8
         return rc;
     int64_t hz = f->need_horizon ? f->now + f->retention : -1;
     note_horizon(f, f->has_horizon ? f->horizon : hz);
+    if (k == TXN_COMMITTED && f->kept > 0) {
+        bool *d = pid_slot(f, h.producer_id);
+        if (!d)
+            return f->alloc_err;
+        *d = true;
+    }
     if (f->kept == h.records_count && !f->need_horizon)
         return 0;
     f->removed += (uint64_t)(h.records_count - f->kept);
@@ -532,6 +637,8 @@ static int clean(objcompact_env *env, const listing *l, const choice *ch,
     if (rc == 0)
         rc = rewrite(env, l, ch, &f, retired, out);
     sk_omap_destroy(mp.m);
+    free(f.pids);
+    free(f.pid_data);
     if (rc != 0)
         return rc;
     *res = (sk_clean_result){true, ch->c->stream, mp.end, f.min_horizon, ch->bytes, f.removed,

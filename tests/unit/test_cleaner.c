@@ -428,6 +428,117 @@ static void test_window_past_the_oldest(void **state)
         free(objs[i].ranges);
 }
 
+/* One batch at `off` into set s: keys (NULL: a commit marker of pid 5). */
+static void put_batch(objup_set *s, int64_t off, const char *const *keys, int n, bool txn)
+{
+    char vals[4][8];
+    kb_build_rec r[4];
+    uint8_t ctl_key[4] = {0, 0, 0, 1}, ctl_val[6] = {0};
+    int16_t attrs = txn ? KB_ATTR_TRANSACTIONAL : 0;
+    if (!keys) {
+        r[0] = (kb_build_rec){{ctl_key, 4}, {ctl_val, 6}, NOW - 100000};
+        n = 1;
+        attrs = KB_ATTR_TRANSACTIONAL | KB_ATTR_CONTROL;
+    }
+    for (int i = 0; keys && i < n; i++) {
+        snprintf(vals[i], sizeof vals[i], "v%d", (int)off + i);
+        r[i] = (kb_build_rec){{(const uint8_t *)keys[i], (int32_t)strlen(keys[i])},
+                              {(const uint8_t *)vals[i], (int32_t)strlen(vals[i])},
+                              NOW - 100000};
+    }
+    uint8_t buf[512];
+    int64_t len = kb_build(buf, sizeof buf, r, n, txn || !keys ? 5 : -1, txn || !keys ? 0 : -1,
+                           txn ? (int32_t)off : -1, attrs);
+    assert_true(len > 0);
+    kb_set_base_offset(buf, off);
+    objup_batch b = {STREAM, off, off + n - 1, NOW - 100000, (uint32_t)n, (uint32_t)len, 0};
+    assert_int_equal(objup_set_add(s, &b, buf), 0);
+}
+
+static int count_markers(void *arg, const kb_record *r)
+{
+    (void)r;
+    (*(int *)arg)++;
+    return 0;
+}
+
+/* The markers left in the objects: their offsets in off[], how many. */
+static int markers_of(fx *f, const objreg_objects *o, int64_t *off)
+{
+    int n = 0;
+    for (size_t i = 0; i < o->n; i++) {
+        uint8_t *data = NULL;
+        size_t got = 0, nlen, nb;
+        uint64_t size = 0, noff;
+        objfmt_reader *rd = NULL;
+        assert_int_equal(objstore_get_sync(f->os, o->v[i].key, 0, OBJSTORE_TO_END, NULL, &data,
+                                           &got, &size), 0);
+        assert_int_equal(objfmt_reader_from_tail(data, got, got, &rd, &noff, &nlen), 0);
+        const objfmt_entry *bl = objfmt_reader_blocks(rd, &nb);
+        for (size_t k = 0; k < nb; k++) {
+            objfmt_iter it;
+            objfmt_batch b;
+            const uint8_t *pl;
+            assert_int_equal(objfmt_iter_init(&it, &bl[k], data + bl[k].position, bl[k].size),
+                             0);
+            while (objfmt_iter_next(&it, &b, &pl) == 1) {
+                kb_header h;
+                assert_int_equal(kb_parse_header(pl, b.size, &h), 0);
+                int recs = 0;
+                assert_int_equal(kb_foreach_record(pl, b.size, 0, count_markers, &recs), 0);
+                if ((h.attributes & KB_ATTR_CONTROL) && recs > 0)
+                    off[n++] = h.base_offset;
+            }
+        }
+        objfmt_reader_destroy(rd);
+        free(data);
+    }
+    return n;
+}
+
+/* A committed transaction whose records later ones of their keys replaced
+ * loses its marker: a delete horizon at the first pass, removal at the first
+ * pass after it. The marker of a transaction with a record left stays. */
+static void test_markers_of_emptied_transactions(void **state)
+{
+    fx *f = *state;
+    static const char *const x[] = {"x"}, *const ab[] = {"a", "b"}, *const c1[] = {"c"},
+                             *const y[] = {"y"};
+    objup_set *s = objup_set_new(0);
+    put_batch(s, 0, x, 1, false);
+    put_batch(s, 1, ab, 2, true); /* transaction 1 */
+    put_batch(s, 3, NULL, 0, false);
+    put_batch(s, 4, ab, 2, false); /* replaces all of transaction 1 */
+    put_batch(s, 6, c1, 1, true);  /* transaction 2: its record stays */
+    put_batch(s, 7, NULL, 0, false);
+    put_batch(s, 8, y, 1, false);
+    objup_params p = {0, 256, 1};
+    objreg_objects in = {0};
+    assert_int_equal(objup_put(s, f->os, &p, &in), 0);
+    objup_set_destroy(s);
+    struct reg r = {in.v, (int)in.n};
+    sk_clean_cand c = {STREAM, INT64_MAX, NULL, 0, 0, -1, 1000, 0, INT64_MAX, 0.1};
+    objreg_objects out, out2;
+    sk_clean_result res;
+    int64_t mk[8];
+    assert_int_equal(run_pass(f, &r, &c, 1 << 20, NOW, &out, &res), 0);
+    assert_true(res.ran);
+    assert_int_equal(res.horizon_ms, NOW + 1000);
+    assert_int_equal(markers_of(f, &out, mk), 2); /* the first now has a horizon */
+    struct reg r2 = {out.v, (int)out.n};
+    c.clean_end = res.clean_end;
+    c.horizon_ms = res.horizon_ms;
+    assert_int_equal(run_pass(f, &r2, &c, 1 << 20, NOW + 1000, &out2, &res), 0);
+    assert_true(res.ran);
+    assert_int_equal(markers_of(f, &out2, mk), 1);
+    assert_int_equal(mk[0], 7);
+    struct logrec l;
+    read_log(f, &out2, 8, &l); /* offsets still covered without a hole */
+    objreg_objects_free(&out2);
+    objreg_objects_free(&out);
+    objreg_objects_free(&in);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -438,6 +549,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_small_map_and_tombstone_horizon, fx_setup,
                                         fx_teardown),
         cmocka_unit_test_setup_teardown(test_window_past_the_oldest, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_markers_of_emptied_transactions, fx_setup,
+                                        fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
