@@ -461,13 +461,9 @@ static void spares_load(struct posix *p)
     if (d)
         rewinddir(d); /* the dup shares the directory's offset */
     while (d && (de = readdir(d))) {
-        size_t l = strlen(de->d_name);
-        uint64_t seg = 0;
-        if (l != 26 || strcmp(de->d_name + 20, ".spare") != 0)
-            continue;
-        for (int i = 0; i < 20; i++)
-            seg = seg * 10 + (uint64_t)(de->d_name[i] - '0');
-        spare_keep(p, seg, de->d_name);
+        uint64_t seg;
+        if (parse_numbered(de->d_name, ".spare", &seg))
+            spare_keep(p, seg, de->d_name);
     }
     if (d)
         closedir(d);
