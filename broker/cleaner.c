@@ -15,16 +15,19 @@ struct sk_omap {
     uint64_t (*h)[2]; /* {0, 0}: empty slot */
     int64_t *off;
     uint64_t cap, n;
+    EVP_MD_CTX *md; /* reused for every key's digest (the map is one thread's) */
 };
 
 /* 128 bits of the key's SHA-256, as Kafka's map keeps 128 bits of MD5. Two
  * keys with one hash would lose the older key's latest record, so the hash
  * is one no client can aim at, and wide enough that chance never meets it. */
-static void key_hash(const uint8_t *k, size_t len, uint64_t out[2])
+static void key_hash(const sk_omap *m, const uint8_t *k, size_t len, uint64_t out[2])
 {
     uint8_t d[EVP_MAX_MD_SIZE];
     unsigned dl = 0;
-    if (EVP_Digest(k, len, d, &dl, EVP_sha256(), NULL) != 1 || dl < 16)
+    if (EVP_DigestInit_ex(m->md, EVP_sha256(), NULL) != 1 ||
+        EVP_DigestUpdate(m->md, k, len) != 1 || EVP_DigestFinal_ex(m->md, d, &dl) != 1 ||
+        dl < 16)
         abort(); /* SHA-256 is always there; nothing sane goes on without it */
     memcpy(out, d, 16);
     if (!out[0] && !out[1])
@@ -42,7 +45,8 @@ sk_omap *sk_omap_new(uint64_t bytes)
     m->cap = cap;
     m->h = calloc(cap, sizeof *m->h);
     m->off = calloc(cap, sizeof *m->off);
-    if (!m->h || !m->off) {
+    m->md = EVP_MD_CTX_new();
+    if (!m->h || !m->off || !m->md) {
         sk_omap_destroy(m);
         return NULL;
     }
@@ -55,6 +59,7 @@ void sk_omap_destroy(sk_omap *m)
         return;
     free(m->h);
     free(m->off);
+    EVP_MD_CTX_free(m->md);
     free(m);
 }
 
@@ -79,7 +84,7 @@ static uint64_t slot_of(const sk_omap *m, const uint64_t h[2])
 void sk_omap_put(sk_omap *m, const uint8_t *key, size_t len, int64_t offset)
 {
     uint64_t h[2];
-    key_hash(key, len, h);
+    key_hash(m, key, len, h);
     uint64_t i = slot_of(m, h);
     if (slot_empty(m, i)) {
         if (m->n + 1 >= m->cap)
@@ -94,7 +99,7 @@ void sk_omap_put(sk_omap *m, const uint8_t *key, size_t len, int64_t offset)
 int64_t sk_omap_get(const sk_omap *m, const uint8_t *key, size_t len)
 {
     uint64_t h[2];
-    key_hash(key, len, h);
+    key_hash(m, key, len, h);
     uint64_t i = slot_of(m, h);
     return slot_empty(m, i) ? -1 : m->off[i];
 }

@@ -34,15 +34,23 @@ sk_tc *sk_tc_new(const sk_tc_config *cfg)
     return tc;
 }
 
-void sk_tc_entry_clear(sk_tc_entry *e)
+static void clear_members(sk_tc_entry *e)
 {
-    free(e->txn_id);
     for (int i = 0; i < e->nparts; i++)
         free(e->parts[i].topic);
     free(e->parts);
     for (int i = 0; i < e->ngroups; i++)
         free(e->groups[i]);
     free(e->groups);
+    e->parts = NULL;
+    e->groups = NULL;
+    e->nparts = e->ngroups = 0;
+}
+
+void sk_tc_entry_clear(sk_tc_entry *e)
+{
+    free(e->txn_id);
+    clear_members(e);
     memset(e, 0, sizeof *e);
 }
 
@@ -201,18 +209,6 @@ static int begin(slot *s, int64_t now)
     return 0;
 }
 
-static void clear_members(sk_tc_entry *e)
-{
-    for (int i = 0; i < e->nparts; i++)
-        free(e->parts[i].topic);
-    free(e->parts);
-    for (int i = 0; i < e->ngroups; i++)
-        free(e->groups[i]);
-    free(e->groups);
-    e->parts = NULL;
-    e->groups = NULL;
-    e->nparts = e->ngroups = 0;
-}
 
 /* ---- InitProducerId ---- */
 

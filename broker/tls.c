@@ -67,37 +67,45 @@ static int load_trust(SSL_CTX *ctx, const sk_config *cfg, char *why, size_t whyl
     return 0;
 }
 
-SSL_CTX *sk_tls_load(const sk_config *cfg, char *why, size_t whylen)
+/* A context of `method` that reads the keystore's key with its password and
+ * speaks the enabled protocol versions; NULL with the reason in why. */
+static SSL_CTX *ctx_new(const SSL_METHOD *method, const sk_config *cfg, char *why, size_t whylen)
 {
     ERR_clear_error();
-    SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+    SSL_CTX *ctx = SSL_CTX_new(method);
     if (!ctx) {
         snprintf(why, whylen, "cannot make a TLS context");
         return NULL;
     }
-    const char *ks = cfg->ssl_keystore_location;
     SSL_CTX_set_default_passwd_cb(ctx, key_password_cb);
     SSL_CTX_set_default_passwd_cb_userdata(ctx, cfg->ssl_key_password);
     if (!tls_version_bounds(ctx, cfg->ssl_enabled_protocols)) {
         fail(ctx, why, whylen, "ssl.enabled.protocols", cfg->ssl_enabled_protocols);
         return NULL;
     }
-    if (SSL_CTX_use_certificate_chain_file(ctx, ks) != 1) {
-        fail(ctx, why, whylen, "ssl.keystore.location: no certificate chain in", ks);
-        return NULL;
-    }
-    if (SSL_CTX_use_PrivateKey_file(ctx, ks, SSL_FILETYPE_PEM) != 1) {
-        fail(ctx, why, whylen, "ssl.keystore.location: no usable private key in", ks);
-        return NULL;
-    }
-    if (SSL_CTX_check_private_key(ctx) != 1) {
-        fail(ctx, why, whylen, "ssl.keystore.location: the key does not match the certificate in",
-             ks);
-        return NULL;
-    }
-    /* The password is needed only while the key is read. */
+    return ctx;
+}
+
+/* The keystore's certificate chain and its matching key; the password is
+ * forgotten once the key is read. On failure ctx is freed. */
+static int use_keystore(SSL_CTX *ctx, const char *ks, char *why, size_t whylen)
+{
+    if (SSL_CTX_use_certificate_chain_file(ctx, ks) != 1)
+        return fail(ctx, why, whylen, "ssl.keystore.location: no certificate chain in", ks);
+    if (SSL_CTX_use_PrivateKey_file(ctx, ks, SSL_FILETYPE_PEM) != 1)
+        return fail(ctx, why, whylen, "ssl.keystore.location: no usable private key in", ks);
+    if (SSL_CTX_check_private_key(ctx) != 1)
+        return fail(ctx, why, whylen,
+                    "ssl.keystore.location: the key does not match the certificate in", ks);
     SSL_CTX_set_default_passwd_cb_userdata(ctx, NULL);
-    if (load_trust(ctx, cfg, why, whylen) != 0)
+    return 0;
+}
+
+SSL_CTX *sk_tls_load(const sk_config *cfg, char *why, size_t whylen)
+{
+    SSL_CTX *ctx = ctx_new(TLS_server_method(), cfg, why, whylen);
+    if (!ctx || use_keystore(ctx, cfg->ssl_keystore_location, why, whylen) != 0 ||
+        load_trust(ctx, cfg, why, whylen) != 0)
         return NULL;
     /* No resumption: every connection checks the client's certificate anew.
      * A session id context is still needed once client certificates are
@@ -124,28 +132,11 @@ static int client_trust(SSL_CTX *ctx, const sk_config *cfg, char *why, size_t wh
 
 SSL_CTX *sk_tls_load_client(const sk_config *cfg, char *why, size_t whylen)
 {
-    ERR_clear_error();
-    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
-    if (!ctx) {
-        snprintf(why, whylen, "cannot make a TLS context");
-        return NULL;
-    }
-    const char *ks = cfg->ssl_keystore_location;
-    SSL_CTX_set_default_passwd_cb(ctx, key_password_cb);
-    SSL_CTX_set_default_passwd_cb_userdata(ctx, cfg->ssl_key_password);
-    if (!tls_version_bounds(ctx, cfg->ssl_enabled_protocols)) {
-        fail(ctx, why, whylen, "ssl.enabled.protocols", cfg->ssl_enabled_protocols);
-        return NULL;
-    }
+    SSL_CTX *ctx = ctx_new(TLS_client_method(), cfg, why, whylen);
     /* The node's own certificate is its identity towards the other nodes. */
-    if (*ks && (SSL_CTX_use_certificate_chain_file(ctx, ks) != 1 ||
-                SSL_CTX_use_PrivateKey_file(ctx, ks, SSL_FILETYPE_PEM) != 1 ||
-                SSL_CTX_check_private_key(ctx) != 1)) {
-        fail(ctx, why, whylen, "ssl.keystore.location: no usable key and certificate in", ks);
-        return NULL;
-    }
-    SSL_CTX_set_default_passwd_cb_userdata(ctx, NULL);
-    if (client_trust(ctx, cfg, why, whylen) != 0)
+    const char *ks = cfg->ssl_keystore_location;
+    if (!ctx || (*ks && use_keystore(ctx, ks, why, whylen) != 0) ||
+        client_trust(ctx, cfg, why, whylen) != 0)
         return NULL;
     SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_TICKET);
     return ctx;

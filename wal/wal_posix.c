@@ -454,39 +454,37 @@ static bool spare_take(struct posix *p, uint64_t seg)
 /* At start-up, with the directory to itself: spares of an earlier run are
  * cleared again (a crash may have come between a segment's rename and its
  * clearing) and kept, up to the limit; the rest are deleted. */
+static bool spare_parse(const char *name, uint64_t *seg)
+{
+    return parse_numbered(name, ".spare", seg);
+}
+
 static void spares_load(struct posix *p)
 {
-    DIR *d = fdopendir(dup(p->dirfd));
-    struct dirent *de;
-    if (d)
-        rewinddir(d); /* the dup shares the directory's offset */
-    while (d && (de = readdir(d))) {
-        uint64_t seg;
-        if (parse_numbered(de->d_name, ".spare", &seg))
-            spare_keep(p, seg, de->d_name);
-    }
-    if (d)
-        closedir(d);
+    uint64_t *v;
+    size_t n;
+    if (list_numbered(p, spare_parse, &v, &n) != 0)
+        return;
+    char name[WAL_SEGMENT_NAME_MAX + 8];
+    for (size_t i = 0; i < n; i++)
+        spare_keep(p, v[i], spare_name(v[i], name, sizeof name));
+    free(v);
 }
 
 static int px_purge(wal_storage *s)
 {
     struct posix *p = s->impl;
-    int rc = 0;
-    DIR *d = fdopendir(dup(p->dirfd));
-    struct dirent *de;
-    if (d)
-        rewinddir(d); /* the dup shares the directory's offset */
-    while (d && (de = readdir(d))) {
-        size_t l = strlen(de->d_name);
-        if (l > 6 && strcmp(de->d_name + l - 6, ".spare") == 0 &&
-            unlinkat(p->dirfd, de->d_name, 0) != 0 && errno != ENOENT) {
-            SK_ERROR("wal_posix", "unlink %s/%s: %s", p->dir, de->d_name, strerror(errno));
+    uint64_t *v = NULL;
+    size_t n = 0;
+    int rc = list_numbered(p, spare_parse, &v, &n);
+    char name[WAL_SEGMENT_NAME_MAX + 8];
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        if (unlinkat(p->dirfd, spare_name(v[i], name, sizeof name), 0) != 0 && errno != ENOENT) {
+            SK_ERROR("wal_posix", "unlink %s/%s: %s", p->dir, name, strerror(errno));
             rc = SK_ERR_IO;
         }
     }
-    if (d)
-        closedir(d);
+    free(v);
     pthread_mutex_lock(&p->mu);
     p->nspares = 0;
     p->recycle = false;

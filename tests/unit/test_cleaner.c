@@ -265,6 +265,36 @@ static int add_rec(void *arg, const kb_record *r)
     return 0;
 }
 
+/* Calls fn for every batch of object `key`, in the object's order. */
+static void each_batch(fx *f, const char *key,
+                       void (*fn)(void *arg, const objfmt_batch *b, const uint8_t *payload),
+                       void *arg)
+{
+    uint8_t *data = NULL;
+    size_t got = 0, nlen, nb;
+    uint64_t size = 0, noff;
+    objfmt_reader *rd = NULL;
+    assert_int_equal(objstore_get_sync(f->os, key, 0, OBJSTORE_TO_END, NULL, &data, &got, &size),
+                     0);
+    assert_int_equal(objfmt_reader_from_tail(data, got, got, &rd, &noff, &nlen), 0);
+    const objfmt_entry *bl = objfmt_reader_blocks(rd, &nb);
+    for (size_t k = 0; k < nb; k++) {
+        objfmt_iter it;
+        objfmt_batch b;
+        const uint8_t *pl;
+        assert_int_equal(objfmt_iter_init(&it, &bl[k], data + bl[k].position, bl[k].size), 0);
+        while (objfmt_iter_next(&it, &b, &pl) == 1)
+            fn(arg, &b, pl);
+    }
+    objfmt_reader_destroy(rd);
+    free(data);
+}
+
+static void log_batch(void *arg, const objfmt_batch *b, const uint8_t *payload)
+{
+    assert_int_equal(kb_foreach_record(payload, b->size, 0, add_rec, arg), 0);
+}
+
 /* The records of the objects, in order; checks that the stream's ranges
  * cover [0, end] without a hole. */
 static void read_log(fx *f, const objreg_objects *o, int64_t end, struct logrec *l)
@@ -275,26 +305,7 @@ static void read_log(fx *f, const objreg_objects *o, int64_t end, struct logrec 
         assert_int_equal(o->v[i].nranges, 1);
         assert_int_equal(o->v[i].ranges[0].start, next);
         next = (int64_t)o->v[i].ranges[0].end + 1;
-        uint8_t *data = NULL;
-        size_t got = 0;
-        uint64_t size = 0, noff;
-        size_t nlen, nb;
-        objfmt_reader *rd = NULL;
-        assert_int_equal(objstore_get_sync(f->os, o->v[i].key, 0, OBJSTORE_TO_END, NULL, &data,
-                                           &got, &size), 0);
-        assert_int_equal(objfmt_reader_from_tail(data, got, got, &rd, &noff, &nlen), 0);
-        const objfmt_entry *bl = objfmt_reader_blocks(rd, &nb);
-        for (size_t k = 0; k < nb; k++) {
-            objfmt_iter it;
-            objfmt_batch b;
-            const uint8_t *pl;
-            assert_int_equal(objfmt_iter_init(&it, &bl[k], data + bl[k].position, bl[k].size),
-                             0);
-            while (objfmt_iter_next(&it, &b, &pl) == 1)
-                assert_int_equal(kb_foreach_record(pl, b.size, 0, add_rec, l), 0);
-        }
-        objfmt_reader_destroy(rd);
-        free(data);
+        each_batch(f, o->v[i].key, log_batch, l);
     }
     assert_int_equal(next, end + 1);
 }
@@ -455,45 +466,36 @@ static void put_batch(objup_set *s, int64_t off, const char *const *keys, int n,
     assert_int_equal(objup_set_add(s, &b, buf), 0);
 }
 
-static int count_markers(void *arg, const kb_record *r)
+static int count_records(void *arg, const kb_record *r)
 {
     (void)r;
     (*(int *)arg)++;
     return 0;
 }
 
+struct markers {
+    int n;
+    int64_t *off;
+};
+
+static void marker_batch(void *arg, const objfmt_batch *b, const uint8_t *payload)
+{
+    struct markers *m = arg;
+    kb_header h;
+    assert_int_equal(kb_parse_header(payload, b->size, &h), 0);
+    int recs = 0;
+    assert_int_equal(kb_foreach_record(payload, b->size, 0, count_records, &recs), 0);
+    if ((h.attributes & KB_ATTR_CONTROL) && recs > 0)
+        m->off[m->n++] = h.base_offset;
+}
+
 /* The markers left in the objects: their offsets in off[], how many. */
 static int markers_of(fx *f, const objreg_objects *o, int64_t *off)
 {
-    int n = 0;
-    for (size_t i = 0; i < o->n; i++) {
-        uint8_t *data = NULL;
-        size_t got = 0, nlen, nb;
-        uint64_t size = 0, noff;
-        objfmt_reader *rd = NULL;
-        assert_int_equal(objstore_get_sync(f->os, o->v[i].key, 0, OBJSTORE_TO_END, NULL, &data,
-                                           &got, &size), 0);
-        assert_int_equal(objfmt_reader_from_tail(data, got, got, &rd, &noff, &nlen), 0);
-        const objfmt_entry *bl = objfmt_reader_blocks(rd, &nb);
-        for (size_t k = 0; k < nb; k++) {
-            objfmt_iter it;
-            objfmt_batch b;
-            const uint8_t *pl;
-            assert_int_equal(objfmt_iter_init(&it, &bl[k], data + bl[k].position, bl[k].size),
-                             0);
-            while (objfmt_iter_next(&it, &b, &pl) == 1) {
-                kb_header h;
-                assert_int_equal(kb_parse_header(pl, b.size, &h), 0);
-                int recs = 0;
-                assert_int_equal(kb_foreach_record(pl, b.size, 0, count_markers, &recs), 0);
-                if ((h.attributes & KB_ATTR_CONTROL) && recs > 0)
-                    off[n++] = h.base_offset;
-            }
-        }
-        objfmt_reader_destroy(rd);
-        free(data);
-    }
-    return n;
+    struct markers m = {0, off};
+    for (size_t i = 0; i < o->n; i++)
+        each_batch(f, o->v[i].key, marker_batch, &m);
+    return m.n;
 }
 
 /* A committed transaction whose records later ones of their keys replaced

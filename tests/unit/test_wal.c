@@ -990,6 +990,16 @@ static int first_in_segment(const struct pre *p, const wal_lsn *lsns, int n, wal
     return i;
 }
 
+/* Trims every segment but the last one (which holds lsns[last]) and waits
+ * for the removals: the trimmed files become spares. */
+static void trim_all_but_last(struct fx *f, wal *w, const struct pre *p, const wal_lsn *lsns,
+                              int last)
+{
+    wal_trim(w, lsns[last]);
+    wait_removed(f->base, w, p->calls - 1);
+    spin(f->base);
+}
+
 static void test_recycled_segments(void **state)
 {
     struct fx *f = *state;
@@ -999,9 +1009,7 @@ static void test_recycled_segments(void **state)
     append_range(f, w, 0, 60, lsns);
     int nseg = p.calls;
     assert_true(nseg >= 4);
-    wal_trim(w, lsns[59]);
-    wait_removed(f->base, w, nseg - 1);
-    spin(f->base);
+    trim_all_but_last(f, w, &p, lsns, 59);
     ino_t sp[8];
     assert_int_equal(spares_of(f, sp, 8), 2);
 
@@ -1032,10 +1040,7 @@ static void test_recycled_crash_states(void **state)
     seg_path(f, p.starts[0], path, sizeof path);
     size_t blen;
     uint8_t *first = read_file(path, &blen);
-    int nseg = p.calls;
-    wal_trim(w, lsns[59]);
-    wait_removed(f->base, w, nseg - 1);
-    spin(f->base);
+    trim_all_but_last(f, w, &p, lsns, 59);
     wal_lsn end = wal_end_lsn(w);
     wal_close(w);
     int keep = first_in_segment(&p, lsns, 60, lsns[59]);
@@ -1079,9 +1084,7 @@ static void test_destroy_files_purges_spares(void **state)
     wal_lsn lsns[60];
     wal *w = open_small(f, &p, NULL, NULL, NULL, 0);
     append_range(f, w, 0, 60, lsns);
-    wal_trim(w, lsns[59]);
-    wait_removed(f->base, w, p.calls - 1);
-    spin(f->base);
+    trim_all_but_last(f, w, &p, lsns, 59);
     wal_close(w);
     ino_t sp[8];
     assert_int_equal(spares_of(f, sp, 8), 2);
