@@ -56,10 +56,19 @@ class NfsServer:
     def restart(self, kill=False, down=0.0):
         """Stops the server (SIGKILL: a crash, else SIGTERM) and starts it again on the
         same ports and export."""
-        assert self.dir, "the shared server of tests/run.sh is not restarted by tests"
+        self.halt(kill)
+        time.sleep(down)
+        self.resume()
+
+    def halt(self, kill=False):
+        """Stops the server (SIGKILL: a crash, else SIGTERM), keeping its ports and export
+        for resume()."""
+        assert self.dir, "the shared server of tests/run.sh is not stopped by tests"
         args = [GANESHA, "stop", self.dir] + (["-9"] if kill else [])
         subprocess.run(args, check=True, timeout=60)
-        time.sleep(down)
+
+    def resume(self):
+        """Starts a halted server again on the same ports and export."""
         with open(os.path.join(self.dir, "ganesha.ports")) as f:
             port, mnt = f.read().split()
         r = subprocess.run([GANESHA, "start", self.dir, port, mnt], capture_output=True,
