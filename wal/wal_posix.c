@@ -492,6 +492,27 @@ static int px_purge(wal_storage *s)
     return rc ? rc : sync_dir(p);
 }
 
+/* A removal cut short by a crash leaves its renamed segment behind
+ * (`<start>.wal.del`): deleted at start-up. */
+static bool removed_parse(const char *name, uint64_t *seg)
+{
+    return parse_numbered(name, ".wal.del", seg);
+}
+
+static void removed_purge(struct posix *p)
+{
+    uint64_t *v;
+    size_t n;
+    if (list_numbered(p, removed_parse, &v, &n) != 0)
+        return;
+    char name[WAL_SEGMENT_NAME_MAX], gone[WAL_SEGMENT_NAME_MAX + 8];
+    for (size_t i = 0; i < n; i++) {
+        snprintf(gone, sizeof gone, "%s.del", wal_segment_name(v[i], name, sizeof name));
+        unlinkat(p->dirfd, gone, 0);
+    }
+    free(v);
+}
+
 /* ---- asynchronous operations (run on the IO thread) ---- */
 
 static void op_done(void *arg)
@@ -1120,16 +1141,7 @@ wal_storage *wal_posix_new(struct event_base *base, const char *dir, int *err)
     pthread_mutex_init(&p->mu, NULL);
     p->io = sk_workq_new(base, "wal-io", 1);
     p->rm = sk_workq_new(base, "wal-rm", 1);
-    /* A removal cut short by a crash leaves a renamed file behind. */
-    DIR *d = fdopendir(dup(dfd));
-    struct dirent *de;
-    while (d && (de = readdir(d))) {
-        size_t l = strlen(de->d_name);
-        if (l > 8 && strcmp(de->d_name + l - 8, ".wal.del") == 0)
-            unlinkat(dfd, de->d_name, 0);
-    }
-    if (d)
-        closedir(d);
+    removed_purge(p);
     p->base.ops = &posix_ops;
     p->base.impl = p;
     *err = 0;

@@ -1076,6 +1076,29 @@ static void test_recycled_crash_states(void **state)
     expect_tail(f, keep, 120);
 }
 
+/* A removal cut short by a crash leaves `<start>.wal.del` behind: gone at
+ * the next start-up, and nothing else with it. */
+static void test_removed_leftovers_purged(void **state)
+{
+    struct fx *f = *state;
+    struct pre p = {0};
+    wal_lsn lsns[60];
+    wal *w = open_small(f, &p, NULL, NULL, NULL, 0);
+    append_range(f, w, 0, 60, lsns);
+    wal_close(w);
+    char del[512], other[512];
+    snprintf(del, sizeof del, "%s/%020llu.wal.del", f->dir, 12345ULL);
+    snprintf(other, sizeof other, "%s/notes.wal.del", f->dir);
+    write_file(del, (const uint8_t *)"x", 1);
+    write_file(other, (const uint8_t *)"x", 1);
+    struct pre p2 = {0};
+    w = open_small(f, &p2, NULL, NULL, NULL, 0);
+    assert_int_equal(access(del, F_OK), -1);
+    assert_int_equal(access(other, F_OK), 0); /* not a segment's name */
+    wal_close(w);
+    expect_tail(f, 0, 60);
+}
+
 /* A WAL deleted for good leaves no spare behind. */
 static void test_destroy_files_purges_spares(void **state)
 {
@@ -2406,6 +2429,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_trim_and_read, setup, teardown),
         cmocka_unit_test_setup_teardown(test_recycled_segments, setup, teardown),
         cmocka_unit_test_setup_teardown(test_recycled_crash_states, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_removed_leftovers_purged, setup, teardown),
         cmocka_unit_test_setup_teardown(test_destroy_files_purges_spares, setup, teardown),
         cmocka_unit_test_setup_teardown(test_posix_direct_io, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fault_write_eio, setup, teardown),
