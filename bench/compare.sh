@@ -74,7 +74,7 @@
 #   BENCH_S3_TMPFS=dir       [BENCH_WORK/s3tmpfs, a tmpfs mounted there by root
 #                            (size BENCH_S3_TMPFS_SIZE, 16g); else /dev/shm/...]
 #                            the emulator's data directory of skiff-s3
-#   BENCH_SECTIONS="..."     [nfs s3] extra sections, in the first
+#   BENCH_SECTIONS="..."     [nfs s3; empty: none] extra sections, in the first
 #                            BENCH_SECTION_REPEATS [2; smoke 1] repetitions
 #   BENCH_NFS_DURATION=s     [20; smoke 1] measured seconds of each nfs.sh workload
 #   BENCH_S3_BYTES=n         [1073741824; smoke 16777216] bytes s3.sh ingests and
@@ -119,7 +119,7 @@ LINGER_B=${BENCH_LINGER_B:-5}
 INFLIGHT_BYTES=${BENCH_INFLIGHT_BYTES:-20480000}
 CATCHUP=${BENCH_CATCHUP_BYTES:-$d_catch}
 RSS_SLACK=${BENCH_RSS_SLACK_MIB:-64}
-SECTIONS=${BENCH_SECTIONS:-nfs s3}
+SECTIONS=${BENCH_SECTIONS-nfs s3}
 SECTION_REPEATS=${BENCH_SECTION_REPEATS:-$d_secrep}
 NFS_DURATION=${BENCH_NFS_DURATION:-$d_nfsdur}
 S3_BYTES=${BENCH_S3_BYTES:-$d_s3bytes}
@@ -373,6 +373,8 @@ run_target() { # rep target
   case "$target" in
     skiff*)
       skiffd_stop
+      # back-pressure: produce refused while uploads were behind (report's note)
+      grep -c "refusing produce" "$dir/skiffd.log" > "$dir/refused.txt" || true
       du -sk "$WORK/skiff-data" 2>/dev/null | cut -f1 > "$dir/data_kib.txt" || true
       rm -rf "$WORK/skiff-data"
       if [ "$target" = skiff-s3 ]; then

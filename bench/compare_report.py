@@ -174,6 +174,7 @@ def run_metrics(d):
             m[key + "_rps"] = r["records_s"]
             m[key + "_p99"] = r["latency"]["p99_ms"]
             m[key + "_failed"] = r.get("failed", 0)
+            m[key + "_early"] = r.get("stopped_early", False)
             cpu, wall = cpu_seconds(os.path.join(d, key + "_cpu.txt"))
             gb = r["acked"] * r["record_size"] / 1e9
             if cpu is not None and gb > 0:
@@ -215,6 +216,7 @@ def run_metrics(d):
     m["load_before"] = read_text(os.path.join(d, "load_before.txt"))
     m["load_after"] = read_text(os.path.join(d, "load_after.txt"))
     m["kafka_start_s"] = read_int(os.path.join(d, "kafka_start_s.txt"))
+    m["refused"] = read_int(os.path.join(d, "refused.txt"))
     m["shared"] = read_text(os.path.join(d, "shared.txt"))
     logs = read_text(os.path.join(d, "created_logs.txt"))
     if logs is not None:
@@ -565,12 +567,15 @@ class Report:
                 return " ‡" if n else ""
             return note
 
+        def early(prefix):
+            return lambda t: " ‡" if any(self.values(t, prefix + "_early")) else ""
+
         for q, name in (("p50", "p50"), ("p99", "p99"), ("p999", "p99.9"), ("max", "max")):
             row("(a) produce latency %s" % name, "a_" + q, note=behind("a"))
         row("(a) achieved MB/s", "a_mbs", 1)
-        row("(b) 1 KiB max throughput, MB/s", "b1k_mbs", 1)
+        row("(b) 1 KiB max throughput, MB/s", "b1k_mbs", 1, note=early("b1k"))
         row("(b) 1 KiB max throughput, records/s", "b1k_rps", 0)
-        row("(b) 16 KiB max throughput, MB/s", "b16k_mbs", 1)
+        row("(b) 16 KiB max throughput, MB/s", "b16k_mbs", 1, note=early("b16k"))
         row("(b) 16 KiB max throughput, records/s", "b16k_rps", 0)
         for q, name in (("p50", "p50"), ("p99", "p99"), ("p999", "p99.9"), ("max", "max")):
             row("(c) end-to-end latency %s" % name, "c_" + q, note=behind("c"))
@@ -602,6 +607,18 @@ class Report:
                                  "of the records it did send, a lower bound of what a client at that "
                                  "rate would see" % (NAMES[t], wl, sum(1 for v in vals if v), len(vals),
                                                       "/".join(str(u) for u in uns)))
+            for key, wl in (("b1k", "(b1k)"), ("b16k", "(b16k)")):
+                n = sum(1 for v in self.values(t, key + "_early") if v)
+                if n:
+                    notes.append("in %d repetition(s) of %s, %s acknowledged nothing for 30 s and "
+                                 "the producers gave up: its MB/s is over the time until then"
+                                 % (n, wl, NAMES[t]))
+            refused = [v for v in self.values(t, "refused") if v]
+            if refused:
+                notes.append("%s refused produce requests (the WAL held more than "
+                             "`wal.max.retained.bytes` because uploads to the object store were "
+                             "behind; logged once per 10 s) in %d repetition(s), %s log lines" % (
+                                 NAMES[t], len(refused), "/".join(str(v) for v in refused)))
         if notes:
             w("‡ " + "; ".join(notes) + ".")
             w("")
@@ -764,8 +781,8 @@ class Report:
                     cells += [s[1], s[0], s[2]]
                 f.write('"%s" %s\n' % (label, " ".join("%.3f" % v for v in cells)))
         with open(os.path.join(pdir, "cpu.dat"), "w") as f:
-            for label, key in (("(b) 1 KiB produce", "b1k_cpu_gb"), ("(b) 16 KiB produce", "b16k_cpu_gb"),
-                               ("(d) catch-up read", "d_cpu_gb"), ("tail read (c)-(a)", "tail_cpu_gb")):
+            for label, key in (("(b) 1 KiB", "b1k_cpu_gb"), ("(b) 16 KiB", "b16k_cpu_gb"),
+                               ("(d) catch-up", "d_cpu_gb"), ("tail (c)-(a)", "tail_cpu_gb")):
                 cells = []
                 for t in cols:
                     s = self.stat(t, key) or (0, 0, 0)
