@@ -37,22 +37,11 @@
 set -eu
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BUILD=${SKIFF_BUILD:-$ROOT/build}
-case "$BUILD" in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=python3
-say() { echo "bench-cluster: $*" >&2; }
+BENCH_TAG=bench-cluster
+. "$ROOT/bench/lib.sh"
 
-if [ -z "${BENCH_NOBUILD:-}" ]; then
-  WORK=${BENCH_WORK:-$ROOT/bench/.work}
-  mkdir -p "$WORK"
-  if [ ! -f "$BUILD/CMakeCache.txt" ]; then
-    gen=$(command -v ninja >/dev/null 2>&1 && echo Ninja || echo "Unix Makefiles")
-    cmake -S "$ROOT" -B "$BUILD" -G "$gen" > "$WORK/cluster.build.log" 2>&1 \
-      || { tail -30 "$WORK/cluster.build.log" >&2; say "FAILED: cmake configure"; exit 1; }
-  fi
-  cmake --build "$BUILD" --target skiffd skload > "$WORK/cluster.build.log" 2>&1 \
-    || { tail -30 "$WORK/cluster.build.log" >&2; say "FAILED: build of skiffd skload"; exit 1; }
-fi
+WORK=${BENCH_WORK:-$ROOT/bench/.work}
+mkdir -p "$WORK"
+bench_build "$WORK/cluster.build.log" skiffd skload
 
 SKIFF_BUILD=$BUILD exec "$PY" "$ROOT/bench/cluster.py"

@@ -1,14 +1,21 @@
 #!/bin/sh
 # make bench-compare: Skiff and Apache Kafka side by side, same machine, same
-# disk, same load generator (skload), same client settings.
+# disk, same load generator (skload), same client settings, every figure of the
+# performance targets in one run.
 #
-#   1. builds skload, diskfloor and skiffd; fetches Kafka 4.3.1 from Maven
-#      Central (tools/kafka-ref.sh, cached after the first run);
-#   2. describes the machine and measures the disk floor (diskfloor);
+#   1. builds skload, diskfloor, nfsfloor and skiffd; fetches Kafka 4.3.1 from
+#      Maven Central (tools/kafka-ref.sh, cached after the first run);
+#   2. describes the machine and measures the disk floor (diskfloor); starts the
+#      S3 emulator (tools/s3rver.sh) with its data directory on a tmpfs (mounted
+#      by root under BENCH_WORK, else in /dev/shm) for the production-shaped target;
 #   3. BENCH_REPEATS times (the order of the targets rotates from one
 #      repetition to the next, so that none always runs first on a rested
 #      disk), for each target:
-#        skiff        one skiffd, defaults (WAL with fdatasync, group commit)
+#        skiff-s3     production-shaped: one skiffd, WAL in data.dir on the local
+#                     disk (fdatasync, group commit), objects.url on the emulator
+#                     (a prefix of its own), so that uploads do not compete with
+#                     the WAL for the disk (production: WAL on FSx, objects in S3)
+#        skiff        one skiffd, defaults: WAL and objects in data.dir, one disk
 #        kafka        one KRaft node (tools/kafka-ref.sh), Kafka's defaults:
 #                     acks=all is page-cache durability, no fsync
 #        kafka-fsync  the same, topics created with flush.messages=1: Kafka
@@ -19,77 +26,104 @@
 #        (a)    fixed rate, 1 KiB records, acks=all: produce latency
 #        (b1k)  max throughput, acks=all, 1 KiB records
 #        (b16k) max throughput, acks=all, 16 KiB records
-#        (c)    fixed rate with a consumer: end-to-end latency
+#        (c)    as (a) with a consumer reading at the head: end-to-end latency;
+#               BENCH_TAIL_READERS (3) more consumers read at the head too, so
+#               that (c)'s CPU minus (a)'s is the broker CPU of tail reads
+#        (l)    BENCH_SLOW_RATE (2000) records/s of 1 KiB, linger.ms=0: produce
+#               p99 against the disk's 4 KiB append + fdatasync p99
 #        (d)    catch-up read of the first BENCH_CATCHUP_BYTES of (b1k)'s topic
 #      while sampling the broker's RSS and reading its CPU time from /proc
 #      around each workload, then stops the broker by its PID and wipes its data;
+#      then, in the first BENCH_SECTION_REPEATS repetitions, the sections of
+#      BENCH_SECTIONS: nfs (bench/nfs.sh: the WAL on NFS-Ganesha beside nfsfloor)
+#      and s3 (bench/s3.sh: catch-up read from objects beside raw ranged GETs),
+#      their results kept in results/sections/r<N>/;
 #   4. bench/compare_report.py writes report.md (Markdown tables, min / median
-#      / max over the repetitions, ratios Skiff / Kafka, the targets),
-#      report.json and, with gnuplot, the PNG plots; with BENCH_DOCS=1 (the
-#      default of a full run) it also replaces the generated section of
-#      docs/benchmarks.md and the plots in docs/benchmarks/.
+#      / max over the repetitions, ratios Skiff / Kafka, the targets with
+#      PASS/MISS labels), report.json and, with gnuplot, the PNG plots; with
+#      BENCH_DOCS=1 (the default of a full run) it also replaces the generated
+#      section of docs/benchmarks.md and the plots in docs/benchmarks/.
 #
 # Exit status: 0 when every figure was measured, whatever it says; 1 when the
 # harness failed (build, Kafka download or start, a broker died, a workload
 # measured nothing).
 #
 # Environment (defaults in brackets; BENCH_SMOKE=1 shrinks everything to a
-# run of about a minute, Kafka start-up included, for `make test`):
+# run of about two minutes, Kafka start-up included, for `make test`):
 #   BENCH_REPEATS=n          [3] repetitions of every target
-#   BENCH_TARGETS="..."      [skiff kafka kafka-fsync]
-#   BENCH_DURATION=s         [20] measured seconds of (a), (b1k), (b16k), (c)
-#   BENCH_WARMUP=s           [5] unmeasured seconds before each
-#   BENCH_PRIME=s            [15] unmeasured (a)-like run on a new broker first
+#   BENCH_TARGETS="..."      [skiff-s3 skiff kafka kafka-fsync]
+#   BENCH_DURATION=s         [15] measured seconds of (a), (b1k), (b16k), (c), (l)
+#   BENCH_WARMUP=s           [4] unmeasured seconds before each
+#   BENCH_PRIME=s            [10] unmeasured (a)-like run on a new broker first
 #   BENCH_PARTITIONS=n       [4] partitions of every topic
 #   BENCH_RATE_MBS=x         [20] MB/s (10^6 B) of 1 KiB records in (a) and (c)
 #   BENCH_LINGER_A=ms        [1] linger.ms of (a) and (c)
-#   BENCH_MAX_BEHIND=s       [10] (a)/(c) stop sending once this far behind the
-#                            schedule (the rest is counted unsent): a broker
+#   BENCH_SLOW_RATE=n        [2000] records/s of (l)
+#   BENCH_TAIL_READERS=n     [3] consumers of (c) beside the timed one (skload
+#                            --tail-readers): the tail reads whose CPU is measured
+#   BENCH_MAX_BEHIND=s       [10] (a)/(c)/(l) stop sending once this far behind
+#                            the schedule (the rest is counted unsent): a broker
 #                            that cannot take the rate ends its run in bounded time
 #   BENCH_TP_PRODUCERS=n     [4] producer instances of (b1k)/(b16k)
 #   BENCH_LINGER_B=ms        [5] linger.ms of (b1k)/(b16k)
 #   BENCH_INFLIGHT_BYTES=n   [20480000] in-flight bound of (b), in bytes (20000
 #                            records of 1 KiB, 1250 of 16 KiB)
 #   BENCH_CATCHUP_BYTES=n    [1000000000] bytes read by (d)
+#   BENCH_RSS_SLACK_MIB=n    [64] the configured memory bound of skiffd is its idle
+#                            RSS + wal.cache.bytes + s3.block.cache.bytes + this
+#   BENCH_S3_TMPFS=dir       [BENCH_WORK/s3tmpfs, a tmpfs mounted there by root
+#                            (size BENCH_S3_TMPFS_SIZE, 16g); else /dev/shm/...]
+#                            the emulator's data directory of skiff-s3
+#   BENCH_SECTIONS="..."     [nfs s3; empty: none] extra sections, in the first
+#                            BENCH_SECTION_REPEATS [2; smoke 1] repetitions
+#   BENCH_NFS_DURATION=s     [20; smoke 1] measured seconds of each nfs.sh workload
+#   BENCH_S3_BYTES=n         [1073741824; smoke 16777216] bytes s3.sh ingests and
+#                            reads back, in BENCH_S3_SIZE [1024] B records (as (d))
 #   BENCH_KAFKA_HEAP="..."   [-Xms1g -Xmx1g] Kafka's JVM heap (G1)
 #   BENCH_KAFKA_PROPS="..."  extra server.properties lines for Kafka
 #   BENCH_KAFKA_SHARED=0|1   [0; smoke 1] one Kafka process per repetition for
 #                            both Kafka targets (flush.messages is a topic
 #                            config, so the fsync target just uses its own topics)
-#   BENCH_SKIFFD_ARGS="..."  extra skiffd arguments (--override k=v)
+#   BENCH_SKIFFD_ARGS="..."  extra skiffd arguments (--override k=v), both Skiff targets
 #   BENCH_WORK=dir           [bench/.work/compare] data, logs and results
 #   BENCH_DOCS=0|1           [1; smoke 0] update docs/benchmarks.md and docs/benchmarks/
 #   BENCH_NOBUILD=1          use the binaries in SKIFF_BUILD [build] as they are
+# A full run takes about 33 minutes on 2 cores (bench/README.md has the sum).
 set -eu
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BUILD=${SKIFF_BUILD:-$ROOT/build}
-case "$BUILD" in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=python3
-SMOKE=${BENCH_SMOKE:-0}
+BENCH_TAG=bench-compare
+. "$ROOT/bench/lib.sh"
 KREF=$ROOT/tools/kafka-ref.sh
 
 if [ "$SMOKE" = 1 ]; then
-  d_rep=1; d_dur=1; d_warm=0.3; d_mbs=2; d_catch=4000000; d_shared=1; d_docs=0; d_behind=3
-  d_prime=0.5
+  d_rep=1; d_dur=1; d_warm=0.3; d_mbs=2; d_catch=20000000; d_shared=1; d_docs=0; d_behind=3
+  d_prime=0.5; d_slow=200; d_secrep=1; d_nfsdur=1; d_s3bytes=16777216
 else
-  d_rep=3; d_dur=20; d_warm=5; d_mbs=20; d_catch=1000000000; d_shared=0; d_docs=1; d_behind=10
-  d_prime=15
+  d_rep=3; d_dur=15; d_warm=4; d_mbs=20; d_catch=1000000000; d_shared=0; d_docs=1; d_behind=10
+  d_prime=10; d_slow=2000; d_secrep=2; d_nfsdur=20; d_s3bytes=1073741824
 fi
 REPEATS=${BENCH_REPEATS:-$d_rep}
-TARGETS=${BENCH_TARGETS:-skiff kafka kafka-fsync}
+TARGETS=${BENCH_TARGETS:-skiff-s3 skiff kafka kafka-fsync}
 DURATION=${BENCH_DURATION:-$d_dur}
 WARMUP=${BENCH_WARMUP:-$d_warm}
 PRIME=${BENCH_PRIME:-$d_prime}
 PARTITIONS=${BENCH_PARTITIONS:-4}
 RATE_MBS=${BENCH_RATE_MBS:-$d_mbs}
 LINGER_A=${BENCH_LINGER_A:-1}
+SLOW_RATE=${BENCH_SLOW_RATE:-$d_slow}
+TAIL_READERS=${BENCH_TAIL_READERS:-3}
 MAX_BEHIND=${BENCH_MAX_BEHIND:-$d_behind}
 TP_PRODUCERS=${BENCH_TP_PRODUCERS:-4}
 LINGER_B=${BENCH_LINGER_B:-5}
 INFLIGHT_BYTES=${BENCH_INFLIGHT_BYTES:-20480000}
 CATCHUP=${BENCH_CATCHUP_BYTES:-$d_catch}
+RSS_SLACK=${BENCH_RSS_SLACK_MIB:-64}
+SECTIONS=${BENCH_SECTIONS-nfs s3}
+SECTION_REPEATS=${BENCH_SECTION_REPEATS:-$d_secrep}
+NFS_DURATION=${BENCH_NFS_DURATION:-$d_nfsdur}
+S3_BYTES=${BENCH_S3_BYTES:-$d_s3bytes}
+S3_SIZE=${BENCH_S3_SIZE:-1024}
 KAFKA_HEAP=${BENCH_KAFKA_HEAP:--Xms1g -Xmx1g}
 KSHARED=${BENCH_KAFKA_SHARED:-$d_shared}
 DOCS=${BENCH_DOCS:-$d_docs}
@@ -106,11 +140,10 @@ RATE=$("$PY" -c "print(max(1, round(float('$RATE_MBS') * 1e6 / 1024)))")
 INFL_1K=$("$PY" -c "print(max(1, int('$INFLIGHT_BYTES') // 1024))")
 INFL_16K=$("$PY" -c "print(max(1, int('$INFLIGHT_BYTES') // 16384))")
 
-SK_PID=""        # skiffd we started
 KDIR=""          # directory of the Kafka we started (tools/kafka-ref.sh keeps its PID there)
 SAMPLER_PID=""
-say() { echo "bench-compare: $*" >&2; }
-fail() { say "FAILED: $*"; exit 1; }
+TMPFS=""         # the emulator's data directory, when we made it
+TMPFS_MOUNTED=""
 
 stop_sampler() {
   if [ -n "$SAMPLER_PID" ]; then
@@ -120,63 +153,32 @@ stop_sampler() {
   fi
 }
 
-stop_skiffd() {
-  [ -n "$SK_PID" ] || return 0
-  if kill -0 "$SK_PID" 2>/dev/null; then
-    kill -TERM "$SK_PID" 2>/dev/null || true
-    i=0
-    while kill -0 "$SK_PID" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
-    if kill -0 "$SK_PID" 2>/dev/null; then
-      say "skiffd (pid $SK_PID) ignored SIGTERM for 10 s: SIGKILL"
-      kill -KILL "$SK_PID" 2>/dev/null || true
-    fi
-  fi
-  wait "$SK_PID" 2>/dev/null || true
-  SK_PID=""
-}
-
 stop_kafka() {
   [ -n "$KDIR" ] || return 0
   "$KREF" stop "$KDIR" > /dev/null 2>&1 || true
   KDIR=""
 }
 
+drop_tmpfs() {
+  [ -n "$TMPFS" ] || return 0
+  if [ -n "$TMPFS_MOUNTED" ]; then umount "$TMPFS" 2>/dev/null || true; fi
+  rm -rf "$TMPFS"
+  TMPFS=""
+}
+
 cleanup() {
   rc=$?
   stop_sampler
-  stop_skiffd
+  bench_stop_all
   stop_kafka
+  drop_tmpfs
   exit $rc
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-free_port() {
-  "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-
-port_open() {
-  "$PY" -c 'import socket,sys; socket.create_connection(("127.0.0.1",int(sys.argv[1])),timeout=0.5).close()' "$1" 2>/dev/null
-}
-
-cpu_mark() { # PID -> "wall_ns cpu_ticks" (utime + stime of every thread of that process)
-  echo "$(date +%s%N) $(awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0)"
-}
-
-status_kib() { # PID FIELD -> kB value of FIELD in /proc/PID/status, or empty
-  awk -v f="$2:" '$1 == f { print $2 }' "/proc/$1/status" 2>/dev/null || true
-}
-
 # ---------------------------------------------------------------- 1. build
-if [ -z "${BENCH_NOBUILD:-}" ]; then
-  if [ ! -f "$BUILD/CMakeCache.txt" ]; then
-    gen=$(command -v ninja >/dev/null 2>&1 && echo Ninja || echo "Unix Makefiles")
-    cmake -S "$ROOT" -B "$BUILD" -G "$gen" > "$WORK/build.log" 2>&1 \
-      || { tail -30 "$WORK/build.log" >&2; fail "cmake configure"; }
-  fi
-  cmake --build "$BUILD" --target skload diskfloor skiffd >> "$WORK/build.log" 2>&1 \
-    || { tail -30 "$WORK/build.log" >&2; fail "build of skload diskfloor skiffd"; }
-fi
+bench_build "$WORK/build.log" skload diskfloor nfsfloor skiffd
 for b in "$SKLOAD" "$DISKFLOOR" "$BUILD/skiffd"; do
   [ -x "$b" ] || fail "$b missing (librdkafka-dev installed? make test-deps)"
 done
@@ -208,31 +210,44 @@ say "disk floor in $WORK/floor"
 # shellcheck disable=SC2086
 "$DISKFLOOR" --dir "$WORK/floor" $fl > "$OUT/floor.json" || fail "diskfloor"
 
+# The emulator of the production-shaped target, its data on a tmpfs so that the
+# uploads do not compete with the WAL for the disk.
+S3_BUCKET=bench
+case " $TARGETS " in
+  *" skiff-s3 "*)
+    TMPFS=${BENCH_S3_TMPFS:-$WORK/s3tmpfs}
+    mkdir -p "$TMPFS"
+    if [ -z "${BENCH_S3_TMPFS:-}" ] && [ "$(id -u)" = 0 ] \
+        && mount -t tmpfs -o "size=${BENCH_S3_TMPFS_SIZE:-16g}" skiff-bench "$TMPFS" 2>/dev/null; then
+      TMPFS_MOUNTED=1
+    elif [ -z "${BENCH_S3_TMPFS:-}" ]; then
+      rmdir "$TMPFS"
+      TMPFS=/dev/shm/skiff-bench-compare-$$
+      mkdir -p "$TMPFS"
+    fi
+    s3_start "$TMPFS/s3rver" "$OUT/s3rver_start.log" "$S3_BUCKET" \
+      || fail "the production-shaped target needs the S3 emulator (node, npm)"
+    echo "$(stat -f -c %T "$TMPFS") $TMPFS" > "$OUT/s3_fs.txt"
+    say "S3 emulator on $S3_ENDPOINT, data on $(cat "$OUT/s3_fs.txt")" ;;
+esac
+"$BUILD/skiffd" --gen-config-doc > "$OUT/skiffd_config.md" 2>/dev/null || true
+
 # ------------------------------------------------------------- 3. brokers
 BOOT=""
 BROKER_PID=""
 
-start_skiffd() { # rundir
+start_skiff() { # rundir extra-args...
+  dir=$1
+  shift
   data=$WORK/skiff-data
   rm -rf "$data"
   mkdir -p "$data"
-  port=$(free_port)
-  BOOT=127.0.0.1:$port
   # shellcheck disable=SC2086
-  "$BUILD/skiffd" --override node.id=1 --override "data.dir=$data" \
-      --override "listeners=PLAINTEXT://$BOOT" --override "advertised.listeners=PLAINTEXT://$BOOT" \
-      ${BENCH_SKIFFD_ARGS:-} > "$1/skiffd.log" 2>&1 &
-  SK_PID=$!
-  i=0
-  until port_open "$port"; do
-    kill -0 "$SK_PID" 2>/dev/null || { tail -20 "$1/skiffd.log" >&2; SK_PID=""; fail "skiffd exited during start-up"; }
-    i=$((i + 1))
-    [ $i -lt 300 ] || fail "skiffd does not listen on $BOOT after 30 s"
-    sleep 0.1
-  done
-  BROKER_PID=$SK_PID
-  echo "skiffd $BUILD/skiffd --override node.id=1 --override data.dir=$data --override listeners=PLAINTEXT://$BOOT ${BENCH_SKIFFD_ARGS:-}" > "$1/broker.txt"
-  say "  skiffd pid $SK_PID on $BOOT"
+  set -- --override "data.dir=$data" "$@" ${BENCH_SKIFFD_ARGS:-}
+  skiffd_start "$dir/skiffd.log" "$(free_port)" "$@"
+  BROKER_PID=$SKIFFD_PID
+  echo "skiffd $BUILD/skiffd --override node.id=1 --override listeners=PLAINTEXT://$BOOT $*" > "$dir/broker.txt"
+  say "  skiffd pid $SKIFFD_PID on $BOOT"
 }
 
 start_kafka() { # rundir
@@ -263,10 +278,14 @@ stamp=$(date +%s)
 workload() { # rundir name target-topic-config skload-args...
   dir=$1; name=$2; tcfg=$3; shift 3
   bound=$("$PY" -c "print(int(float('$DURATION') + float('$WARMUP') + float('$MAX_BEHIND') + 120))")
+  n0=$(wc -l < "$dir/rss_samples.txt" 2>/dev/null || echo 0)
   m0=$(cpu_mark "$BROKER_PID")
   # shellcheck disable=SC2086
   timeout -k 10 "$bound" "$SKLOAD" -b "$BOOT" --json $tcfg "$@" > "$dir/$name.json" 2> "$dir/$name.log" || true
   echo "$m0 $(cpu_mark "$BROKER_PID")" > "$dir/${name}_cpu.txt"
+  # RSS during this workload: the sample lines it spans, and one reading at its end
+  echo "$n0 $(wc -l < "$dir/rss_samples.txt" 2>/dev/null || echo 0) $(status_kib "$BROKER_PID" VmRSS)" \
+    > "$dir/${name}_rss.txt"
   broker_alive || fail "the broker died during $name (see $dir)"
   [ -s "$dir/$name.json" ] || { tail -5 "$dir/$name.log" >&2; fail "$name measured nothing (log: $dir/$name.log)"; }
 }
@@ -279,9 +298,11 @@ run_target() { # rep target
   # Write back what the previous broker left dirty in the page cache (Kafka
   # default leaves GBs), so that it does not land on this broker's syncs.
   sync
-  cut -d' ' -f1-3 /proc/loadavg > "$dir/load_before.txt"
+  loadavg > "$dir/load_before.txt"
+  prefix=r$rep-$stamp
   case "$target" in
-    skiff) start_skiffd "$dir"; tcfg="" ;;
+    skiff) start_skiff "$dir"; tcfg="" ;;
+    skiff-s3) start_skiff "$dir" --override "objects.url=$(s3_url "$S3_BUCKET" "$prefix")"; tcfg="" ;;
     kafka|kafka-fsync)
       if [ -z "$KDIR" ]; then
         start_kafka "$dir"
@@ -295,7 +316,7 @@ run_target() { # rep target
       fi
       tcfg=""
       [ "$target" = kafka-fsync ] && tcfg="--topic-config flush.messages=1" ;;
-    *) fail "unknown target $target (skiff, kafka, kafka-fsync)" ;;
+    *) fail "unknown target $target (skiff-s3, skiff, kafka, kafka-fsync)" ;;
   esac
 
   if [ ! -f "$dir/shared.txt" ]; then
@@ -306,9 +327,10 @@ run_target() { # rep target
   else
     cp "$KAFKA_IDLE_FROM/idle_rss_kib.txt" "$dir/"
   fi
+  : > "$dir/rss_samples.txt"
   ( while kill -0 "$BROKER_PID" 2>/dev/null; do
       status_kib "$BROKER_PID" VmRSS; sleep 0.2
-    done ) > "$dir/rss_samples.txt" &
+    done ) >> "$dir/rss_samples.txt" &
   SAMPLER_PID=$!
 
   topic="cmp-$target-r$rep-$stamp"
@@ -334,32 +356,66 @@ run_target() { # rep target
   # shellcheck disable=SC2086
   workload "$dir" b16k "$tcfg" $common $n16k -t "$topic-b16k" -s 16384 -P "$TP_PRODUCERS" -r 0 \
     --linger-ms "$LINGER_B" --batch-size 1000000 --max-inflight "$INFL_16K"
-  say "  (c) end-to-end at $RATE_MBS MB/s"
+  say "  (c) end-to-end at $RATE_MBS MB/s, 1 + $TAIL_READERS consumers at the head"
   # shellcheck disable=SC2086
   workload "$dir" c "$tcfg" $common --e2e -t "$topic-c" -s 1024 -P 1 -r "$RATE" --linger-ms "$LINGER_A" \
+    --max-inflight "$INFL_1K" --max-behind "$MAX_BEHIND" --tail-readers "$TAIL_READERS"
+  say "  (l) $SLOW_RATE records/s of 1 KiB, linger.ms=0"
+  # shellcheck disable=SC2086
+  workload "$dir" l "$tcfg" $common -t "$topic-l" -s 1024 -P 1 -r "$SLOW_RATE" --linger-ms 0 \
     --max-inflight "$INFL_1K" --max-behind "$MAX_BEHIND"
   say "  (d) catch-up read of up to $CATCHUP bytes of the (b1k) topic"
   workload "$dir" d "" --consume -t "$topic-b1k" --no-create --bytes "$CATCHUP" -d 600
 
   stop_sampler
   status_kib "$BROKER_PID" VmHWM > "$dir/hwm_kib.txt"
-  cut -d' ' -f1-3 /proc/loadavg > "$dir/load_after.txt"
-  if [ "$target" = skiff ]; then
-    stop_skiffd
-    du -sk "$WORK/skiff-data" 2>/dev/null | cut -f1 > "$dir/data_kib.txt" || true
-    rm -rf "$WORK/skiff-data"
-  fi
-  if [ "$target" != skiff ]; then
-    # Kafka logs each partition's topic configs when it creates the log: the
-    # proof that the fsync target's topics, and only they, had flush.messages=1.
-    grep "Created log for partition cmp-$target-r$rep-" "$KDIR/kafka.log" > "$dir/created_logs.txt" || true
-  fi
-  if [ "$target" != skiff ] && { [ "$KSHARED" != 1 ] || [ "$LAST_KAFKA" = "$target" ]; }; then
-    du -sk "$KDIR/data" 2>/dev/null | cut -f1 > "$dir/data_kib.txt" || true
-    stop_kafka
-    rm -rf "$WORK/kafka"
-  fi
+  loadavg > "$dir/load_after.txt"
+  case "$target" in
+    skiff*)
+      skiffd_stop
+      # back-pressure: produce refused while uploads were behind (report's note)
+      grep -c "refusing produce" "$dir/skiffd.log" > "$dir/refused.txt" || true
+      du -sk "$WORK/skiff-data" 2>/dev/null | cut -f1 > "$dir/data_kib.txt" || true
+      rm -rf "$WORK/skiff-data"
+      if [ "$target" = skiff-s3 ]; then
+        du -sk "$S3_DIR/data/$S3_BUCKET/$prefix" 2>/dev/null | cut -f1 > "$dir/objects_kib.txt" || true
+        rm -rf "${S3_DIR:?}/data/$S3_BUCKET/$prefix"
+      fi ;;
+    *)
+      # Kafka logs each partition's topic configs when it creates the log: the
+      # proof that the fsync target's topics, and only they, had flush.messages=1.
+      grep "Created log for partition cmp-$target-r$rep-" "$KDIR/kafka.log" > "$dir/created_logs.txt" || true
+      if [ "$KSHARED" != 1 ] || [ "$LAST_KAFKA" = "$target" ]; then
+        du -sk "$KDIR/data" 2>/dev/null | cut -f1 > "$dir/data_kib.txt" || true
+        stop_kafka
+        rm -rf "$WORK/kafka"
+      fi ;;
+  esac
   BROKER_PID=""
+}
+
+run_sections() { # rep: bench/nfs.sh and bench/s3.sh, results kept in results/sections/r<rep>/
+  for sec in $SECTIONS; do
+    sdir=$OUT/sections/r$1/$sec
+    mkdir -p "$sdir"
+    sync
+    say "repetition $1: section $sec"
+    case "$sec" in
+      nfs) run_section NFS env BENCH_WORK="$WORK/sections" BENCH_NOBUILD=1 SKIFF_BUILD="$BUILD" \
+             BENCH_DURATION="$NFS_DURATION" BENCH_WARMUP="$WARMUP" BENCH_PARTITIONS="$PARTITIONS" \
+             BENCH_TP_PRODUCERS="$TP_PRODUCERS" "$ROOT/bench/nfs.sh" > "$sdir/stdout.txt" ;;
+      s3) run_section object-store env BENCH_WORK="$WORK/sections" BENCH_NOBUILD=1 SKIFF_BUILD="$BUILD" \
+            BENCH_S3_BYTES="$S3_BYTES" BENCH_S3_SIZE="$S3_SIZE" BENCH_PARTITIONS="$PARTITIONS" \
+            "$ROOT/bench/s3.sh" > "$sdir/stdout.txt" ;;
+      *) fail "unknown section $sec (nfs, s3)" ;;
+    esac
+    if [ "$SECTION_RC" = 0 ]; then
+      cp "$WORK/sections/$sec/results/"*.json "$WORK/sections/$sec/results/"*.txt "$sdir/"
+    else
+      echo "skipped (exit $SECTION_RC)" > "$sdir/skipped.txt"
+    fi
+    rm -rf "${WORK:?}/sections/$sec"
+  done
 }
 
 KBOOT=""
@@ -373,9 +429,10 @@ while [ "$rep" -le "$REPEATS" ]; do
   LAST_KAFKA=""
   for t in $order; do case "$t" in kafka*) LAST_KAFKA=$t ;; esac; done
   for t in $order; do run_target "$rep" "$t"; done
+  [ "$rep" -gt "$SECTION_REPEATS" ] || run_sections "$rep"
   rep=$((rep + 1))
 done
-cut -d' ' -f1-3 /proc/loadavg > "$OUT/load_end.txt"
+loadavg > "$OUT/load_end.txt"
 
 # --------------------------------------------------------------- 5. report
 cat > "$OUT/params.json" <<EOF
@@ -385,6 +442,9 @@ cat > "$OUT/params.json" <<EOF
  "max_behind_s": $MAX_BEHIND, "tp_producers": $TP_PRODUCERS, "linger_b": $LINGER_B,
  "inflight_1k": $INFL_1K, "inflight_16k": $INFL_16K, "catchup_bytes": $CATCHUP,
  "kafka_heap": "$KAFKA_HEAP", "kafka_shared": $( [ "$KSHARED" = 1 ] && echo true || echo false ),
+ "slow_rate": $SLOW_RATE, "tail_readers": $TAIL_READERS, "rss_slack_mib": $RSS_SLACK, "sections": "$(echo $SECTIONS)",
+ "section_repeats": $SECTION_REPEATS, "nfs_duration_s": $NFS_DURATION, "s3_bytes": $S3_BYTES,
+ "s3_size": $S3_SIZE, "s3_fs": "$(cat "$OUT/s3_fs.txt" 2>/dev/null || true)",
  "kafka_props": "$(printf '%s' "${BENCH_KAFKA_PROPS:-}" | tr '\n' ' ')",
  "skiffd_args": "${BENCH_SKIFFD_ARGS:-}"}
 EOF

@@ -29,11 +29,8 @@
 set -eu
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BUILD=${SKIFF_BUILD:-$ROOT/build}
-case "$BUILD" in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=python3
-SMOKE=${BENCH_SMOKE:-0}
+BENCH_TAG=bench-nfs
+. "$ROOT/bench/lib.sh"
 if [ "$SMOKE" = 1 ]; then
   d_rate=200; d_dur=2; d_warm=0.5; d_iter=200; d_seq=0.5; d_inflight=2000
 else
@@ -60,67 +57,26 @@ OUT=$WORK/results
 SKLOAD=$BUILD/bench/skload
 NFSFLOOR=$BUILD/bench/nfsfloor
 
-BROKER_PID=""
-GANESHA_UP=""
-say() { echo "bench-nfs: $*" >&2; }
-fail() { say "FAILED: $*"; exit 1; }
-
-cleanup() {
-  rc=$?
-  if [ -n "$BROKER_PID" ] && kill -0 "$BROKER_PID" 2>/dev/null; then
-    kill -TERM "$BROKER_PID" 2>/dev/null || true
-    i=0
-    while kill -0 "$BROKER_PID" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
-    kill -0 "$BROKER_PID" 2>/dev/null && kill -KILL "$BROKER_PID" 2>/dev/null
-    wait "$BROKER_PID" 2>/dev/null || true
-  fi
-  [ -n "$GANESHA_UP" ] && "$ROOT/tools/ganesha.sh" stop "$GDIR" >/dev/null 2>&1
-  exit $rc
-}
-trap cleanup EXIT
+trap 'rc=$?; bench_stop_all; exit $rc' EXIT
 trap 'exit 130' INT TERM
 
-free_port() {
-  "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-
-port_open() {
-  "$PY" -c 'import socket,sys; socket.create_connection(("127.0.0.1",int(sys.argv[1])),timeout=0.5).close()' "$1" 2>/dev/null
-}
-
 # ---------------------------------------------------------------- 1. build
-if [ -z "${BENCH_NOBUILD:-}" ]; then
-  if [ ! -f "$BUILD/CMakeCache.txt" ]; then
-    gen=$(command -v ninja >/dev/null 2>&1 && echo Ninja || echo "Unix Makefiles")
-    cmake -S "$ROOT" -B "$BUILD" -G "$gen" > "$WORK.build.log" 2>&1 \
-      || { tail -30 "$WORK.build.log" >&2; fail "cmake configure"; }
-  fi
-  cmake --build "$BUILD" --target nfsfloor skload skiffd > "$WORK.build.log" 2>&1 \
-    || { tail -30 "$WORK.build.log" >&2; fail "build of nfsfloor skload skiffd"; }
-fi
+bench_build "$WORK.build.log" nfsfloor skload skiffd
 [ -x "$NFSFLOOR" ] || fail "$NFSFLOOR missing"
 [ -x "$SKLOAD" ] || fail "$SKLOAD missing (librdkafka-dev installed? make test-deps)"
 
-"$ROOT/tools/ganesha.sh" stop "$GDIR" >/dev/null 2>&1 || true
+"$ROOT/tools/ganesha.sh" stop "$GDIR" >/dev/null 2>&1 || true  # left by a killed run
 rm -rf "$WORK"
 mkdir -p "$GDIR" "$DATA" "$OUT"
 cut -d' ' -f1-3 /proc/loadavg > "$OUT/load_before.txt"
 
 # ---------------------------------------------------------------- 2. server
-set +e
-"$ROOT/tools/ganesha.sh" start "$GDIR" "$(free_port)" "$(free_port)" > "$OUT/ganesha.txt" 2>&1
-grc=$?
-set -e
-if [ $grc -eq 77 ]; then
-  cat "$OUT/ganesha.txt" >&2
+if ! nfs_start "$GDIR" "$OUT/ganesha.txt"; then
   say "no NFS server can run here: NFS section skipped"
   exit 77
 fi
-[ $grc -eq 0 ] || { cat "$OUT/ganesha.txt" >&2; fail "tools/ganesha.sh start"; }
-GANESHA_UP=1
-BASE=$("$ROOT/tools/ganesha.sh" url "$GDIR")
-url_of() { echo "${BASE%%\?*}/$1?${BASE#*\?}"; }
-say "NFS-Ganesha $(cat "$GDIR/ganesha.pid"): $BASE"
+url_of() { nfs_url "$1"; }
+say "NFS-Ganesha $(cat "$GDIR/ganesha.pid"): $NFS_BASE"
 
 # ---------------------------------------------------------------- 3. floor
 mkdir -p "$GDIR/export/floor"
@@ -129,22 +85,11 @@ say "NFS floor: $NFS_ITER x 4 KiB WRITE+COMMIT and WRITE FILE_SYNC, ${NFS_SEQ} s
   > "$OUT/nfsfloor.json" 2> "$OUT/nfsfloor.log" || { cat "$OUT/nfsfloor.log" >&2; fail "nfsfloor"; }
 
 # ---------------------------------------------------------------- 4. broker, workloads
-PORT=$(free_port)
-BOOT=127.0.0.1:$PORT
 WAL_URL="$(url_of wal)${BENCH_NFS_URL_EXTRA:-}"
 # shellcheck disable=SC2086
-"$BUILD/skiffd" --override node.id=1 --override "data.dir=$DATA" \
-    --override "listeners=PLAINTEXT://$BOOT" --override "advertised.listeners=PLAINTEXT://$BOOT" \
-    --override "wal.url=$WAL_URL" ${BENCH_NFS_SKIFFD_ARGS:-} > "$OUT/skiffd.log" 2>&1 &
-BROKER_PID=$!
-i=0
-until port_open "$PORT"; do
-  kill -0 "$BROKER_PID" 2>/dev/null || { tail -20 "$OUT/skiffd.log" >&2; BROKER_PID=""; fail "skiffd exited during start-up"; }
-  i=$((i + 1))
-  [ $i -lt 300 ] || fail "skiffd does not listen on $BOOT after 30 s"
-  sleep 0.1
-done
-say "skiffd pid $BROKER_PID on $BOOT, WAL $WAL_URL"
+skiffd_start "$OUT/skiffd.log" "$(free_port)" --override "data.dir=$DATA" \
+    --override "wal.url=$WAL_URL" ${BENCH_NFS_SKIFFD_ARGS:-}
+say "skiffd pid $SKIFFD_PID on $BOOT, WAL $WAL_URL"
 
 stamp=$(date +%s)
 common="-b $BOOT -p $PARTITIONS -s $SIZE -a all --warmup $WARMUP -d $DURATION --json"
@@ -153,12 +98,12 @@ say "(a) acks=all ${SIZE} B records at $RATE rec/s, linger.ms=0"
 # shellcheck disable=SC2086
 timeout -k 30 "$bound" "$SKLOAD" $common -t "skiff-nfs-latency-$stamp" -P "$PRODUCERS" -r "$RATE" \
     --linger-ms 0 --max-inflight "$INFLIGHT" > "$OUT/a.json" 2> "$OUT/a.log" || true
-kill -0 "$BROKER_PID" 2>/dev/null || { BROKER_PID=""; fail "skiffd died during (a) (log: $OUT/skiffd.log)"; }
+skiffd_alive || { SKIFFD_PID=""; fail "skiffd died during (a) (log: $OUT/skiffd.log)"; }
 say "(b) acks=all ${SIZE} B records, max throughput, $TP_PRODUCERS producers, linger.ms=$LINGER"
 # shellcheck disable=SC2086
 timeout -k 30 "$bound" "$SKLOAD" $common -t "skiff-nfs-throughput-$stamp" -P "$TP_PRODUCERS" -r 0 \
     --linger-ms "$LINGER" --batch-size 1000000 --max-inflight "$INFLIGHT" > "$OUT/b.json" 2> "$OUT/b.log" || true
-kill -0 "$BROKER_PID" 2>/dev/null || { BROKER_PID=""; fail "skiffd died during (b) (log: $OUT/skiffd.log)"; }
+skiffd_alive || { SKIFFD_PID=""; fail "skiffd died during (b) (log: $OUT/skiffd.log)"; }
 cut -d' ' -f1-3 /proc/loadavg > "$OUT/load_after.txt"
 
 # ---------------------------------------------------------------- 5. report

@@ -61,10 +61,8 @@
 set -eu
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BUILD=${SKIFF_BUILD:-$ROOT/build}
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=python3
-SMOKE=${BENCH_SMOKE:-0}
+BENCH_TAG=bench
+. "$ROOT/bench/lib.sh"
 EXTERNAL=${BENCH_BOOTSTRAP:-}
 
 if [ "$SMOKE" = 1 ]; then
@@ -93,10 +91,7 @@ OUT=$WORK/results
 SKLOAD=$BUILD/bench/skload
 DISKFLOOR=$BUILD/bench/diskfloor
 
-BROKER_PID=""
 SAMPLER_PID=""
-say() { echo "bench: $*" >&2; }
-fail() { say "FAILED: $*"; exit 1; }
 
 case "${SKIFF_BENCH_ONLY:-}" in
   "") ;;
@@ -109,50 +104,17 @@ esac
 cleanup() {
   rc=$?
   if [ -n "$SAMPLER_PID" ]; then kill "$SAMPLER_PID" 2>/dev/null || true; wait "$SAMPLER_PID" 2>/dev/null || true; fi
-  if [ -n "$BROKER_PID" ] && kill -0 "$BROKER_PID" 2>/dev/null; then
-    kill -TERM "$BROKER_PID" 2>/dev/null || true
-    i=0
-    while kill -0 "$BROKER_PID" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
-    if kill -0 "$BROKER_PID" 2>/dev/null; then
-      say "skiffd (pid $BROKER_PID) ignored SIGTERM for 10 s: SIGKILL"
-      kill -KILL "$BROKER_PID" 2>/dev/null || true
-    fi
-    wait "$BROKER_PID" 2>/dev/null || true
-  fi
+  bench_stop_all
   exit $rc
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-free_port() {
-  "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-
-port_open() {
-  "$PY" -c 'import socket,sys; socket.create_connection(("127.0.0.1",int(sys.argv[1])),timeout=0.5).close()' "$1" 2>/dev/null
-}
-
-cpu_mark() { # PID -> "wall_ns cpu_ticks" (utime + stime of that process)
-  echo "$(date +%s%N) $(awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0)"
-}
-
-status_kib() { # PID FIELD -> kB value of FIELD in /proc/PID/status, or empty
-  awk -v f="$2:" '$1 == f { print $2 }' "/proc/$1/status" 2>/dev/null || true
-}
-
 # ---------------------------------------------------------------- 1. build
-if [ -z "${BENCH_NOBUILD:-}" ]; then
-  if [ ! -f "$BUILD/CMakeCache.txt" ]; then
-    gen=$(command -v ninja >/dev/null 2>&1 && echo Ninja || echo "Unix Makefiles")
-    cmake -S "$ROOT" -B "$BUILD" -G "$gen" > "$WORK/build.log" 2>&1 \
-      || { tail -30 "$WORK/build.log" >&2; fail "cmake configure"; }
-  fi
-  targets="skload diskfloor"
-  [ -z "$EXTERNAL" ] && targets="$targets skiffd"
-  # shellcheck disable=SC2086
-  cmake --build "$BUILD" --target $targets >> "$WORK/build.log" 2>&1 \
-    || { tail -30 "$WORK/build.log" >&2; fail "build of $targets"; }
-fi
+targets="skload diskfloor"
+[ -z "$EXTERNAL" ] && targets="$targets skiffd"
+# shellcheck disable=SC2086
+bench_build "$WORK/build.log" $targets
 [ -x "$SKLOAD" ] || fail "$SKLOAD missing (librdkafka-dev installed? make test-deps)"
 [ -x "$DISKFLOOR" ] || fail "$DISKFLOOR missing"
 
@@ -174,23 +136,11 @@ if [ -n "$EXTERNAL" ]; then
   say "external broker $BOOT${PID_FOR_RSS:+ (pid $PID_FOR_RSS)}"
 else
   [ -x "$BUILD/skiffd" ] || fail "$BUILD/skiffd missing"
-  PORT=${BENCH_PORT:-$(free_port)}
-  BOOT=127.0.0.1:$PORT
   # shellcheck disable=SC2086
-  "$BUILD/skiffd" --override node.id=1 --override "data.dir=$DATA" \
-      --override "listeners=PLAINTEXT://$BOOT" \
-      --override "advertised.listeners=PLAINTEXT://$BOOT" \
-      ${BENCH_SKIFFD_ARGS:-} > "$WORK/skiffd.log" 2>&1 &
-  BROKER_PID=$!
-  PID_FOR_RSS=$BROKER_PID
-  i=0
-  until port_open "$PORT"; do
-    kill -0 "$BROKER_PID" 2>/dev/null || { tail -20 "$WORK/skiffd.log" >&2; BROKER_PID=""; fail "skiffd exited during start-up (log: $WORK/skiffd.log)"; }
-    i=$((i + 1))
-    [ $i -lt 300 ] || fail "skiffd does not listen on $BOOT after 30 s"
-    sleep 0.1
-  done
-  say "skiffd pid $BROKER_PID on $BOOT (log: $WORK/skiffd.log)"
+  skiffd_start "$WORK/skiffd.log" "${BENCH_PORT:-$(free_port)}" --override "data.dir=$DATA" \
+      ${BENCH_SKIFFD_ARGS:-}
+  PID_FOR_RSS=$SKIFFD_PID
+  say "skiffd pid $SKIFFD_PID on $BOOT (log: $WORK/skiffd.log)"
 fi
 
 timeout 60 "$SKLOAD" -b "$BOOT" --mode metadata --json > "$OUT/metadata.json" 2> "$OUT/metadata.log" \
@@ -216,8 +166,8 @@ m0=$( [ -n "$PID_FOR_RSS" ] && cpu_mark "$PID_FOR_RSS" || true)
 timeout -k 30 "$bound" "$SKLOAD" $common -t "skiff-bench-latency-$stamp" -P "$PRODUCERS" -r "$RATE" --linger-ms 0 \
     --max-inflight "$INFLIGHT" > "$OUT/a.json" 2> "$OUT/a.log" || true
 [ -n "$PID_FOR_RSS" ] && echo "$m0 $(cpu_mark "$PID_FOR_RSS")" > "$OUT/a_broker_cpu.txt"
-if [ -n "$BROKER_PID" ] && ! kill -0 "$BROKER_PID" 2>/dev/null; then
-  BROKER_PID=""; fail "skiffd died during (a) (log: $WORK/skiffd.log)"
+if [ -n "$SKIFFD_PID" ] && ! skiffd_alive; then
+  SKIFFD_PID=""; fail "skiffd died during (a) (log: $WORK/skiffd.log)"
 fi
 
 say "(b) acks=all ${SIZE} B records, max throughput, $TP_PRODUCERS producers, linger.ms=$LINGER, max in-flight $INFLIGHT"
@@ -226,8 +176,8 @@ m0=$( [ -n "$PID_FOR_RSS" ] && cpu_mark "$PID_FOR_RSS" || true)
 timeout -k 30 "$bound" "$SKLOAD" $common -t "skiff-bench-throughput-$stamp" -P "$TP_PRODUCERS" -r 0 --linger-ms "$LINGER" \
     --batch-size 1000000 --max-inflight "$INFLIGHT" > "$OUT/b.json" 2> "$OUT/b.log" || true
 [ -n "$PID_FOR_RSS" ] && echo "$m0 $(cpu_mark "$PID_FOR_RSS")" > "$OUT/b_broker_cpu.txt"
-if [ -n "$BROKER_PID" ] && ! kill -0 "$BROKER_PID" 2>/dev/null; then
-  BROKER_PID=""; fail "skiffd died during (b) (log: $WORK/skiffd.log)"
+if [ -n "$SKIFFD_PID" ] && ! skiffd_alive; then
+  SKIFFD_PID=""; fail "skiffd died during (b) (log: $WORK/skiffd.log)"
 fi
 
 if [ -n "$SAMPLER_PID" ]; then
@@ -392,72 +342,27 @@ say "report: $OUT/report.txt"
 # beside that server's own floor. BENCH_NFS=0 skips it.
 if [ -z "$EXTERNAL" ] && [ "${BENCH_NFS:-1}" != 0 ]; then
   # The local-disk broker stops first: the NFS run has the machine to itself.
-  if [ -n "$BROKER_PID" ]; then
-    kill -TERM "$BROKER_PID" 2>/dev/null || true
-    i=0
-    while kill -0 "$BROKER_PID" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
-    kill -KILL "$BROKER_PID" 2>/dev/null || true
-    wait "$BROKER_PID" 2>/dev/null || true
-    BROKER_PID=""
-  fi
+  skiffd_stop
   echo
-  set +e
-  "$ROOT/bench/nfs.sh"
-  nrc=$?
-  set -e
-  case $nrc in
-    0) ;;
-    77) say "NFS section skipped: no NFS server can run here" ;;
-    *) fail "NFS section (bench/nfs.sh exit $nrc)" ;;
-  esac
+  run_section NFS "$ROOT/bench/nfs.sh"
 fi
 
 # ------------------------------------------------ 7. the object store (S3)
 # bench/s3.sh: a catch-up read served from objects in the S3 emulator, beside the
 # emulator's own ranged-GET throughput, and PUTs per GiB ingested. BENCH_S3=0 skips it.
 if [ -z "$EXTERNAL" ] && [ "${BENCH_S3:-1}" != 0 ]; then
-  if [ -n "$BROKER_PID" ]; then
-    kill -TERM "$BROKER_PID" 2>/dev/null || true
-    i=0
-    while kill -0 "$BROKER_PID" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
-    kill -KILL "$BROKER_PID" 2>/dev/null || true
-    wait "$BROKER_PID" 2>/dev/null || true
-    BROKER_PID=""
-  fi
+  skiffd_stop
   echo
-  set +e
-  "$ROOT/bench/s3.sh"
-  src=$?
-  set -e
-  case $src in
-    0) ;;
-    77) say "object store section skipped: the S3 emulator cannot run here (node/npm)" ;;
-    *) fail "object store section (bench/s3.sh exit $src)" ;;
-  esac
+  run_section object-store "$ROOT/bench/s3.sh"
 fi
 
 # ------------------------------------------------------------- 8. the cluster
 # bench/cluster.sh: failover time of a 3-node cluster under SIGKILL (and its split),
 # and its produce latency beside a single node. BENCH_CLUSTER=0 skips it.
 if [ -z "$EXTERNAL" ] && [ "${BENCH_CLUSTER:-1}" != 0 ]; then
-  if [ -n "$BROKER_PID" ]; then
-    kill -TERM "$BROKER_PID" 2>/dev/null || true
-    i=0
-    while kill -0 "$BROKER_PID" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
-    kill -KILL "$BROKER_PID" 2>/dev/null || true
-    wait "$BROKER_PID" 2>/dev/null || true
-    BROKER_PID=""
-  fi
+  skiffd_stop
   echo
-  set +e
-  SKIFF_BUILD=$BUILD "$ROOT/bench/cluster.sh"
-  crc=$?
-  set -e
-  case $crc in
-    0) ;;
-    77) say "cluster section skipped: etcd is not installed" ;;
-    *) fail "cluster section (bench/cluster.sh exit $crc)" ;;
-  esac
+  run_section cluster env SKIFF_BUILD="$BUILD" "$ROOT/bench/cluster.sh"
 fi
 
 # --------------------------------------------------------------- 9. the zones
@@ -465,38 +370,16 @@ fi
 # delay: produce latency through a proxy, cross-zone bytes per produced byte, beside
 # Apache Kafka with RF=3 (Skiff only in smoke runs). BENCH_ZONES=0 skips it.
 if [ -z "$EXTERNAL" ] && [ "${BENCH_ZONES:-1}" != 0 ]; then
-  if [ -n "$BROKER_PID" ]; then
-    kill -TERM "$BROKER_PID" 2>/dev/null || true
-    i=0
-    while kill -0 "$BROKER_PID" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
-    kill -KILL "$BROKER_PID" 2>/dev/null || true
-    wait "$BROKER_PID" 2>/dev/null || true
-    BROKER_PID=""
-  fi
+  skiffd_stop
   echo
-  set +e
-  SKIFF_BUILD=$BUILD "$ROOT/bench/zones.sh"
-  zrc=$?
-  set -e
-  case $zrc in
-    0) ;;
-    77) say "zones section skipped: no zones here (root, network namespaces and nftables are needed) or no etcd" ;;
-    *) fail "zones section (bench/zones.sh exit $zrc)" ;;
-  esac
+  run_section zones env SKIFF_BUILD="$BUILD" "$ROOT/bench/zones.sh"
 fi
 
 # ------------------------------------------------------------- 10. security
 # bench/secure.sh: what SASL_SSL costs, beside PLAINTEXT and beside Apache Kafka over
 # SASL_SSL. BENCH_SECURE=0 skips it.
 if [ -z "$EXTERNAL" ] && [ "${BENCH_SECURE:-1}" != 0 ]; then
-  if [ -n "$BROKER_PID" ]; then
-    kill -TERM "$BROKER_PID" 2>/dev/null || true
-    i=0
-    while kill -0 "$BROKER_PID" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
-    kill -KILL "$BROKER_PID" 2>/dev/null || true
-    wait "$BROKER_PID" 2>/dev/null || true
-    BROKER_PID=""
-  fi
+  skiffd_stop
   echo
   SKIFF_BUILD=$BUILD BENCH_WORK=$WORK "$ROOT/bench/secure.sh" || fail "security section (bench/secure.sh)"
 fi
@@ -506,14 +389,7 @@ fi
 # (default and fsync on every append): throughput and commitTransaction latency.
 # BENCH_TXN=0 skips it.
 if [ -z "$EXTERNAL" ] && [ "${BENCH_TXN:-1}" != 0 ]; then
-  if [ -n "$BROKER_PID" ]; then
-    kill -TERM "$BROKER_PID" 2>/dev/null || true
-    i=0
-    while kill -0 "$BROKER_PID" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
-    kill -KILL "$BROKER_PID" 2>/dev/null || true
-    wait "$BROKER_PID" 2>/dev/null || true
-    BROKER_PID=""
-  fi
+  skiffd_stop
   echo
   SKIFF_BUILD=$BUILD BENCH_WORK=$WORK "$PY" "$ROOT/bench/txn.py" || fail "transactions section (bench/txn.py)"
 fi

@@ -32,11 +32,8 @@
 set -eu
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BUILD=${SKIFF_BUILD:-$ROOT/build}
-case "$BUILD" in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=python3
-SMOKE=${BENCH_SMOKE:-0}
+BENCH_TAG=bench-s3
+. "$ROOT/bench/lib.sh"
 MiB=1048576
 if [ "$SMOKE" = 1 ]; then
   d_bytes=$((32 * MiB)); up_args="--override s3.wal.upload.threshold=$((8 * MiB)) --override s3.wal.upload.interval.ms=1000"
@@ -58,36 +55,9 @@ DATA=$WORK/data
 OUT=$WORK/results
 SKLOAD=$BUILD/bench/skload
 
-BROKER_PID=""
-S3_UP=""
-say() { echo "bench-s3: $*" >&2; }
-fail() { say "FAILED: $*"; exit 1; }
-
-stop_broker() {
-  if [ -n "$BROKER_PID" ] && kill -0 "$BROKER_PID" 2>/dev/null; then
-    kill -TERM "$BROKER_PID" 2>/dev/null || true
-    i=0
-    while kill -0 "$BROKER_PID" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
-    kill -0 "$BROKER_PID" 2>/dev/null && kill -KILL "$BROKER_PID" 2>/dev/null
-    wait "$BROKER_PID" 2>/dev/null || true
-  fi
-  BROKER_PID=""
-}
-cleanup() {
-  rc=$?
-  stop_broker
-  [ -n "$S3_UP" ] && "$ROOT/tools/s3rver.sh" stop "$SDIR" >/dev/null 2>&1
-  exit $rc
-}
-trap cleanup EXIT
+trap 'rc=$?; bench_stop_all; exit $rc' EXIT
 trap 'exit 130' INT TERM
 
-free_port() {
-  "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-port_open() {
-  "$PY" -c 'import socket,sys; socket.create_connection(("127.0.0.1",int(sys.argv[1])),timeout=0.5).close()' "$1" 2>/dev/null
-}
 metric() { # NAME -> value from skiffd's metrics (0 when absent)
   "$PY" - "$MPORT" "$1" <<'EOF'
 import sys, urllib.request
@@ -101,10 +71,7 @@ EOF
 }
 
 # ---------------------------------------------------------------- 1. build
-if [ -z "${BENCH_NOBUILD:-}" ]; then
-  cmake --build "$BUILD" --target skload skiffd > "$WORK.build.log" 2>&1 \
-    || { tail -30 "$WORK.build.log" >&2; fail "build of skload skiffd"; }
-fi
+bench_build "$WORK.build.log" skload skiffd
 [ -x "$SKLOAD" ] || fail "$SKLOAD missing (librdkafka-dev installed? make test-deps)"
 [ -x "$BUILD/skiffd" ] || fail "$BUILD/skiffd missing"
 
@@ -113,38 +80,18 @@ mkdir -p "$SDIR" "$DATA" "$OUT"
 cut -d' ' -f1-3 /proc/loadavg > "$OUT/load_before.txt"
 
 # ---------------------------------------------------------------- 2. emulator
-SPORT=$(free_port)
-set +e
-SKIFF_S3RVER_OWNER_PID=$$ "$ROOT/tools/s3rver.sh" start "$SDIR" "$SPORT" bench > "$OUT/s3rver_start.log" 2>&1
-src=$?
-set -e
-if [ $src -eq 77 ]; then
-  say "skipped: $(cat "$OUT/s3rver_start.log")"
-  exit 77
-fi
-[ $src -eq 0 ] || { cat "$OUT/s3rver_start.log" >&2; fail "tools/s3rver.sh start (exit $src)"; }
-S3_UP=1
-export AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER
-URL="s3://bench/catchup?region=us-east-1&endpoint=http://127.0.0.1:$SPORT&path-style=true"
-say "S3 emulator on 127.0.0.1:$SPORT (data $SDIR/data)$( [ "$SMOKE" = 1 ] && echo ', smoke run')"
+s3_start "$SDIR" "$OUT/s3rver_start.log" bench || exit $?
+URL=$(s3_url bench catchup)
+say "S3 emulator on $S3_ENDPOINT (data $SDIR/data)$( [ "$SMOKE" = 1 ] && echo ', smoke run')"
 
 PORT=$(free_port)
 MPORT=$(free_port)
 BOOT=127.0.0.1:$PORT
 start_broker() { # extra args...
   # shellcheck disable=SC2086
-  "$BUILD/skiffd" --override node.id=1 --override "data.dir=$DATA" \
-      --override "listeners=PLAINTEXT://$BOOT" --override "advertised.listeners=PLAINTEXT://$BOOT" \
+  skiffd_start "$WORK/skiffd.log" "$PORT" --override "data.dir=$DATA" \
       --override "objects.url=$URL" --override "metrics.listener=127.0.0.1:$MPORT" \
-      $up_args ${BENCH_S3_SKIFFD_ARGS:-} "$@" >> "$WORK/skiffd.log" 2>&1 &
-  BROKER_PID=$!
-  i=0
-  until port_open "$PORT"; do
-    kill -0 "$BROKER_PID" 2>/dev/null || { tail -20 "$WORK/skiffd.log" >&2; BROKER_PID=""; fail "skiffd exited during start-up (log: $WORK/skiffd.log)"; }
-    i=$((i + 1))
-    [ $i -lt 300 ] || fail "skiffd does not listen on $BOOT after 30 s"
-    sleep 0.1
-  done
+      $up_args ${BENCH_S3_SKIFFD_ARGS:-} "$@"
 }
 
 # ---------------------------------------------------------------- 3. ingest
@@ -170,7 +117,7 @@ for m in skiff_s3_requests_total skiff_s3_objects_put_total skiff_s3_stream_obje
 done > "$OUT/ingest_metrics.txt"
 
 # ---------------------------------------------------------------- 4. catch-up
-stop_broker
+skiffd_stop
 start_broker --override wal.cache.bytes=0
 say "catch-up: skload --consume from offset 0, every batch from objects"
 timeout -k 30 600 "$SKLOAD" -b "$BOOT" -t "$TOPIC" --consume --no-create --progress 0 --json \
@@ -178,13 +125,13 @@ timeout -k 30 600 "$SKLOAD" -b "$BOOT" -t "$TOPIC" --consume --no-create --progr
 for m in skiff_s3_read_bytes_total skiff_s3_requests_total skiff_s3_bytes_down_total; do
   echo "$m $(metric $m)"
 done > "$OUT/catchup_metrics.txt"
-stop_broker
+skiffd_stop
 
 # ---------------------------------------------------------------- 5. raw GETs
 find "$SDIR/data/bench/catchup/data" -name '*._S3rver_object' -printf '%P %s\n' \
   | sed 's/\._S3rver_object / /; s#^#catchup/data/#' > "$OUT/objects.txt"
 say "raw: ranged GETs of the same $(wc -l < "$OUT/objects.txt") objects"
-"$PY" "$ROOT/bench/s3raw.py" --endpoint "http://127.0.0.1:$SPORT" --bucket bench \
+"$PY" "$ROOT/bench/s3raw.py" --endpoint "$S3_ENDPOINT" --bucket bench \
     --keys "$OUT/objects.txt" --shape 1048576:1 --shape 1048576:4 --shape 8388608:1 \
     --shape 8388608:4 --max-bytes "$raw_cap" --max-seconds "$raw_secs" \
     > "$OUT/raw.json" 2> "$OUT/raw.log" || fail "s3raw.py (log: $OUT/raw.log)"

@@ -11,14 +11,17 @@
  *             as --max-inflight and librdkafka's queue allow.
  *   e2e       produce, plus a consumer in the same process that reads the
  *             records back and measures due time -> consumed latency from the
- *             timestamp each record carries.
+ *             timestamp each record carries; --tail-readers N adds N more
+ *             consumers (clients of their own) that read the same records at
+ *             the head and only count them: fan-out reads at the tail.
  *   consume   catch-up read: every partition from its first offset, as fast
  *             as possible, until --bytes or the end present at start.
  *   metadata  one Metadata request; prints brokers and topics.
  *
  * Threads: per producer instance one sender (pacing, produce calls) and one
  * poller (delivery reports, which record into that instance's histograms);
- * one consumer thread in e2e mode; main prints progress and merges results.
+ * one consumer thread in e2e mode (plus one per tail reader); main prints
+ * progress and merges results.
  * Results go to stdout (text, or one JSON object with --json); progress and
  * diagnostics to stderr.
  */
@@ -86,6 +89,7 @@ static struct cfg {
     long long bytes;
     double drain_timeout;
     double e2e_timeout;
+    int tail_readers;
     double progress;
     double max_behind;
     int json;
@@ -749,7 +753,7 @@ struct e2e {
     pthread_t thr;
     int nparts;
     int64_t measure_from;
-    hdr_t *lat;
+    hdr_t *lat;            /* NULL for a tail reader: it only counts */
     atomic_llong consumed; /* records of this run, warm-up included */
     int64_t foreign;       /* records of other runs (topic shared) */
     int64_t errors;
@@ -785,7 +789,7 @@ static void *e2e_main(void *arg)
                 memcpy(&h, m->payload, sizeof(h));
                 if (h.magic == HDR_MAGIC && h.run_id == run_id) {
                     atomic_fetch_add(&c->consumed, 1);
-                    if (h.due_ns >= c->measure_from)
+                    if (c->lat && h.due_ns >= c->measure_from)
                         hdr_record(c->lat, (now - h.due_ns) / 1000);
                 } else {
                     c->foreign++;
@@ -802,13 +806,13 @@ static void *e2e_main(void *arg)
     return NULL;
 }
 
-static void e2e_start(struct e2e *c, int nparts)
+static void e2e_start(struct e2e *c, int nparts, int timed)
 {
     memset(c, 0, sizeof(*c));
     c->nparts = nparts;
-    c->lat = hdr_new();
+    c->lat = timed ? hdr_new() : NULL;
     atomic_init(&c->target, -1);
-    c->rk = new_consumer("skload-e2e", 0);
+    c->rk = new_consumer(timed ? "skload-e2e" : "skload-tail", 0);
     c->rkt = rd_kafka_topic_new(c->rk, cfg.topic, NULL);
     c->q = rd_kafka_queue_new(c->rk);
     for (int k = 0; k < (cfg.nplist ? cfg.nplist : nparts); k++) {
@@ -832,6 +836,40 @@ static void e2e_stop(struct e2e *c)
     rd_kafka_queue_destroy(c->q);
     rd_kafka_topic_destroy(c->rkt);
     rd_kafka_destroy(c->rk);
+}
+
+/* Tail readers start and stop in parallel: each start is a client's bootstrap plus
+ * a ListOffsets per partition, each stop a consumer teardown, seconds in a row. */
+struct tail_job {
+    pthread_t thr;
+    struct e2e *c;
+    int nparts;
+};
+
+static void *tail_start_main(void *arg)
+{
+    struct tail_job *j = arg;
+    e2e_start(j->c, j->nparts, 0);
+    return NULL;
+}
+
+static void *tail_stop_main(void *arg)
+{
+    struct tail_job *j = arg;
+    e2e_stop(j->c);
+    return NULL;
+}
+
+static void tails_each(struct e2e *tails, int n, int nparts, void *(*fn)(void *))
+{
+    struct tail_job *jobs = calloc((size_t)n + 1, sizeof(*jobs));
+    for (int i = 0; i < n; i++) {
+        jobs[i] = (struct tail_job){.c = &tails[i], .nparts = nparts};
+        pthread_create(&jobs[i].thr, NULL, fn, &jobs[i]);
+    }
+    for (int i = 0; i < n; i++)
+        pthread_join(jobs[i].thr, NULL);
+    free(jobs);
 }
 
 /* ------------------------------------------------------------------ output */
@@ -869,8 +907,11 @@ static int run_produce(void)
             fatal("--partitions-list: topic %s has no partition %d (%d partitions)", cfg.topic,
                   cfg.plist[k], nparts);
     struct e2e e2e;
-    if (cfg.mode == M_E2E)
-        e2e_start(&e2e, nparts);
+    struct e2e *tails = calloc((size_t)cfg.tail_readers + 1, sizeof(*tails));
+    if (cfg.mode == M_E2E) {
+        e2e_start(&e2e, nparts, 1);
+        tails_each(tails, cfg.tail_readers, nparts, tail_start_main);
+    }
 
     struct producer *ps = calloc((size_t)cfg.producers, sizeof(*ps));
     for (int i = 0; i < cfg.producers; i++)
@@ -883,6 +924,8 @@ static int run_produce(void)
                                           : INT64_MAX;
     if (cfg.mode == M_E2E)
         e2e.measure_from = measure_from;
+    for (int i = 0; i < cfg.tail_readers; i++)
+        tails[i].measure_from = measure_from;
     for (int i = 0; i < cfg.producers; i++) {
         struct producer *p = &ps[i];
         p->t0 = t0;
@@ -975,6 +1018,17 @@ static int run_produce(void)
         atomic_store(&e2e.target, acked);
         e2e_stop(&e2e);
     }
+    long long tail_consumed = 0, tail_errors = 0;
+    for (int i = 0; i < cfg.tail_readers; i++) {
+        tails[i].deadline = now_ns() + (int64_t)(cfg.e2e_timeout * 1e9);
+        atomic_store(&tails[i].target, acked);
+    }
+    tails_each(tails, cfg.tail_readers, nparts, tail_stop_main);
+    for (int i = 0; i < cfg.tail_readers; i++) {
+        tail_consumed += atomic_load(&tails[i].consumed);
+        tail_errors += tails[i].errors;
+    }
+    free(tails);
     /* Throughput: acknowledged payload of the measured records over the time
      * from the start of measurement to the last of their delivery reports. */
     double secs = last_dr > measure_from ? (double)(last_dr - measure_from) / 1e9 : 0;
@@ -1022,7 +1076,8 @@ static int run_produce(void)
                 printf(",\"latency_buckets\":");
                 hdr_json_buckets(e2e.lat, stdout);
             }
-            printf("}");
+            printf(",\"tail_readers\":%d,\"tail_consumed\":%lld,\"tail_errors\":%lld}",
+                   cfg.tail_readers, tail_consumed, tail_errors);
         }
         printf("}\n");
     } else {
@@ -1046,6 +1101,9 @@ static int run_produce(void)
             printf("  e2e consumed %lld of %lld acked\n", (long long)atomic_load(&e2e.consumed),
                    acked);
             print_lat_text("end-to-end", e2e.lat);
+            if (cfg.tail_readers)
+                printf("  %d tail readers consumed %lld records (%lld errors)\n", cfg.tail_readers,
+                       tail_consumed, tail_errors);
         }
     }
 
@@ -1248,6 +1306,8 @@ static void usage(int rc)
         "      --bytes N               consume mode: stop after N payload bytes\n"
         "      --drain-timeout S       wait for outstanding acknowledgements (default 30)\n"
         "      --e2e-timeout S         wait for the consumer after the last ack (default 10)\n"
+        "      --tail-readers N        e2e: N more consumers read the records at the head and\n"
+        "                              count them (fan-out tail reads; default 0)\n"
         "      --max-behind S          fixed rate: stop sending once S seconds behind the\n"
         "                              schedule; the rest is reported unsent (default 0: never)\n"
         "      --progress S            progress line on stderr every S s (default 1; 0 off)\n"
@@ -1273,7 +1333,7 @@ int main(int argc, char **argv)
 {
     enum {
         OPT_MODE = 256, OPT_E2E, OPT_CONSUME, OPT_RF, OPT_NOCREATE, OPT_WARMUP, OPT_MAXINF, OPT_IDEMP,
-        OPT_LINGER, OPT_BATCH, OPT_RR, OPT_PAYLOAD, OPT_BYTES, OPT_DRAIN, OPT_E2ET, OPT_PROGRESS, OPT_JSON,
+        OPT_LINGER, OPT_BATCH, OPT_RR, OPT_PAYLOAD, OPT_BYTES, OPT_DRAIN, OPT_E2ET, OPT_TAILR, OPT_PROGRESS, OPT_JSON,
         OPT_TCONFIG, OPT_MAXBEHIND, OPT_BUCKETS, OPT_PLIST, OPT_STICKY, OPT_CLIENTID,
     };
     static const struct option opts[] = {
@@ -1302,6 +1362,7 @@ int main(int argc, char **argv)
         {"bytes", required_argument, 0, OPT_BYTES},
         {"drain-timeout", required_argument, 0, OPT_DRAIN},
         {"e2e-timeout", required_argument, 0, OPT_E2ET},
+        {"tail-readers", required_argument, 0, OPT_TAILR},
         {"progress", required_argument, 0, OPT_PROGRESS},
         {"json", no_argument, 0, OPT_JSON},
         {"topic-config", required_argument, 0, OPT_TCONFIG},
@@ -1350,6 +1411,7 @@ int main(int argc, char **argv)
         case OPT_BYTES: cfg.bytes = (long long)parse_num(optarg, "bytes"); break;
         case OPT_DRAIN: cfg.drain_timeout = parse_num(optarg, "drain timeout"); break;
         case OPT_E2ET: cfg.e2e_timeout = parse_num(optarg, "e2e timeout"); break;
+        case OPT_TAILR: cfg.tail_readers = (int)parse_num(optarg, "tail readers"); break;
         case OPT_PROGRESS: cfg.progress = parse_num(optarg, "progress"); break;
         case OPT_JSON: cfg.json = 1; break;
         case OPT_TCONFIG:
@@ -1393,6 +1455,8 @@ int main(int argc, char **argv)
     if (cfg.partitions < 1 || cfg.size < 0 || cfg.producers < 1 || cfg.rate < 0 ||
         cfg.warmup < 0 || cfg.max_inflight < 0 || cfg.sticky < 1)
         fatal("partitions, producers, sticky >= 1; size, rate, warmup, max-inflight >= 0");
+    if (cfg.tail_readers < 0 || (cfg.tail_readers > 0 && cfg.mode != M_E2E))
+        fatal("--tail-readers needs e2e mode and a count >= 0");
     if (cfg.mode == M_E2E && cfg.size < HDR_BYTES)
         fatal("e2e mode needs records of at least %d bytes", HDR_BYTES);
     if ((cfg.mode == M_PRODUCE || cfg.mode == M_E2E) && cfg.count < 0 && cfg.duration <= 0)
