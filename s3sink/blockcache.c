@@ -5,6 +5,9 @@
  * its fetch returns, then "ready". refs counts the reads that pin it (a
  * waiting read pins its blocks from the start). Ready blocks with no pins
  * sit on the LRU list, most recent first; only they are evicted.
+ * A block's sk_ref counts the cache's own link (its place in the map) and
+ * every hold on its bytes: leaving the cache drops the link, and the last
+ * drop frees the block, so a held block outlives its eviction.
  */
 #include "blockcache.h"
 
@@ -25,6 +28,7 @@ struct waiter {
 };
 
 struct blockcache_block {
+    sk_ref ref; /* first: the map's link, and one per hold (blockcache_hold) */
     uint8_t *mkey; /* object key, NUL, position (8 bytes) */
     size_t mklen;
     objfmt_entry e;
@@ -94,23 +98,28 @@ static void lru_push(blockcache *c, blockcache_block *b)
     b->in_lru = true;
 }
 
-static void block_free(blockcache_block *b)
+/* The last drop of a block's count: no cache, no hold points at it. */
+static void block_ref_free(sk_ref *ref)
 {
+    blockcache_block *b = (blockcache_block *)ref;
     free(b->mkey);
     free(b->data);
     free(b);
 }
 
-/* Removes a block from the map (and the LRU) and frees it. */
+static void block_free(blockcache_block *b)
+{
+    sk_ref_put(&b->ref);
+}
+
+/* Removes a block from the map (and the LRU) and lets go of it: freed now,
+ * or by the last hold on its bytes. */
 static void block_drop(blockcache *c, blockcache_block *b)
 {
     lru_remove(c, b);
     sk_map_del(c->map, b->mkey, b->mklen);
-    if (b->data) {
+    if (b->data)
         c->used -= b->e.size;
-        free(b->data);
-        b->data = NULL;
-    }
     block_free(b);
 }
 
@@ -291,6 +300,7 @@ static blockcache_block *block_new(blockcache *c, const char *key, const objfmt_
         free(b);
         return NULL;
     }
+    sk_ref_init(&b->ref, block_ref_free);
     b->e = *e;
     b->loading = true;
     if (sk_map_put(c->map, b->mkey, b->mklen, b) != 0) {
@@ -523,6 +533,12 @@ void blockcache_release(blockcache *c, blockcache_block *b)
     }
 }
 
+sk_ref *blockcache_hold(blockcache_block *b)
+{
+    sk_ref_hold(&b->ref);
+    return &b->ref;
+}
+
 void blockcache_forget(blockcache *c, const char *key)
 {
     size_t kl = strlen(key);
@@ -563,12 +579,18 @@ void blockcache_destroy(blockcache *c)
     const void *k;
     size_t klen;
     void *v;
+    size_t held = 0;
     while (sk_map_next(c->map, &it, &k, &klen, &v)) {
         blockcache_block *b = v;
         if (b->refs > 0)
             SK_WARN("blockcache", "destroyed with a block still pinned");
+        held += b->ref.n > 1;
         block_drop(c, b);
     }
+    /* Safe (the last hold frees such a block), but the broker frees the
+     * responses that point into blocks before the cache (node.c). */
+    if (held)
+        SK_WARN("blockcache", "destroyed while %zu blocks are still held", held);
     sk_map_destroy(c->map);
     free(c);
 }
