@@ -58,14 +58,16 @@
 typedef struct blockcache blockcache;
 typedef struct blockcache_block blockcache_block;
 
-/* Where blocks come from: objstore_get's shape, so tests can stand in. */
-typedef void (*blockcache_fetch_fn)(void *ctx, const char *key, uint64_t off, size_t len,
-                                    void *buf, objstore_get_cb cb, void *arg);
+/* Where blocks come from: objstore_getv's shape (one GET into each block's
+ * own buffer, nothing to cut up after), so tests can stand in. */
+typedef void (*blockcache_fetch_fn)(void *ctx, const char *key, uint64_t off,
+                                    const struct iovec *iov, int iovcnt, objstore_get_cb cb,
+                                    void *arg);
 
 typedef struct blockcache_opts {
     size_t capacity;  /* bytes of cached blocks; default 256 MiB */
     size_t max_merge; /* largest merged GET; default 8 MiB (one block may be larger) */
-    blockcache_fetch_fn fetch; /* NULL: objstore_get on the store */
+    blockcache_fetch_fn fetch; /* NULL: objstore_getv on the store */
     void *fetch_ctx;
 } blockcache_opts;
 

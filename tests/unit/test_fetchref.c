@@ -321,13 +321,17 @@ static void obj_free(struct obj *o)
 }
 
 /* A GET that completes at once (the read then returns BLOCKCACHE_HIT). */
-static void obj_fetch(void *ctx, const char *key, uint64_t off, size_t len, void *buf,
-                      objstore_get_cb cb, void *arg)
+static void obj_fetch(void *ctx, const char *key, uint64_t off, const struct iovec *iov,
+                      int iovcnt, objstore_get_cb cb, void *arg)
 {
     (void)key;
     struct obj *o = ctx;
-    memcpy(buf, o->bytes + off, len);
-    cb(arg, 0, buf, len, o->size);
+    size_t at = 0;
+    for (int i = 0; i < iovcnt; i++) {
+        memcpy(iov[i].iov_base, o->bytes + off + at, iov[i].iov_len);
+        at += iov[i].iov_len;
+    }
+    cb(arg, 0, NULL, at, o->size);
 }
 
 static void no_cb(void *arg, int err)
