@@ -30,6 +30,7 @@
 #include "plog.h"
 #include "sk_map.h"
 #include "tconf.h"
+#include "tobject.h"
 
 typedef struct {
     sk_node n;
@@ -298,18 +299,7 @@ static void obj_make(struct obj *o)
         objfmt_batch b = {i, i, 1, OBJ_BATCH};
         assert_int_equal(objfmt_writer_add(w, 1, &b, payload[i]), 0);
     }
-    const struct iovec *iov;
-    int cnt;
-    assert_int_equal(objfmt_writer_finish(w, &iov, &cnt, &o->size), 0);
-    o->bytes = malloc(o->size);
-    assert_non_null(o->bytes);
-    for (uint64_t at = 0, i = 0; i < (uint64_t)cnt; at += iov[i].iov_len, i++)
-        memcpy(o->bytes + at, iov[i].iov_base, iov[i].iov_len);
-    objfmt_writer_destroy(w);
-    uint64_t no;
-    size_t nl;
-    assert_int_equal(objfmt_reader_from_tail(o->bytes, (size_t)o->size, o->size, &o->r, &no, &nl),
-                     0);
+    tobject_finish(w, &o->bytes, &o->size, &o->r);
     o->blocks = objfmt_reader_blocks(o->r, &o->nblocks);
     assert_int_equal(o->nblocks, 4);
 }

@@ -30,6 +30,7 @@
 #include "sk_err.h"
 #include "sk_log.h"
 #include "sk_time.h"
+#include "tobject.h"
 
 /* ---- an object to read ---- */
 
@@ -60,20 +61,7 @@ static void make_object(struct object *o)
         objfmt_batch b = {off, off + 4, 5, 1000};
         assert_int_equal(objfmt_writer_add(w, 2, &b, o->payload), 0);
     }
-    const struct iovec *iov;
-    int cnt;
-    assert_int_equal(objfmt_writer_finish(w, &iov, &cnt, &o->size), 0);
-    o->bytes = malloc(o->size);
-    uint64_t pos = 0;
-    for (int i = 0; i < cnt; i++) {
-        memcpy(o->bytes + pos, iov[i].iov_base, iov[i].iov_len);
-        pos += iov[i].iov_len;
-    }
-    objfmt_writer_destroy(w);
-    uint64_t no;
-    size_t nl;
-    assert_int_equal(objfmt_reader_from_tail(o->bytes, (size_t)o->size, o->size, &o->r, &no, &nl),
-                     0);
+    tobject_finish(w, &o->bytes, &o->size, &o->r);
     o->blocks = objfmt_reader_blocks(o->r, &o->nblocks);
     assert_int_equal(o->nblocks, 13);
 }
