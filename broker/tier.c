@@ -995,7 +995,8 @@ static struct job *upload_job(sk_tier *t)
             j->map[j->nmap++] = (struct smap){tp->id, i, tp->parts[i]->stream};
         }
     }
-    qsort(j->map, j->nmap, sizeof *j->map, smap_cmp);
+    if (j->nmap > 1) /* no partitions: j->map is NULL, which qsort may not get */
+        qsort(j->map, j->nmap, sizeof *j->map, smap_cmp);
     return j;
 }
 
