@@ -6,10 +6,13 @@
  * A fetch is evaluated from scratch each time (first call, wake-up, disk
  * read done, timeout): cached batches are only pointed at while evaluating.
  * The response does not copy them: each record piece names its counted
- * owner (the WAL cache entry, or the buffer a storage read filled), the
- * encoder leaves those pieces out, and the connection sends them by
- * reference, holding each owner until its bytes are written (dispatch.c,
- * net.c). So eviction cannot pull memory from under a queued response.
+ * owner (the WAL cache entry, the block cache's block an object read found
+ * it in, or the buffer a WAL read filled), the encoder leaves those pieces
+ * out, and the connection sends them by reference, holding each owner until
+ * its bytes are written (dispatch.c, net.c). So eviction cannot pull memory
+ * from under a queued response. Every hold and drop is on the loop thread
+ * (the counts are not atomic): results are let go on the loop, never on
+ * the reader thread.
  */
 #include <event2/event.h>
 #include <stdlib.h>
@@ -52,8 +55,9 @@ struct disk {
     int32_t part;
     uint64_t stream;
     sk_obj_loc loc;
-    uint8_t *buf; /* concatenated batches */
+    uint8_t *buf; /* concatenated batches (a WAL or proxied read) */
     sk_ref *bref; /* buf's count, once a response points at it (loop thread) */
+    sk_tier_result *objs; /* or: an object read's batches, in cached blocks */
     int64_t len;
     int64_t first_base, end; /* offsets the result covers: [first batch base, end) */
     int err;
@@ -109,15 +113,15 @@ static sk_ref *disk_ref(struct disk *d)
     return d->bref;
 }
 
-/* Lets go of d->buf. Also called on a reader thread (disk_work): no response
- * holds the buffer then, as a fetch is answered only once and never while
- * its storage read runs, so this drop is the last. */
+/* Lets go of d's result (loop thread: it may hold cached blocks). */
 static void disk_release(struct disk *d)
 {
     if (d->bref)
         sk_ref_put(d->bref);
     else
         free(d->buf);
+    sk_tier_result_free(d->objs);
+    d->objs = NULL;
     d->bref = NULL;
     d->buf = NULL;
 }
@@ -211,8 +215,7 @@ static void disk_work(void *arg)
         struct disk *d = &w->disk[i];
         if (!d->wanted)
             continue;
-        d->wanted = false;
-        disk_release(d);
+        d->wanted = false; /* its last result was let go on the loop */
         d->len = 0;
         sk_batch_loc locs[64];
         int nl = sk_store_read_batches(n->store, &d->id, d->part, d->offset, d->max_bytes, locs,
@@ -292,16 +295,15 @@ static void remember_range(sk_fwait *w, const struct disk *d, bool keep)
         *p->obj_hint = d->loc;
 }
 
-static void tier_done(void *arg, int err, uint8_t *buf, size_t len, int64_t first, int64_t end)
+/* A read from objects or through the main ended (its result, if any, is in
+ * d already): retry a stale hint, or keep the result. */
+static void tier_ended(struct tread *tr, int err, int64_t first, int64_t end)
 {
-    struct tread *tr = arg;
     sk_fwait *w = tr->w;
     struct disk *d = &w->disk[tr->idx];
     free(tr);
     d->from_objs = false;
     d->from_proxy = false;
-    disk_release(d);
-    d->len = 0;
     if (err != 0 && d->via_hint) {
         /* The remembered range is gone (compacted and deleted): forget it
          * and look the batch up again. */
@@ -313,19 +315,39 @@ static void tier_done(void *arg, int err, uint8_t *buf, size_t len, int64_t firs
             remember_range(w, d, true);
         d->have = true;
         d->err = err;
-        d->buf = buf;
-        buf = NULL;
-        d->len = err == 0 ? (int64_t)len : 0;
         d->first_base = first;
         d->end = end;
     }
     d->via_hint = false;
-    free(buf);
     if (--w->tier_pending > 0)
         return;
     w->job_running = false;
     if (!w->finished)
         fetch_eval(w);
+}
+
+/* A proxied read (sk_follow_read): the batches in one buffer. */
+static void tier_done(void *arg, int err, uint8_t *buf, size_t len, int64_t first, int64_t end)
+{
+    struct tread *tr = arg;
+    struct disk *d = &tr->w->disk[tr->idx];
+    disk_release(d);
+    d->buf = err == 0 ? buf : NULL;
+    d->len = err == 0 ? (int64_t)len : 0;
+    if (err != 0)
+        free(buf);
+    tier_ended(tr, err, first, end);
+}
+
+/* A read from objects: the batches stay in the block cache's blocks. */
+static void tier_ref_done(void *arg, int err, sk_tier_result *res)
+{
+    struct tread *tr = arg;
+    struct disk *d = &tr->w->disk[tr->idx];
+    disk_release(d);
+    d->objs = res;
+    d->len = res ? (int64_t)res->len : 0;
+    tier_ended(tr, err, res ? res->first : -1, res ? res->end : -1);
 }
 
 /* Batches found in objects are read on the loop, through the caches. */
@@ -353,8 +375,8 @@ static void start_object_reads(sk_fwait *w)
         else if (d->from_proxy)
             tier_done(tr, SK_ERR_NOENT, NULL, 0, -1, -1);
         else
-            sk_tier_read(w->n->tier, &d->loc, d->stream, d->offset, (size_t)d->max_bytes,
-                         tier_done, tr);
+            sk_tier_read_ref(w->n->tier, &d->loc, d->stream, d->offset, (size_t)d->max_bytes,
+                             tier_ref_done, tr);
     }
     /* The extra count keeps a read that completes at once from evaluating
      * before every read is started. */
@@ -430,6 +452,30 @@ static sk_ref *const *one_ref(sk_req *r, sk_ref *ref)
     return v;
 }
 
+/* The whole batches of d's result that begin below `end`, as a records
+ * field pointing at them (by reference where they have an owner); 0 bytes
+ * when none. An object read's pieces are one batch each. */
+static int64_t disk_records(sk_req *r, struct disk *d, int64_t end, kc_records *rec)
+{
+    const sk_tier_result *o = d->objs;
+    if (o) {
+        int n = 0;
+        int64_t bytes = 0;
+        while (n < o->n && below(o->seg[n].p, o->seg[n].len, end) == o->seg[n].len)
+            bytes += o->seg[n++].len;
+        if (n > 0)
+            *rec = (kc_records){NULL, (int32_t)bytes, n, o->seg, o->ref};
+        return bytes;
+    }
+    int64_t dlen = below(d->buf, d->len, end);
+    kc_bytes *seg = dlen > 0 ? sk_arena_alloc(r->arena, sizeof *seg) : NULL;
+    if (!seg)
+        return 0;
+    *seg = (kc_bytes){d->buf, (int32_t)dlen};
+    *rec = (kc_records){NULL, (int32_t)dlen, 1, seg, one_ref(r, disk_ref(d))};
+    return dlen;
+}
+
 /* What one partition's evaluation decided. */
 enum { PE_NONE, PE_DATA, PE_ERROR, PE_READ };
 
@@ -473,24 +519,25 @@ static int eval_proxied(sk_fwait *w, sk_part *p, const kp_FetchRequest_FetchPart
     }
     const uint8_t *buf;
     int64_t len;
-    sk_ref *ref = NULL; /* the followed tail is copied */
+    kc_records rec;
     if (d->have && d->err == 0 && d->len > 0 && off >= d->first_base && off < d->end) {
-        buf = d->buf;
-        len = d->len;
-        ref = disk_ref(d);
-    } else if (!sk_follow_tail(f, p, off, limit > 0 ? limit : 1, &buf, &len)) {
+        len = disk_records(w->r, d, INT64_MAX, &rec);
+        if (len == 0)
+            return PE_NONE;
+    } else if (sk_follow_tail(f, p, off, limit > 0 ? limit : 1, &buf, &len)) {
+        kc_bytes *seg = sk_arena_alloc(w->r->arena, sizeof *seg);
+        if (!seg)
+            return PE_NONE;
+        *seg = (kc_bytes){buf, (int32_t)len};
+        rec = (kc_records){NULL, (int32_t)len, 1, seg, NULL}; /* the followed tail is copied */
+    } else {
         if (d->proxy_tried)
             return PE_NONE;
         goto read;
     }
     if (!first_data && len > limit)
         return PE_NONE;
-    kc_bytes *seg = sk_arena_alloc(w->r->arena, sizeof *seg);
-    if (!seg)
-        return PE_NONE;
-    seg->p = (uint8_t *)buf;
-    seg->len = (int32_t)len;
-    pd->records = (kc_records){NULL, (int32_t)len, 1, seg, one_ref(w->r, ref)};
+    pd->records = rec;
     *bytes = len;
     return PE_DATA;
 read:
@@ -599,16 +646,11 @@ static void fetch_eval(sk_fwait *w)
                 continue;
             /* Storage results first: they hold exactly the old batches. */
             if (d->have && d->err == 0 && d->len > 0 && off >= d->first_base && off < d->end) {
-                int64_t dlen = below(d->buf, d->len, end);
+                kc_records rec;
+                int64_t dlen = disk_records(r, d, end, &rec);
                 if (dlen == 0 || (!first_data && dlen > limit))
                     continue;
-                kc_bytes *seg = sk_arena_alloc(r->arena, sizeof *seg);
-                if (!seg)
-                    continue;
-                seg->p = d->buf;
-                seg->len = (int32_t)dlen;
-                pd->records =
-                    (kc_records){NULL, (int32_t)dlen, 1, seg, one_ref(r, disk_ref(d))};
+                pd->records = rec;
                 total += dlen;
                 first_data = false;
                 continue;
@@ -648,6 +690,7 @@ static void fetch_eval(sk_fwait *w)
                     continue;
                 }
                 if (!w->disk_tried) {
+                    disk_release(d); /* here: the reader thread must not */
                     d->wanted = true;
                     d->have = false;
                     d->offset = off;

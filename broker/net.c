@@ -83,6 +83,12 @@ static void conn_close(sk_conn *c)
     c->closed = true;
     SK_DEBUG("net", "closing connection from %s", c->peer);
     if (c->bev) {
+        /* Unsent answers hold cached memory by reference (WAL cache
+         * entries, block cache blocks): let go now. bufferevent_free may
+         * free the output later, from the loop or from event_base_free,
+         * after the caches are gone (node.c, sk_node_destroy). */
+        struct evbuffer *out = bufferevent_get_output(c->bev);
+        evbuffer_drain(out, evbuffer_get_length(out));
         bufferevent_free(c->bev);
         c->bev = NULL;
     }
@@ -713,6 +719,14 @@ void sk_net_close_all(sk_node *n)
         conn_close(c);
         c = next;
     }
+}
+
+int sk_net_open_conns(const sk_node *n)
+{
+    int k = 0;
+    for (const sk_conn *c = n->conns; c; c = c->next)
+        k += !c->closed;
+    return k;
 }
 
 bool sk_net_idle(const sk_node *n)

@@ -79,8 +79,11 @@ const struct sk_listener *sk_conn_advertised(const sk_conn *c);
 void sk_net_stop_accepting(sk_node *n);
 /* Frees what the network layer holds once every connection is gone. */
 void sk_net_destroy(sk_node *n);
-/* Closes every connection (shutdown). */
+/* Closes every connection (shutdown), freeing their unsent output and the
+ * holds it has on cached memory. */
 void sk_net_close_all(sk_node *n);
+/* Connections not closed yet. */
+int sk_net_open_conns(const sk_node *n);
 /* True when no connection has a request in flight or unsent output. */
 bool sk_net_idle(const sk_node *n);
 

@@ -1,5 +1,6 @@
 #include "node.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <event2/event.h>
 #include <event2/thread.h>
@@ -1013,6 +1014,16 @@ void sk_node_destroy(sk_node *n)
 {
     if (!n)
         return;
+    /* Invariant: connections close before the caches their responses point
+     * into are destroyed (the block cache with the tier, the WAL cache with
+     * the topics), so that every response queued on a connection, with its
+     * holds on cached memory, is freed before that memory's owner. (A hold
+     * outliving its cache is safe, sk_ref frees the memory, but it would run
+     * from event_base_free, last.) Requests still running end while the
+     * caches go (a read fails with SK_ERR_CLOSED) and answer to closed
+     * connections, which queue nothing. The connections themselves are
+     * reaped last (sk_net_destroy): requests that end hold them. */
+    sk_net_close_all(n);
     /* Readers and tier jobs use the WAL: they stop first. */
     sk_cluster_close(n->cluster);
     if (n->readers)
@@ -1025,6 +1036,7 @@ void sk_node_destroy(sk_node *n)
     n->cluster = NULL;
     pay_close(n->payload); /* when no proxy took it */
     n->payload = NULL;
+    assert(sk_net_open_conns(n) == 0); /* the order above */
     sk_tier_destroy(n->tier);
     n->tier = NULL;
     sk_txns_destroy(n->txns);

@@ -995,7 +995,8 @@ static struct job *upload_job(sk_tier *t)
             j->map[j->nmap++] = (struct smap){tp->id, i, tp->parts[i]->stream};
         }
     }
-    qsort(j->map, j->nmap, sizeof *j->map, smap_cmp);
+    if (j->nmap > 1) /* no partitions: j->map is NULL, which qsort may not get */
+        qsort(j->map, j->nmap, sizeof *j->map, smap_cmp);
     return j;
 }
 
@@ -1168,15 +1169,38 @@ struct rd {
     uint64_t stream;
     int64_t offset;
     size_t max_bytes;
-    sk_tier_read_cb cb;
+    sk_tier_ref_cb cb;
     void *arg;
     objindex_ref *ref;
     blockcache_block **blocks;
     size_t nblocks;
 };
 
-static void rd_finish(struct rd *r, int err, uint8_t *buf, size_t len, int64_t first,
-                      int64_t end)
+void sk_tier_result_free(sk_tier_result *res)
+{
+    if (!res)
+        return;
+    for (int i = 0; i < res->nheld; i++)
+        sk_ref_put(res->held[i]);
+    free(res);
+}
+
+/* Room for nseg pieces and nheld blocks, in one allocation. */
+static sk_tier_result *result_new(size_t nseg, size_t nheld)
+{
+    sk_tier_result *res = calloc(1, sizeof *res + nseg * (sizeof(kc_bytes) + sizeof(sk_ref *)) +
+                                        nheld * sizeof(sk_ref *));
+    if (!res)
+        return NULL;
+    res->seg = (kc_bytes *)(res + 1);
+    res->ref = (sk_ref **)(res->seg + nseg);
+    res->held = res->ref + nseg;
+    res->first = res->end = -1;
+    return res;
+}
+
+/* The pins go here: what the caller keeps of the blocks, res holds. */
+static void rd_finish(struct rd *r, int err, sk_tier_result *res)
 {
     sk_tier *t = r->t;
     for (size_t i = 0; i < r->nblocks; i++)
@@ -1185,13 +1209,42 @@ static void rd_finish(struct rd *r, int err, uint8_t *buf, size_t len, int64_t f
     free(r->blocks);
     if (r->ref)
         objindex_release(t->ix, r->ref);
-    if (err == 0) {
-        t->st.read_bytes += len;
-    }
-    r->cb(r->arg, err, buf, len, first, end);
+    if (err == 0)
+        t->st.read_bytes += res->len;
+    r->cb(r->arg, err, res);
     free(r);
 }
 
+/* Adds block b's batches from r->offset on to res, within r->max_bytes;
+ * false once the limit is reached. */
+static bool rd_take(struct rd *r, blockcache_block *b, sk_tier_result *res)
+{
+    size_t l;
+    const uint8_t *d = blockcache_data(b, &l);
+    sk_ref *hold = NULL;
+    objfmt_iter it;
+    objfmt_iter_init_verified(&it, d, l);
+    objfmt_batch bt;
+    const uint8_t *payload;
+    while (objfmt_iter_next(&it, &bt, &payload) == 1) {
+        if ((int64_t)bt.last_offset < r->offset)
+            continue;
+        if (res->len > 0 && res->len + bt.size > r->max_bytes)
+            return false;
+        if (!hold)
+            hold = res->held[res->nheld++] = blockcache_hold(b);
+        res->seg[res->n] = (kc_bytes){payload, (int32_t)bt.size};
+        res->ref[res->n++] = bt.size >= SK_TIER_REF_MIN ? hold : NULL;
+        res->len += bt.size;
+        if (res->first < 0)
+            res->first = (int64_t)bt.base_offset;
+        res->end = (int64_t)bt.last_offset + 1;
+        r->t->st.read_batches++;
+    }
+    return true;
+}
+
+/* Whole batches from the one holding `offset` on, pointing into the blocks. */
 static void rd_blocks(void *arg, int err)
 {
     struct rd *r = arg;
@@ -1199,44 +1252,20 @@ static void rd_blocks(void *arg, int err)
         free(r->blocks);
         r->blocks = NULL;
         r->nblocks = 0;
-        rd_finish(r, err, NULL, 0, -1, -1);
+        rd_finish(r, err, NULL);
         return;
     }
-    /* Concatenate whole batches from the one holding `offset` on. */
-    size_t total = 0;
-    for (size_t i = 0; i < r->nblocks; i++) {
-        size_t l;
-        blockcache_data(r->blocks[i], &l);
-        total += l;
-    }
-    uint8_t *buf = malloc(total ? total : 1);
-    if (!buf) {
-        rd_finish(r, SK_ERR_NOMEM, NULL, 0, -1, -1);
+    size_t nbatches = 0;
+    for (size_t i = 0; i < r->nblocks; i++)
+        nbatches += blockcache_entry(r->blocks[i])->batch_count;
+    sk_tier_result *res = result_new(nbatches, r->nblocks);
+    if (!res) {
+        rd_finish(r, SK_ERR_NOMEM, NULL);
         return;
     }
-    size_t len = 0;
-    int64_t first = -1, end = -1;
-    for (size_t i = 0; i < r->nblocks; i++) {
-        size_t l;
-        const uint8_t *d = blockcache_data(r->blocks[i], &l);
-        objfmt_iter it;
-        objfmt_iter_init_verified(&it, d, l);
-        objfmt_batch b;
-        const uint8_t *payload;
-        while (objfmt_iter_next(&it, &b, &payload) == 1) {
-            if ((int64_t)b.last_offset < r->offset)
-                continue;
-            if (len > 0 && len + b.size > r->max_bytes)
-                break;
-            memcpy(buf + len, payload, b.size);
-            len += b.size;
-            if (first < 0)
-                first = (int64_t)b.base_offset;
-            end = (int64_t)b.last_offset + 1;
-            r->t->st.read_batches++;
-        }
-    }
-    rd_finish(r, 0, buf, len, first, end);
+    for (size_t i = 0; i < r->nblocks && rd_take(r, r->blocks[i], res); i++)
+        ;
+    rd_finish(r, 0, res);
 }
 
 static void rd_index(void *arg, int err, objindex_ref *ref)
@@ -1244,14 +1273,14 @@ static void rd_index(void *arg, int err, objindex_ref *ref)
     struct rd *r = arg;
     sk_tier *t = r->t;
     if (err != 0) {
-        rd_finish(r, err, NULL, 0, -1, -1);
+        rd_finish(r, err, NULL);
         return;
     }
     r->ref = ref;
     const objfmt_reader *rdr = objindex_reader(ref);
     size_t block;
     if (objfmt_reader_find(rdr, r->stream, (uint64_t)r->offset, &block) != 0) {
-        rd_finish(r, SK_ERR_NOENT, NULL, 0, -1, -1);
+        rd_finish(r, SK_ERR_NOENT, NULL);
         return;
     }
     size_t nb;
@@ -1268,7 +1297,7 @@ static void rd_index(void *arg, int err, objindex_ref *ref)
     r->nblocks = want;
     if (!r->blocks) {
         r->nblocks = 0;
-        rd_finish(r, SK_ERR_NOMEM, NULL, 0, -1, -1);
+        rd_finish(r, SK_ERR_NOMEM, NULL);
         return;
     }
     int rc = blockcache_read(t->bc, r->key, bl, nb, block, want, READAHEAD_BLOCKS, r->blocks,
@@ -1279,12 +1308,12 @@ static void rd_index(void *arg, int err, objindex_ref *ref)
         rd_blocks(r, rc);
 }
 
-void sk_tier_read(sk_tier *t, const sk_obj_loc *loc, uint64_t stream, int64_t offset,
-                  size_t max_bytes, sk_tier_read_cb cb, void *arg)
+void sk_tier_read_ref(sk_tier *t, const sk_obj_loc *loc, uint64_t stream, int64_t offset,
+                      size_t max_bytes, sk_tier_ref_cb cb, void *arg)
 {
     struct rd *r = calloc(1, sizeof *r);
     if (!r) {
-        cb(arg, SK_ERR_NOMEM, NULL, 0, -1, -1);
+        cb(arg, SK_ERR_NOMEM, NULL);
         return;
     }
     r->t = t;
@@ -1301,6 +1330,46 @@ void sk_tier_read(sk_tier *t, const sk_obj_loc *loc, uint64_t stream, int64_t of
         rd_index(r, 0, ref);
     else if (rc < 0)
         rd_index(r, rc, NULL);
+}
+
+/* sk_tier_read: the pieces of a read by reference, concatenated. */
+struct rd_copy {
+    sk_tier_read_cb cb;
+    void *arg;
+};
+
+static void copy_done(void *arg, int err, sk_tier_result *res)
+{
+    struct rd_copy rc = *(struct rd_copy *)arg;
+    free(arg);
+    uint8_t *buf = NULL;
+    if (err == 0 && !(buf = malloc(res->len ? res->len : 1)))
+        err = SK_ERR_NOMEM;
+    if (err != 0) {
+        sk_tier_result_free(res);
+        rc.cb(rc.arg, err, NULL, 0, -1, -1);
+        return;
+    }
+    size_t at = 0;
+    for (int i = 0; i < res->n; i++) {
+        memcpy(buf + at, res->seg[i].p, (size_t)res->seg[i].len);
+        at += (size_t)res->seg[i].len;
+    }
+    int64_t first = res->first, end = res->end;
+    sk_tier_result_free(res);
+    rc.cb(rc.arg, 0, buf, at, first, end);
+}
+
+void sk_tier_read(sk_tier *t, const sk_obj_loc *loc, uint64_t stream, int64_t offset,
+                  size_t max_bytes, sk_tier_read_cb cb, void *arg)
+{
+    struct rd_copy *c = malloc(sizeof *c);
+    if (!c) {
+        cb(arg, SK_ERR_NOMEM, NULL, 0, -1, -1);
+        return;
+    }
+    *c = (struct rd_copy){cb, arg};
+    sk_tier_read_ref(t, loc, stream, offset, max_bytes, copy_done, c);
 }
 
 /* ---- life ---- */

@@ -55,7 +55,9 @@ sk_tier *sk_tier_new(sk_node *n, char *why, size_t whylen);
 void sk_tier_start(sk_tier *t);
 /* Shutdown, in three steps: stop starts no new job; drain waits for the
  * running one (before the WAL closes: jobs read it); destroy frees the rest
- * (after the WAL closed: registrations still completing need the tier). */
+ * (after the WAL closed: registrations still completing need the tier; and
+ * after the connections closed: their responses hold blocks of the block
+ * cache, see sk_node_destroy). */
 void sk_tier_stop(sk_tier *t);
 void sk_tier_drain(sk_tier *t);
 void sk_tier_destroy(sk_tier *t);
@@ -78,6 +80,29 @@ typedef void (*sk_tier_read_cb)(void *arg, int err, uint8_t *buf, size_t len, in
                                 int64_t end);
 void sk_tier_read(sk_tier *t, const sk_obj_loc *loc, uint64_t stream, int64_t offset,
                   size_t max_bytes, sk_tier_read_cb cb, void *arg);
+
+/* The same read without a copy: the batches stay in the block cache's
+ * blocks. seg[0..n) are the batches in order (one piece each); ref[i] is
+ * the owner a response holds to send seg[i] by reference, or NULL for a
+ * batch too small to be worth it (copied into the response). The result
+ * holds every block it points into (held[0..nheld)) until
+ * sk_tier_result_free, on the loop thread (the holds are not atomic); a
+ * held block stays valid after its eviction (blockcache.h, "Holds"). */
+typedef struct sk_tier_result {
+    int n, nheld;
+    kc_bytes *seg;
+    sk_ref **ref;
+    sk_ref **held;
+    size_t len;         /* of all pieces */
+    int64_t first, end; /* base offset of the first batch, offset after the last */
+} sk_tier_result;
+/* Batches under this size are copied rather than sent by reference. */
+#define SK_TIER_REF_MIN 2048
+/* cb owns res (NULL on error). */
+typedef void (*sk_tier_ref_cb)(void *arg, int err, sk_tier_result *res);
+void sk_tier_read_ref(sk_tier *t, const sk_obj_loc *loc, uint64_t stream, int64_t offset,
+                      size_t max_bytes, sk_tier_ref_cb cb, void *arg);
+void sk_tier_result_free(sk_tier_result *res);
 
 /* A partition came with batches in another log's WAL: upload them soon,
  * before anything newer of theirs (cluster). */

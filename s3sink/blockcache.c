@@ -5,6 +5,9 @@
  * its fetch returns, then "ready". refs counts the reads that pin it (a
  * waiting read pins its blocks from the start). Ready blocks with no pins
  * sit on the LRU list, most recent first; only they are evicted.
+ * A block's sk_ref counts the cache's own link (its place in the map) and
+ * every hold on its bytes: leaving the cache drops the link, and the last
+ * drop frees the block, so a held block outlives its eviction.
  */
 #include "blockcache.h"
 
@@ -25,6 +28,7 @@ struct waiter {
 };
 
 struct blockcache_block {
+    sk_ref ref; /* first: the map's link, and one per hold (blockcache_hold) */
     uint8_t *mkey; /* object key, NUL, position (8 bytes) */
     size_t mklen;
     objfmt_entry e;
@@ -46,13 +50,16 @@ struct bc_read {
     void *arg;
 };
 
+/* One ranged GET of adjacent blocks, straight into their buffers. It holds
+ * every block (sk_ref) until it ends: a cache destroyed meanwhile lets go of
+ * the blocks, not of the memory the GET writes into. */
 struct bc_fetch {
     blockcache *c; /* NULL once the cache is gone */
-    uint8_t *buf;
     size_t len;
     uint64_t off;
     blockcache_block **blocks;
-    size_t nblocks;
+    struct iovec *iov; /* each block's data */
+    size_t nblocks, nheld;
     struct bc_fetch *prev, *next;
 };
 
@@ -94,23 +101,28 @@ static void lru_push(blockcache *c, blockcache_block *b)
     b->in_lru = true;
 }
 
-static void block_free(blockcache_block *b)
+/* The last drop of a block's count: no cache, no hold points at it. */
+static void block_ref_free(sk_ref *ref)
 {
+    blockcache_block *b = (blockcache_block *)ref;
     free(b->mkey);
     free(b->data);
     free(b);
 }
 
-/* Removes a block from the map (and the LRU) and frees it. */
+static void block_free(blockcache_block *b)
+{
+    sk_ref_put(&b->ref);
+}
+
+/* Removes a block from the map (and the LRU) and lets go of it: freed now,
+ * or by the last hold on its bytes. */
 static void block_drop(blockcache *c, blockcache_block *b)
 {
     lru_remove(c, b);
     sk_map_del(c->map, b->mkey, b->mklen);
-    if (b->data) {
+    if (!b->loading)
         c->used -= b->e.size;
-        free(b->data);
-        b->data = NULL;
-    }
     block_free(b);
 }
 
@@ -136,10 +148,10 @@ static bool make_room(blockcache *c, size_t need)
     return c->used + c->loading_bytes + need <= c->o.capacity;
 }
 
-static void store_fetch(void *ctx, const char *key, uint64_t off, size_t len, void *buf,
-                        objstore_get_cb cb, void *arg)
+static void store_fetch(void *ctx, const char *key, uint64_t off, const struct iovec *iov,
+                        int iovcnt, objstore_get_cb cb, void *arg)
 {
-    objstore_get(ctx, key, off, len, buf, cb, arg);
+    objstore_getv(ctx, key, off, iov, iovcnt, cb, arg);
 }
 
 blockcache *blockcache_new(objstore *store, const blockcache_opts *opts)
@@ -224,50 +236,42 @@ static void fetch_unlink(blockcache *c, struct bc_fetch *f)
         f->next->prev = f->prev;
 }
 
+static void fetch_free(struct bc_fetch *f)
+{
+    for (size_t i = 0; i < f->nheld; i++)
+        sk_ref_put(&f->blocks[i]->ref);
+    free(f->blocks);
+    free(f->iov);
+    free(f);
+}
+
 static void fetch_done(void *arg, int err, uint8_t *data, size_t len, uint64_t obj_size)
 {
     (void)obj_size;
+    (void)data;
     struct bc_fetch *f = arg;
     blockcache *c = f->c;
     if (!c) {
-        free(f->buf);
-        free(f->blocks);
-        free(f);
+        fetch_free(f);
         return;
     }
     fetch_unlink(c, f);
-    if (err == 0 && (data != f->buf || len != f->len)) {
+    if (err == 0 && len != f->len) {
         SK_WARN("blockcache", "short read: %zu of %zu bytes at %llu", len, f->len,
                 (unsigned long long)f->off);
         err = SK_ERR_CORRUPT;
     }
-    uint64_t at = 0;
     for (size_t i = 0; i < f->nblocks; i++) {
         blockcache_block *b = f->blocks[i];
         int berr = err;
-        if (berr == 0) {
-            const uint8_t *p = f->buf + at;
-            berr = objfmt_block_verify(&b->e, p, b->e.size);
-            if (berr != 0) {
-                SK_WARN("blockcache", "block at %llu of %s fails its check",
-                        (unsigned long long)b->e.position, (const char *)b->mkey);
-            } else if (f->nblocks == 1) {
-                b->data = f->buf; /* one block: keep the buffer as it is */
-                f->buf = NULL;
-            } else if (!(b->data = malloc(b->e.size ? b->e.size : 1))) {
-                berr = SK_ERR_NOMEM;
-            } else {
-                memcpy(b->data, p, b->e.size);
-            }
-            if (berr == 0)
-                c->used += b->e.size;
-        }
-        at += b->e.size;
+        if (berr == 0 && (berr = objfmt_block_verify(&b->e, b->data, b->e.size)) != 0)
+            SK_WARN("blockcache", "block at %llu of %s fails its check",
+                    (unsigned long long)b->e.position, (const char *)b->mkey);
+        if (berr == 0)
+            c->used += b->e.size;
         block_resolved(c, b, berr);
     }
-    free(f->buf);
-    free(f->blocks);
-    free(f);
+    fetch_free(f);
     evict(c);
 }
 
@@ -291,6 +295,7 @@ static blockcache_block *block_new(blockcache *c, const char *key, const objfmt_
         free(b);
         return NULL;
     }
+    sk_ref_init(&b->ref, block_ref_free);
     b->e = *e;
     b->loading = true;
     if (sk_map_put(c->map, b->mkey, b->mklen, b) != 0) {
@@ -299,6 +304,34 @@ static blockcache_block *block_new(blockcache *c, const char *key, const objfmt_
     }
     c->loading_bytes += e->size;
     return b;
+}
+
+/* A fetch of blocks[0..n), each with its buffer and held; NULL without
+ * memory (then nothing changed). */
+static struct bc_fetch *fetch_new(blockcache_block **blocks, size_t n)
+{
+    struct bc_fetch *f = calloc(1, sizeof *f);
+    if (!f || !(f->blocks = malloc(n * sizeof *f->blocks)) ||
+        !(f->iov = malloc(n * sizeof *f->iov))) {
+        if (f)
+            free(f->blocks);
+        free(f);
+        return NULL;
+    }
+    for (size_t k = 0; k < n; k++) {
+        blockcache_block *b = blocks[k];
+        if (!b->data && !(b->data = malloc(b->e.size ? b->e.size : 1))) {
+            f->nblocks = f->nheld = 0;
+            fetch_free(f); /* the buffers stay with their blocks */
+            return NULL;
+        }
+        f->blocks[k] = b;
+        f->iov[k] = (struct iovec){b->data, b->e.size};
+    }
+    for (size_t k = 0; k < n; k++)
+        sk_ref_hold(&f->blocks[k]->ref);
+    f->nblocks = f->nheld = n;
+    return f;
 }
 
 /* Issues GETs for blocks[0..n) (in position order), merging neighbours. */
@@ -313,17 +346,8 @@ static void fetch_blocks(blockcache *c, const char *key, blockcache_block **bloc
             len += blocks[j]->e.size;
             j++;
         }
-        struct bc_fetch *f = calloc(1, sizeof *f);
-        if (f) {
-            f->buf = malloc(len ? (size_t)len : 1);
-            f->blocks = malloc((j - i) * sizeof *f->blocks);
-        }
-        if (!f || !f->buf || !f->blocks) {
-            if (f) {
-                free(f->buf);
-                free(f->blocks);
-                free(f);
-            }
+        struct bc_fetch *f = fetch_new(blocks + i, j - i);
+        if (!f) {
             for (size_t k = i; k < j; k++)
                 block_resolved(c, blocks[k], SK_ERR_NOMEM);
             i = j;
@@ -332,15 +356,13 @@ static void fetch_blocks(blockcache *c, const char *key, blockcache_block **bloc
         f->c = c;
         f->len = (size_t)len;
         f->off = blocks[i]->e.position;
-        f->nblocks = j - i;
-        memcpy(f->blocks, blocks + i, f->nblocks * sizeof *f->blocks);
         f->next = c->fetches;
         if (c->fetches)
             c->fetches->prev = f;
         c->fetches = f;
         c->st.gets++;
         c->st.get_bytes += len;
-        c->o.fetch(c->o.fetch_ctx, key, f->off, f->len, f->buf, fetch_done, f);
+        c->o.fetch(c->o.fetch_ctx, key, f->off, f->iov, (int)f->nblocks, fetch_done, f);
         i = j;
     }
 }
@@ -523,6 +545,12 @@ void blockcache_release(blockcache *c, blockcache_block *b)
     }
 }
 
+sk_ref *blockcache_hold(blockcache_block *b)
+{
+    sk_ref_hold(&b->ref);
+    return &b->ref;
+}
+
 void blockcache_forget(blockcache *c, const char *key)
 {
     size_t kl = strlen(key);
@@ -563,12 +591,18 @@ void blockcache_destroy(blockcache *c)
     const void *k;
     size_t klen;
     void *v;
+    size_t held = 0;
     while (sk_map_next(c->map, &it, &k, &klen, &v)) {
         blockcache_block *b = v;
         if (b->refs > 0)
             SK_WARN("blockcache", "destroyed with a block still pinned");
+        held += b->ref.n > 1;
         block_drop(c, b);
     }
+    /* Safe (the last hold frees such a block), but the broker frees the
+     * responses that point into blocks before the cache (node.c). */
+    if (held)
+        SK_WARN("blockcache", "destroyed while %zu blocks are still held", held);
     sk_map_destroy(c->map);
     free(c);
 }

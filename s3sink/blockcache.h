@@ -18,7 +18,19 @@
  * pass its capacity by what readers pin, and it gives the excess back as
  * soon as they release. Read-ahead is skipped when it would not fit.
  *
- * Threads: the loop thread only (the one the objstore delivers on).
+ * Holds (by reference): a reader that keeps pointing into a block past its
+ * release (a response sending the block's batches by reference) takes a
+ * hold with blockcache_hold while the block is pinned, and drops it with
+ * sk_ref_put when done. A held block is evicted like any other: it leaves
+ * the cache and its byte count at once, but its bytes stay valid and
+ * unchanged (a block's memory is never reused) until the last hold goes,
+ * which frees it; that needs no cache, so a hold may outlive the cache
+ * (blockcache_destroy warns: the broker destroys its connections first).
+ *
+ * Threads: the loop thread only (the one the objstore delivers on), holds
+ * and their drops included: sk_ref is not atomic, so whatever holds a block
+ * (a response, an output buffer) must be freed on the loop thread. No other
+ * thread touches the cache (the tier thread's jobs never do).
  * Callbacks run later on that thread, never inside blockcache_read; a
  * callback may read again, but must not destroy the cache.
  *
@@ -41,18 +53,21 @@
 
 #include "objfmt.h"
 #include "objstore.h"
+#include "sk_ref.h"
 
 typedef struct blockcache blockcache;
 typedef struct blockcache_block blockcache_block;
 
-/* Where blocks come from: objstore_get's shape, so tests can stand in. */
-typedef void (*blockcache_fetch_fn)(void *ctx, const char *key, uint64_t off, size_t len,
-                                    void *buf, objstore_get_cb cb, void *arg);
+/* Where blocks come from: objstore_getv's shape (one GET into each block's
+ * own buffer, nothing to cut up after), so tests can stand in. */
+typedef void (*blockcache_fetch_fn)(void *ctx, const char *key, uint64_t off,
+                                    const struct iovec *iov, int iovcnt, objstore_get_cb cb,
+                                    void *arg);
 
 typedef struct blockcache_opts {
     size_t capacity;  /* bytes of cached blocks; default 256 MiB */
     size_t max_merge; /* largest merged GET; default 8 MiB (one block may be larger) */
-    blockcache_fetch_fn fetch; /* NULL: objstore_get on the store */
+    blockcache_fetch_fn fetch; /* NULL: objstore_getv on the store */
     void *fetch_ctx;
 } blockcache_opts;
 
@@ -77,6 +92,9 @@ int blockcache_read(blockcache *c, const char *key, const objfmt_entry *entries,
 const uint8_t *blockcache_data(const blockcache_block *b, size_t *len);
 const objfmt_entry *blockcache_entry(const blockcache_block *b);
 void blockcache_release(blockcache *c, blockcache_block *b);
+/* A hold on a pinned block's bytes (see "Holds"), dropped with sk_ref_put;
+ * valid after the block's release and eviction, until that drop. */
+sk_ref *blockcache_hold(blockcache_block *b);
 
 /* Drops the unpinned cached blocks of an object (after its deletion). */
 void blockcache_forget(blockcache *c, const char *key);

@@ -168,8 +168,10 @@ bool os_key_valid(const char *key, bool prefix)
 
 /* ---- iovec helper ---- */
 
-void os_iov_copy(const struct iovec *iov, int iovcnt, uint64_t off, void *dst, size_t n,
-                 struct os_iov_pos *hint)
+/* Copies n bytes between position off of the iovec and buf: out of the
+ * iovec, or into it. */
+static void iov_move(const struct iovec *iov, int iovcnt, uint64_t off, uint8_t *buf, size_t n,
+                     struct os_iov_pos *hint, bool into)
 {
     int i = hint->idx;
     uint64_t base = hint->base;
@@ -181,13 +183,16 @@ void os_iov_copy(const struct iovec *iov, int iovcnt, uint64_t off, void *dst, s
         base += iov[i].iov_len;
         i++;
     }
-    uint8_t *d = dst;
+    uint8_t *d = buf;
     while (n > 0 && i < iovcnt) {
         size_t in = (size_t)(off - base);
         size_t take = iov[i].iov_len - in;
         if (take > n)
             take = n;
-        memcpy(d, (const uint8_t *)iov[i].iov_base + in, take);
+        if (into)
+            memcpy((uint8_t *)iov[i].iov_base + in, d, take);
+        else
+            memcpy(d, (const uint8_t *)iov[i].iov_base + in, take);
         d += take;
         n -= take;
         off += take;
@@ -198,6 +203,18 @@ void os_iov_copy(const struct iovec *iov, int iovcnt, uint64_t off, void *dst, s
     }
     hint->idx = i;
     hint->base = base;
+}
+
+void os_iov_copy(const struct iovec *iov, int iovcnt, uint64_t off, void *dst, size_t n,
+                 struct os_iov_pos *hint)
+{
+    iov_move(iov, iovcnt, off, dst, n, hint, false);
+}
+
+void os_iov_fill(const struct iovec *iov, int iovcnt, uint64_t off, const void *src, size_t n,
+                 struct os_iov_pos *hint)
+{
+    iov_move(iov, iovcnt, off, (uint8_t *)src, n, hint, true);
 }
 
 /* ---- completion ---- */
@@ -411,6 +428,27 @@ void objstore_get(objstore *s, const char *key, uint64_t off, size_t len, void *
     }
     op->cb.get = cb;
     op->arg = arg;
+    op_start(s, op);
+}
+
+void objstore_getv(objstore *s, const char *key, uint64_t off, const struct iovec *iov,
+                   int iovcnt, objstore_get_cb cb, void *arg)
+{
+    struct os_op *op = get_op(s, key, off, 1, NULL);
+    if (!op) {
+        lost_completion(s, OS_GET, (os_cb){.get = cb}, arg);
+        return;
+    }
+    op->cb.get = cb;
+    op->arg = arg;
+    op->scatter = true;
+    if (put_prepare(op, iov, iovcnt) != 0) {
+        fail_nomem(s, op);
+        return;
+    }
+    op->len = (size_t)op->total;
+    if (op->len == 0)
+        op->err = op->err ? op->err : SK_ERR_INVAL;
     op_start(s, op);
 }
 

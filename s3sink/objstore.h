@@ -127,6 +127,11 @@ void objstore_put(objstore *s, const char *key, const struct iovec *iov, int iov
  * of the caller's, or NULL to have the store allocate. */
 void objstore_get(objstore *s, const char *key, uint64_t off, size_t len, void *buf,
                   objstore_get_cb cb, void *arg);
+/* As objstore_get, into the caller's buffers iov[0..iovcnt) in turn (one
+ * ranged GET filling several buffers, for the block cache's merged reads):
+ * cb's data is NULL and len the bytes read. */
+void objstore_getv(objstore *s, const char *key, uint64_t off, const struct iovec *iov,
+                   int iovcnt, objstore_get_cb cb, void *arg);
 void objstore_head(objstore *s, const char *key, objstore_head_cb cb, void *arg);
 void objstore_delete(objstore *s, const char *key, objstore_done_cb cb, void *arg);
 /* One page of at most max_keys (1..1000; 0 means 1000) keys starting with

@@ -283,6 +283,23 @@ fail:
     return rc ? rc : SK_ERR_IO;
 }
 
+/* n bytes at off into dst; fewer at the end of the file; -1 on error. */
+static ssize_t read_at(int fd, uint8_t *dst, size_t n, uint64_t off)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, dst + got, n - got, (off_t)(off + got));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return -1;
+        if (r == 0)
+            break;
+        got += (size_t)r;
+    }
+    return (ssize_t)got;
+}
+
 static int file_get(objstore *s, struct os_op *op)
 {
     struct fstore *f = F(s);
@@ -309,7 +326,7 @@ static int file_get(objstore *s, struct os_op *op)
     op->obj_size = size;
     uint64_t avail = op->off < size ? size - op->off : 0;
     size_t want = op->len == OBJSTORE_TO_END || op->len > avail ? (size_t)avail : op->len;
-    if (!op->buf) {
+    if (!op->buf && !op->scatter) {
         op->buf = malloc(want ? want : 1);
         if (!op->buf) {
             close(fd);
@@ -318,19 +335,20 @@ static int file_get(objstore *s, struct os_op *op)
         op->own_buf = true;
     }
     size_t got = 0;
-    while (got < want) {
-        ssize_t r = pread(fd, op->buf + got, want - got, (off_t)(op->off + got));
+    /* A scattered get reads each buffer in turn, straight from the file. */
+    for (int i = 0; got < want && i < (op->scatter ? op->iovcnt : 1); i++) {
+        uint8_t *dst = op->scatter ? op->iov[i].iov_base : op->buf;
+        size_t n = op->scatter ? op->iov[i].iov_len : want;
+        ssize_t r = read_at(fd, dst, n < want - got ? n : want - got, op->off + got);
         if (r < 0) {
-            if (errno == EINTR)
-                continue;
             int e = errno;
             SK_ERROR("objstore", "read %s/%s: %s", f->root, op->key, strerror(e));
             close(fd);
             return SK_ERR_IO;
         }
-        if (r == 0)
-            break; /* shrank meanwhile: cannot happen to an immutable object */
         got += (size_t)r;
+        if ((size_t)r < n)
+            break; /* shrank meanwhile: cannot happen to an immutable object */
     }
     close(fd);
     op->got = got;

@@ -27,11 +27,18 @@ typedef union os_cb {
     objstore_list_cb list;
 } os_cb;
 
+/* A position in an iovec (os_iov_copy, os_iov_fill). */
+struct os_iov_pos {
+    int idx;
+    uint64_t base; /* stream offset of iov[idx] */
+};
+
 struct os_op {
     objstore *s;
     enum os_kind kind;
     char *key;             /* relative key; for OS_LIST the prefix */
-    /* put: a private copy of the iov array; buffers borrowed */
+    /* put, and a scattered get: a private copy of the iov array; buffers
+     * borrowed */
     struct iovec *iov;
     int iovcnt;
     uint64_t total;
@@ -40,6 +47,8 @@ struct os_op {
     size_t len;            /* OBJSTORE_TO_END for the rest */
     uint8_t *buf;          /* caller's buffer, or allocated by the backend */
     bool own_buf;          /* buf was allocated by the backend */
+    bool scatter;          /* into iov (objstore_getv), not buf */
+    struct os_iov_pos at;  /* scatter: where the last bytes went */
     /* list */
     char *token;
     int max_keys;
@@ -103,11 +112,10 @@ bool os_key_valid(const char *key, bool prefix);
 
 /* Copies n bytes from position off of the iovec into dst; *hint caches the
  * last position for sequential calls (start it at {0, 0}). */
-struct os_iov_pos {
-    int idx;
-    uint64_t base; /* stream offset of iov[idx] */
-};
 void os_iov_copy(const struct iovec *iov, int iovcnt, uint64_t off, void *dst, size_t n,
+                 struct os_iov_pos *hint);
+/* The other way: n bytes of src into the iovec from position off. */
+void os_iov_fill(const struct iovec *iov, int iovcnt, uint64_t off, const void *src, size_t n,
                  struct os_iov_pos *hint);
 
 /* Backends. */

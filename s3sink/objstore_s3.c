@@ -387,7 +387,7 @@ static size_t on_write(char *p, size_t sz, size_t nm, void *ud)
                 r->has_range_total = true;
             }
         }
-        if (!op->buf) {
+        if (!op->buf && !op->scatter) {
             size_t want = op->len;
             if (want == OBJSTORE_TO_END) {
                 curl_off_t cl = -1;
@@ -424,7 +424,10 @@ static size_t on_write(char *p, size_t sz, size_t nm, void *ud)
         r->dst_cap = nc;
     }
     size_t take = r->dst_len + n > r->dst_cap ? r->dst_cap - r->dst_len : n;
-    memcpy(op->buf + r->dst_len, p, take);
+    if (op->scatter)
+        os_iov_fill(op->iov, op->iovcnt, r->dst_len, p, take, &op->at);
+    else
+        memcpy(op->buf + r->dst_len, p, take);
     r->dst_len += take;
     return used;
 }

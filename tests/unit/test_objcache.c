@@ -30,6 +30,7 @@
 #include "sk_err.h"
 #include "sk_log.h"
 #include "sk_time.h"
+#include "tobject.h"
 
 /* ---- an object to read ---- */
 
@@ -60,20 +61,7 @@ static void make_object(struct object *o)
         objfmt_batch b = {off, off + 4, 5, 1000};
         assert_int_equal(objfmt_writer_add(w, 2, &b, o->payload), 0);
     }
-    const struct iovec *iov;
-    int cnt;
-    assert_int_equal(objfmt_writer_finish(w, &iov, &cnt, &o->size), 0);
-    o->bytes = malloc(o->size);
-    uint64_t pos = 0;
-    for (int i = 0; i < cnt; i++) {
-        memcpy(o->bytes + pos, iov[i].iov_base, iov[i].iov_len);
-        pos += iov[i].iov_len;
-    }
-    objfmt_writer_destroy(w);
-    uint64_t no;
-    size_t nl;
-    assert_int_equal(objfmt_reader_from_tail(o->bytes, (size_t)o->size, o->size, &o->r, &no, &nl),
-                     0);
+    tobject_finish(w, &o->bytes, &o->size, &o->r);
     o->blocks = objfmt_reader_blocks(o->r, &o->nblocks);
     assert_int_equal(o->nblocks, 13);
 }
@@ -91,7 +79,8 @@ struct pending {
     char key[64];
     uint64_t off;
     size_t len;
-    void *buf;
+    const struct iovec *iov; /* the blocks' buffers, borrowed until cb */
+    int iovcnt;
     objstore_get_cb cb;
     void *arg;
 };
@@ -105,16 +94,19 @@ struct fake {
     int corrupt_next;   /* flip a byte in the next completions */
 };
 
-static void fake_fetch(void *ctx, const char *key, uint64_t off, size_t len, void *buf,
-                       objstore_get_cb cb, void *arg)
+static void fake_fetch(void *ctx, const char *key, uint64_t off, const struct iovec *iov,
+                       int iovcnt, objstore_get_cb cb, void *arg)
 {
     struct fake *f = ctx;
     assert_true(f->n < 64);
     struct pending *p = &f->q[f->n++];
     snprintf(p->key, sizeof p->key, "%s", key);
     p->off = off;
-    p->len = len;
-    p->buf = buf;
+    p->len = 0;
+    for (int i = 0; i < iovcnt; i++)
+        p->len += iov[i].iov_len;
+    p->iov = iov;
+    p->iovcnt = iovcnt;
     p->cb = cb;
     p->arg = arg;
     f->gets++;
@@ -131,12 +123,16 @@ static void fake_complete(struct fake *f)
             p.cb(p.arg, SK_ERR_IO, NULL, 0, 0);
             continue;
         }
-        memcpy(p.buf, f->o->bytes + p.off, p.len);
+        size_t at = 0;
+        for (int i = 0; i < p.iovcnt; i++) {
+            memcpy(p.iov[i].iov_base, f->o->bytes + p.off + at, p.iov[i].iov_len);
+            at += p.iov[i].iov_len;
+        }
         if (f->corrupt_next) {
             f->corrupt_next--;
-            ((uint8_t *)p.buf)[p.len / 2] ^= 0x40;
+            ((uint8_t *)p.iov[0].iov_base)[p.iov[0].iov_len / 2] ^= 0x40;
         }
-        p.cb(p.arg, 0, p.buf, p.len, f->o->size);
+        p.cb(p.arg, 0, NULL, p.len, f->o->size);
     }
 }
 

@@ -256,6 +256,19 @@ static void scenario_roundtrip(struct fx *f, objstore *s, const char *key)
     assert_memory_equal(buf, p + 12345, sizeof buf);
     assert_int_equal(r.size, n);
 
+    /* ranged, scattered into several of the caller's buffers (one GET) */
+    uint8_t head[1000];
+    struct iovec sv[2] = {{head, sizeof head}, {buf, sizeof buf}};
+    r = (struct res){0};
+    objstore_getv(s, key, 500, sv, 2, get_cb, &r);
+    assert_false(r.done);
+    wait_one(f->base, &r);
+    assert_int_equal(r.err, 0);
+    assert_int_equal(r.len, sizeof head + sizeof buf);
+    assert_null(r.data);
+    assert_memory_equal(head, p + 500, sizeof head);
+    assert_memory_equal(buf, p + 500 + sizeof head, sizeof buf);
+
     /* ranged, store-allocated, to the end from an offset */
     r = do_get(f->base, s, key, n - 100, OBJSTORE_TO_END, NULL);
     assert_int_equal(r.err, 0);
