@@ -6,7 +6,7 @@
  * and the connection's output takes them by reference, so the bytes a client
  * receives are the ones a plain encoding gives; a response freed before it
  * is queued, or an output buffer freed with the response unsent, drops every
- * hold.
+ * hold; compaction's drop of old entries spares the held ones too.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -130,6 +130,24 @@ static void test_fetchref_release_before_eviction(void **state)
     assert_int_equal(f->n.cache_bytes, 64);
     evict_all(f);
     assert_int_equal(drops, 1);
+}
+
+/* Compaction's drop of old entries lets go of the cache's hold only: a
+ * response still holding one keeps its bytes. */
+static void test_fetchref_dropped_entry_lives_until_released(void **state)
+{
+    fixture *f = *state;
+    sk_cbatch *b = add(f, 0, 128, 0x5c);
+    add(f, 1, 64, 0x5d);
+    sk_ref_hold(&b->ref);
+    f->n.store_applied = 1 << 30;
+    sk_cache_drop_below(&f->n, f->t->parts[0], 2);
+    assert_int_equal(f->n.cache_bytes, 0);
+    assert_int_equal(drops, 1);
+    for (int i = 0; i < 128; i++)
+        assert_int_equal(b->data[i], 0x5c);
+    sk_ref_put(&b->ref);
+    assert_int_equal(drops, 2);
 }
 
 /* A one-partition Fetch response (v12, flexible) whose records are the
@@ -270,6 +288,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_fetchref_evicted_entry_lives_until_released, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_fetchref_release_before_eviction, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fetchref_dropped_entry_lives_until_released, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_fetchref_output_holds_until_written, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_fetchref_unsent_output_freed, setup, teardown),
