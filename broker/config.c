@@ -431,7 +431,10 @@ const sk_prop sk_props[] = {
      1LL << 40, "Storage",
      "Size at which the WAL starts a new segment file. Retention deletes whole segments.", NULL, false},
     {"wal.cache.bytes", SK_PROP_LONG, OFF(wal_cache_bytes), "268435456", 0, I64MAX, "Storage",
-     "Memory for recently written batches, which serve fetches without reading storage.", NULL, false},
+     "Memory for recently written batches, which serve fetches without reading storage and "
+     "uploads without reading the WAL back (an upload starts once half of it is not uploaded "
+     "yet: see s3.wal.upload.threshold). Batches an upload still uses when they leave the "
+     "cache stay in memory until their objects are written.", NULL, false},
     {"wal.max.pending.bytes", SK_PROP_LONG, OFF(wal_max_pending_bytes), "67108864", 1048576,
      I64MAX, "Storage",
      "Bytes accepted but not yet durable beyond which the node stops reading new requests "
@@ -478,8 +481,11 @@ const sk_prop sk_props[] = {
      "Objects", "How often the WAL's new data is uploaded to objects.", NULL, false},
     {"s3.wal.upload.threshold", SK_PROP_LONG, OFF(s3_upload_threshold), "524288000", 4096,
      I64MAX, "Objects",
-     "Upload as soon as this many bytes of WAL are not in objects yet; also the most one "
-     "upload takes (it is held in memory while uploading).",
+     "Most bytes of WAL one upload takes. An upload starts as soon as this many bytes, or "
+     "half of wal.cache.bytes when that is less (and at least 64 MiB), are not in objects "
+     "yet: its batches are then still in the WAL cache and go into objects from memory, by "
+     "reference; only the others (evicted, linked, adopted) are read from the WAL and copied, "
+     "into a buffer reused from one upload to the next.",
      NULL, false},
     {"s3.stream.object.split.size", SK_PROP_LONG, OFF(s3_split_size), "8388608", 1, I64MAX,
      "Objects",

@@ -83,6 +83,15 @@ void sk_tier_read(sk_tier *t, const sk_obj_loc *loc, uint64_t stream, int64_t of
  * before anything newer of theirs (cluster). */
 void sk_tier_adopted(sk_tier *t);
 
+/* Not-yet-uploaded WAL bytes at which an upload starts: half of
+ * wal.cache.bytes, so that the batches are still in the WAL cache and go
+ * into objects from memory rather than read back from the WAL (upcache.h),
+ * capped by s3.wal.upload.threshold. A cache under twice
+ * SK_UPLOAD_TRIGGER_MIN holds too little to be worth the extra PUTs: the
+ * threshold alone decides then. */
+#define SK_UPLOAD_TRIGGER_MIN (64ull << 20)
+uint64_t sk_tier_upload_trigger(const sk_config *cfg);
+
 /* Runs the upload, GC and compaction steps now (tests, shutdown). */
 void sk_tier_upload_now(sk_tier *t);
 
