@@ -94,17 +94,26 @@ size_t objup_set_count(const objup_set *s)
     return s->n;
 }
 
+/* Room in *v (of *cap elements of `size` bytes) for element n: doubling,
+ * from `first`. */
+static int grow(void **v, size_t *cap, size_t n, size_t first, size_t size)
+{
+    if (n < *cap)
+        return 0;
+    size_t nc = *cap ? *cap * 2 : first;
+    void *nv = realloc(*v, nc * size);
+    if (!nv)
+        return SK_ERR_NOMEM;
+    *v = nv;
+    *cap = nc;
+    return 0;
+}
+
 /* A new chunk of at least `size` bytes after the current one. */
 static int new_chunk(objup_set *s, size_t size)
 {
-    if (s->nchunks == s->capchunks) {
-        size_t nc = s->capchunks ? s->capchunks * 2 : 16;
-        struct chunk *ncs = realloc(s->chunks, nc * sizeof *ncs);
-        if (!ncs)
-            return SK_ERR_NOMEM;
-        s->chunks = ncs;
-        s->capchunks = nc;
-    }
+    if (grow((void **)&s->chunks, &s->capchunks, s->nchunks, 16, sizeof *s->chunks) != 0)
+        return SK_ERR_NOMEM;
     size_t cap = size > OBJUP_CHUNK_BYTES ? size : OBJUP_CHUNK_BYTES;
     uint8_t *mem = malloc(cap);
     if (!mem)
@@ -140,15 +149,7 @@ static uint8_t *arena_alloc(objup_set *s, size_t size)
 
 static int reserve_batch(objup_set *s)
 {
-    if (s->n < s->cap)
-        return 0;
-    size_t nc = s->cap ? s->cap * 2 : FIRST_BATCHES;
-    objup_batch *nb = realloc(s->b, nc * sizeof *nb);
-    if (!nb)
-        return SK_ERR_NOMEM;
-    s->b = nb;
-    s->cap = nc;
-    return 0;
+    return grow((void **)&s->b, &s->cap, s->n, FIRST_BATCHES, sizeof *s->b);
 }
 
 int objup_set_add_ref(objup_set *s, const objup_batch *b)

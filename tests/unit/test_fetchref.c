@@ -18,56 +18,22 @@
 #include <cmocka.h>
 #include <event2/buffer.h>
 
-#include "config.h"
 #include "dispatch.h"
 #include "kmsg.h"
 #include "net.h"
 #include "plog.h"
-#include "sk_map.h"
 #include "tconf.h"
 
-typedef struct {
-    sk_node n;
-    sk_config cfg;
-    sk_topic *t;
-} fixture;
-
-static int drops; /* cache entries freed through the test's drop */
-
-static void counting_free(sk_ref *ref)
-{
-    drops++;
-    free(ref); /* the entry; its ref is its first member */
-}
+#include "cache_fx.c"
 
 static int setup(void **state)
 {
-    fixture *f = calloc(1, sizeof *f);
-    assert_non_null(f);
-    f->n.cfg = &f->cfg;
-    f->cfg.wal_cache_bytes = 1 << 20;
-    f->n.topics_by_name = sk_map_new();
-    f->n.topics_by_id = sk_map_new();
-    assert_non_null(f->n.topics_by_name);
-    assert_non_null(f->n.topics_by_id);
-    kc_uuid id = {{7, 7}};
-    sk_tconf conf;
-    memset(&conf, 0, sizeof conf);
-    f->t = sk_topic_new(&f->n, &id, "t", 1, 1, 1, &conf, 10, SK_OWN_ACTIVE);
-    assert_non_null(f->t);
-    drops = 0;
-    *state = f;
-    return 0;
+    return cache_fx_setup(state, 1);
 }
 
 static int teardown(void **state)
 {
-    fixture *f = *state;
-    sk_topic_remove(&f->n, f->t);
-    sk_map_destroy(f->n.topics_by_name);
-    sk_map_destroy(f->n.topics_by_id);
-    free(f);
-    return 0;
+    return cache_fx_teardown(state);
 }
 
 /* Appends a cache entry of `len` bytes filled with `fill` at `base`. */

@@ -3,10 +3,10 @@
  *
  * Collect takes the batches whose DATA record starts in [from, to), in LSN
  * order (not LINK records', not those outside the range), up to a byte
- * count; a held batch
- * evicted, dropped by compaction or whose topic is deleted keeps its bytes
- * until the job releases it, and is freed then, exactly once; a second
- * release does nothing; the cursor finds records by LSN.
+ * count; a held batch evicted, dropped by compaction or whose topic is
+ * deleted keeps its bytes until the job releases it, and is freed then,
+ * exactly once; a second release does nothing; the cursor finds records by
+ * LSN.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,55 +17,20 @@
 
 #include <cmocka.h>
 
-#include "config.h"
 #include "meta.h"
 #include "plog.h"
-#include "sk_map.h"
 #include "upcache.h"
 
-typedef struct {
-    sk_node n;
-    sk_config cfg;
-    sk_topic *t;
-} fixture;
-
-static int drops; /* cache entries freed */
-
-static void counting_free(sk_ref *ref)
-{
-    drops++;
-    free(ref); /* the entry; its ref is its first member */
-}
+#include "cache_fx.c"
 
 static int setup(void **state)
 {
-    fixture *f = calloc(1, sizeof *f);
-    assert_non_null(f);
-    f->n.cfg = &f->cfg;
-    f->cfg.wal_cache_bytes = 1 << 20;
-    f->n.topics_by_name = sk_map_new();
-    f->n.topics_by_id = sk_map_new();
-    assert_non_null(f->n.topics_by_name);
-    assert_non_null(f->n.topics_by_id);
-    kc_uuid id = {{9, 9}};
-    sk_tconf conf;
-    memset(&conf, 0, sizeof conf);
-    f->t = sk_topic_new(&f->n, &id, "u", 1, 2, 1, &conf, 10, SK_OWN_ACTIVE);
-    assert_non_null(f->t);
-    drops = 0;
-    *state = f;
-    return 0;
+    return cache_fx_setup(state, 2);
 }
 
 static int teardown(void **state)
 {
-    fixture *f = *state;
-    if (f->t)
-        sk_topic_remove(&f->n, f->t);
-    sk_map_destroy(f->n.topics_by_name);
-    sk_map_destroy(f->n.topics_by_id);
-    free(f);
-    return 0;
+    return cache_fx_teardown(state);
 }
 
 /* Appends a batch at `base` of partition `part`, its record at lsn. */
