@@ -445,12 +445,12 @@ const sk_prop sk_props[] = {
      "Most WAL bytes kept on the volume: past it (uploads failing or slow) the node stops "
      "reading requests until uploads catch up.",
      NULL, false},
-    {"wal.direct.io", SK_PROP_BOOL, OFF(wal_direct_io), "false", 0, 0, "Storage",
+    {"wal.direct.io", SK_PROP_BOOL, OFF(wal_direct_io), "true", 0, 0, "Storage",
      "Write a WAL on a local file system with O_DIRECT: no copy into the page cache, a "
-     "fraction of the WAL's CPU and a faster produce path, but the uploader then reads the "
-     "WAL back from the disk instead of the page cache (docs/wal.md, \"Direct I/O\"). Worth "
-     "it where reads are cheap beside writes. Never used for NFS or where the file system "
-     "cannot (tmpfs).",
+     "fraction of the WAL's CPU and a faster produce path. Uploads take their batches from "
+     "the WAL cache; what they still read from the WAL (batches evicted before their upload) "
+     "then comes from the disk instead of the page cache (docs/wal.md, \"Direct I/O\"). "
+     "Never used for NFS or where the file system cannot (tmpfs).",
      NULL, false},
     {"view.commit.interval.ms", SK_PROP_LONG, OFF(view_commit_interval_ms), "100", 1, 60000,
      "Storage",
