@@ -115,6 +115,7 @@ int sk_append(sk_node *n, sk_part *p, const uint8_t *batch, uint32_t len, kb_hea
         return rc;
     }
     cb->lsn = lsn;
+    cb->linked = link != NULL;
     after_append(n, p, cb, h, append_ts, lsn_end);
     out->base = base;
     out->append_ts = append_ts;

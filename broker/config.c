@@ -431,7 +431,10 @@ const sk_prop sk_props[] = {
      1LL << 40, "Storage",
      "Size at which the WAL starts a new segment file. Retention deletes whole segments.", NULL, false},
     {"wal.cache.bytes", SK_PROP_LONG, OFF(wal_cache_bytes), "268435456", 0, I64MAX, "Storage",
-     "Memory for recently written batches, which serve fetches without reading storage.", NULL, false},
+     "Memory for recently written batches, which serve fetches without reading storage and "
+     "uploads without reading the WAL back (an upload starts once half of it is not uploaded "
+     "yet: see s3.wal.upload.threshold). Batches an upload still uses when they leave the "
+     "cache stay in memory until their objects are written.", NULL, false},
     {"wal.max.pending.bytes", SK_PROP_LONG, OFF(wal_max_pending_bytes), "67108864", 1048576,
      I64MAX, "Storage",
      "Bytes accepted but not yet durable beyond which the node stops reading new requests "
@@ -442,12 +445,12 @@ const sk_prop sk_props[] = {
      "Most WAL bytes kept on the volume: past it (uploads failing or slow) the node stops "
      "reading requests until uploads catch up.",
      NULL, false},
-    {"wal.direct.io", SK_PROP_BOOL, OFF(wal_direct_io), "false", 0, 0, "Storage",
+    {"wal.direct.io", SK_PROP_BOOL, OFF(wal_direct_io), "true", 0, 0, "Storage",
      "Write a WAL on a local file system with O_DIRECT: no copy into the page cache, a "
-     "fraction of the WAL's CPU and a faster produce path, but the uploader then reads the "
-     "WAL back from the disk instead of the page cache (docs/wal.md, \"Direct I/O\"). Worth "
-     "it where reads are cheap beside writes. Never used for NFS or where the file system "
-     "cannot (tmpfs).",
+     "fraction of the WAL's CPU and a faster produce path. Uploads take their batches from "
+     "the WAL cache; what they still read from the WAL (batches evicted before their upload) "
+     "then comes from the disk instead of the page cache (docs/wal.md, \"Direct I/O\"). "
+     "Never used for NFS or where the file system cannot (tmpfs).",
      NULL, false},
     {"view.commit.interval.ms", SK_PROP_LONG, OFF(view_commit_interval_ms), "100", 1, 60000,
      "Storage",
@@ -478,8 +481,11 @@ const sk_prop sk_props[] = {
      "Objects", "How often the WAL's new data is uploaded to objects.", NULL, false},
     {"s3.wal.upload.threshold", SK_PROP_LONG, OFF(s3_upload_threshold), "524288000", 4096,
      I64MAX, "Objects",
-     "Upload as soon as this many bytes of WAL are not in objects yet; also the most one "
-     "upload takes (it is held in memory while uploading).",
+     "Most bytes of WAL one upload takes. An upload starts as soon as this many bytes, or "
+     "half of wal.cache.bytes when that is less (and at least 64 MiB), are not in objects "
+     "yet: its batches are then still in the WAL cache and go into objects from memory, by "
+     "reference; only the others (evicted, linked, adopted) are read from the WAL and copied, "
+     "into a buffer reused from one upload to the next.",
      NULL, false},
     {"s3.stream.object.split.size", SK_PROP_LONG, OFF(s3_split_size), "8388608", 1, I64MAX,
      "Objects",

@@ -289,7 +289,7 @@ void sk_cache_drop_below(sk_node *n, sk_part *p, int64_t below)
             dropped < p->cq_len && cq_at(p, dropped) == b) { /* p's oldest, in order */
             *pp = b->gnext;
             n->cache_bytes -= b->len;
-            free(b);
+            sk_ref_put(&b->ref); /* a response or an upload may still hold it */
             dropped++;
         } else {
             prev = b;

@@ -31,6 +31,7 @@
 #include "sk_time.h"
 #include "sk_workq.h"
 #include "tier_logs.h"
+#include "upcache.h"
 
 #define SNAP_KEEP 2
 #define FOREIGN_UPLOAD_MS 1000
@@ -42,6 +43,7 @@ struct sk_tier {
     objindex *ix;
     blockcache *bc;
     sk_workq *q; /* the tier thread: uploads, snapshots, compaction, GC */
+    objup_set *set; /* the uploads' batches: the tier thread's, reused (its arena) */
     struct event *upload_ev, *bg_ev, *orphan_ev;
     bool busy;     /* a job runs on the tier thread */
     bool stopping;
@@ -125,6 +127,8 @@ struct job {
     struct smap *map;
     size_t nmap;
     uint64_t limit;
+    sk_upcache cached;     /* the WAL cache's batches in from..to, held until done */
+    uint64_t cached_bytes; /* bytes taken from them rather than read from the WAL */
     bool foreign_more; /* adopted batches left for a later upload */
     /* objects put (upload, compaction), to register */
     objreg_objects objs;
@@ -148,8 +152,10 @@ struct job {
     sk_clean_result cres;
 };
 
+/* Loop thread: job_free and upload_done, on every path (error, shutdown). */
 static void job_free(struct job *j)
 {
+    sk_upcache_release(&j->cached);
     free(j->segs);
     free(j->map);
     objreg_objects_free(&j->objs);
@@ -246,21 +252,22 @@ static int read_record(wal *w, wal_lsn lsn, uint8_t *type, uint8_t **rec, uint32
     return wal_read_record(w, lsn, type, *rec, *cap, len);
 }
 
-/* Adds a DATA record's batch to the set. Batches of topics deleted since the
- * job started, and records that do not parse, are not uploaded. */
-static int add_data(const struct job *j, objup_set *set, const uint8_t *rec, uint32_t len)
+static const struct smap *find_stream(const struct job *j, const kc_uuid *id, int32_t part)
 {
-    kc_uuid id;
-    int32_t part;
-    const uint8_t *batch;
-    size_t blen;
+    struct smap key = {*id, part, 0};
+    return bsearch(&key, j->map, j->nmap, sizeof key, smap_cmp);
+}
+
+/* Adds a partition's batch to the set: copied, or by reference when its
+ * bytes outlive the set's use (the WAL cache's, held by the job). Batches of
+ * topics deleted since the job started, and batches that do not parse, are
+ * not uploaded. */
+static int add_batch(const struct job *j, objup_set *set, const kc_uuid *id, int32_t part,
+                     const uint8_t *batch, size_t blen, bool by_ref)
+{
     kb_header h;
-    if (sk_data_decode(rec, len, &id, &part, &batch, &blen) != 0 ||
-        kb_parse_header(batch, blen, &h) != 0)
-        return 0;
-    struct smap key = {id, part, 0};
-    const struct smap *m = bsearch(&key, j->map, j->nmap, sizeof key, smap_cmp);
-    if (!m)
+    const struct smap *m = find_stream(j, id, part);
+    if (!m || kb_parse_header(batch, blen, &h) != 0)
         return 0;
     objup_batch b = {m->stream,
                      h.base_offset,
@@ -268,8 +275,20 @@ static int add_data(const struct job *j, objup_set *set, const uint8_t *rec, uin
                      h.max_timestamp,
                      (uint32_t)h.records_count,
                      (uint32_t)blen,
-                     0};
-    return objup_set_add(set, &b, batch);
+                     batch};
+    return by_ref ? objup_set_add_ref(set, &b) : objup_set_add(set, &b, batch);
+}
+
+/* Adds a DATA record's batch to the set (a copy: rec is reused). */
+static int add_data(const struct job *j, objup_set *set, const uint8_t *rec, uint32_t len)
+{
+    kc_uuid id;
+    int32_t part;
+    const uint8_t *batch;
+    size_t blen;
+    if (sk_data_decode(rec, len, &id, &part, &batch, &blen) != 0)
+        return 0;
+    return add_batch(j, set, &id, part, batch, blen, false);
 }
 
 /* A LINK record's batch (docs/zones.md): read where the link says, then
@@ -280,8 +299,7 @@ static int add_link(const struct job *j, objup_set *set, wal_lsn lsn, const uint
     sk_link l;
     if (sk_link_decode(rec, len, &l) != 0)
         return 0;
-    struct smap key = {l.id, l.part, 0};
-    if (!bsearch(&key, j->map, j->nmap, sizeof key, smap_cmp))
+    if (!find_stream(j, &l.id, l.part))
         return 0; /* its topic was deleted */
     uint32_t cap = l.len + SK_DATA_HEADER, blen;
     uint8_t *buf = malloc(cap), type;
@@ -301,11 +319,30 @@ static int add_link(const struct job *j, objup_set *set, wal_lsn lsn, const uint
     return rc;
 }
 
+/* The record at lsn from the WAL cache when the job holds its batch (the
+ * same bytes, by reference: upcache.h); else read from the WAL. */
+static int next_record(struct job *j, objup_set *set, wal_lsn lsn, uint8_t **rec, uint32_t *cap,
+                       uint32_t *len)
+{
+    const sk_upbatch *c = sk_upcache_at(&j->cached, lsn);
+    if (c) {
+        *len = sk_upcache_record_len(c);
+        j->cached_bytes += c->len;
+        return add_batch(j, set, &c->id, c->part, c->data, c->len, true);
+    }
+    uint8_t type;
+    int rc = read_record(j->t->n->wal, lsn, &type, rec, cap, len);
+    if (rc == 0 && type == SK_WAL_DATA)
+        rc = add_data(j, set, *rec, *len);
+    else if (rc == 0 && type == SK_WAL_LINK)
+        rc = add_link(j, set, lsn, *rec, *len);
+    return rc;
+}
+
 /* Reads the WAL from j->from until j->to or a full set; j->end is where it
  * stopped. */
 static int read_wal(struct job *j, objup_set *set)
 {
-    wal *w = j->t->n->wal;
     uint32_t cap = 1 << 20;
     uint8_t *rec = malloc(cap);
     int rc = rec ? 0 : SK_ERR_NOMEM;
@@ -315,13 +352,8 @@ static int read_wal(struct job *j, objup_set *set)
             lsn += WAL_SEGMENT_HEADER;
             continue;
         }
-        uint8_t type;
         uint32_t len;
-        rc = read_record(w, lsn, &type, &rec, &cap, &len);
-        if (rc == 0 && type == SK_WAL_DATA)
-            rc = add_data(j, set, rec, len);
-        else if (rc == 0 && type == SK_WAL_LINK)
-            rc = add_link(j, set, lsn, rec, len);
+        rc = next_record(j, set, lsn, &rec, &cap, &len);
         if (rc == 0)
             lsn += WAL_RECORD_HEADER + len;
     }
@@ -344,9 +376,7 @@ struct foreign {
 static void add_foreign(void *arg, const kc_uuid *id, int32_t part, const sk_batch_loc *loc)
 {
     struct foreign *f = arg;
-    struct smap key = {*id, part, 0};
-    const struct smap *m = bsearch(&key, f->j->map, f->j->nmap, sizeof key, smap_cmp);
-    if (!m || f->err)
+    if (!find_stream(f->j, id, part) || f->err)
         return;
     uint32_t need = loc->len + SK_DATA_HEADER;
     if (need > f->cap) {
@@ -400,7 +430,12 @@ static int check_holes(struct job *j, objup_set *set)
 static void upload_work(void *arg)
 {
     struct job *j = arg;
-    objup_set *set = objup_set_new(j->limit);
+    sk_tier *t = j->t;
+    if (!t->set)
+        t->set = objup_set_new(j->limit);
+    else
+        objup_set_reset(t->set, j->limit);
+    objup_set *set = t->set;
     int rc = set ? read_foreign(j, set) : SK_ERR_NOMEM;
     /* This node's own WAL only once no adopted batch waits (see above). */
     if (rc == 0 && !j->foreign_more)
@@ -414,7 +449,10 @@ static void upload_work(void *arg)
         rc = objup_put(set, j->t->os, &p, &j->objs);
     j->bytes_in = set ? objup_set_bytes(set) : 0;
     j->err = rc;
-    objup_set_destroy(set);
+    /* Nothing may point at the held batches past the job (upload_done
+     * releases them): forget the references, keep the arena. */
+    if (set)
+        objup_set_reset(set, j->limit);
 }
 
 /* ---- view snapshot (tier thread) ---- */
@@ -796,6 +834,9 @@ static void listed(struct job *j)
 static void upload_done(struct job *j)
 {
     sk_tier *t = j->t;
+    /* The objects are written: the cached batches may go now, not only
+     * once registered. */
+    sk_upcache_release(&j->cached);
     t->last_upload_ms = sk_mono_ms();
     /* Every adopted batch is in objects once an upload found none left, if
      * the view it read had applied every ADOPT (upload_end). */
@@ -816,8 +857,9 @@ static void upload_done(struct job *j)
     } else {
         t->st.uploads++;
         t->st.upload_bytes += j->bytes_in;
-        SK_INFO("tier", "uploaded WAL %" PRIu64 "..%" PRIu64 ": %zu objects, %" PRIu64 " bytes",
-                (uint64_t)j->from, (uint64_t)j->end, j->objs.n, j->bytes_in);
+        SK_INFO("tier", "uploaded WAL %" PRIu64 "..%" PRIu64 ": %zu objects, %" PRIu64
+                " bytes (%" PRIu64 " from the WAL cache)",
+                (uint64_t)j->from, (uint64_t)j->end, j->objs.n, j->bytes_in, j->cached_bytes);
         register_objects(j);
         return;
     }
@@ -948,10 +990,16 @@ static bool upload_wanted(sk_tier *t, bool by_time)
     wal_lsn end = upload_end(t);
     if (end <= t->uploaded)
         return false;
-    if (end - t->uploaded >= (uint64_t)t->n->cfg->s3_upload_threshold)
+    if (end - t->uploaded >= sk_tier_upload_trigger(t->n->cfg))
         return true;
     return by_time &&
            sk_mono_ms() - t->last_upload_ms >= t->n->cfg->s3_upload_interval_ms;
+}
+
+uint64_t sk_tier_upload_trigger(const sk_config *cfg)
+{
+    uint64_t max = (uint64_t)cfg->s3_upload_threshold, half = (uint64_t)cfg->wal_cache_bytes / 2;
+    return half >= SK_UPLOAD_TRIGGER_MIN && half < max ? half : max;
 }
 
 static struct job *upload_job(sk_tier *t)
@@ -997,6 +1045,8 @@ static struct job *upload_job(sk_tier *t)
     }
     if (j->nmap > 1) /* no partitions: j->map is NULL, which qsort may not get */
         qsort(j->map, j->nmap, sizeof *j->map, smap_cmp);
+    if (sk_upcache_collect(n, j->from, j->to, j->limit, &j->cached) != 0)
+        j->cached = (sk_upcache){0}; /* then everything comes from the WAL */
     return j;
 }
 
@@ -1486,6 +1536,7 @@ void sk_tier_destroy(sk_tier *t)
         objindex_destroy(t->ix);
     if (t->os)
         objstore_destroy(t->os);
+    objup_set_destroy(t->set);
     objreg_keys_free(&t->orphans);
     if (t->cleaned) {
         size_t it = 0;

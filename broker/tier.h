@@ -108,6 +108,15 @@ void sk_tier_result_free(sk_tier_result *res);
  * before anything newer of theirs (cluster). */
 void sk_tier_adopted(sk_tier *t);
 
+/* Not-yet-uploaded WAL bytes at which an upload starts: half of
+ * wal.cache.bytes, so that the batches are still in the WAL cache and go
+ * into objects from memory rather than read back from the WAL (upcache.h),
+ * capped by s3.wal.upload.threshold. A cache under twice
+ * SK_UPLOAD_TRIGGER_MIN holds too little to be worth the extra PUTs: the
+ * threshold alone decides then. */
+#define SK_UPLOAD_TRIGGER_MIN (64ull << 20)
+uint64_t sk_tier_upload_trigger(const sk_config *cfg);
+
 /* Runs the upload, GC and compaction steps now (tests, shutdown). */
 void sk_tier_upload_now(sk_tier *t);
 

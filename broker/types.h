@@ -79,8 +79,9 @@ struct sk_cbatch {
     sk_cbatch *gnext;
     int64_t base, last;
     int64_t max_ts;
-    wal_lsn lsn;
+    wal_lsn lsn;   /* of its record in the own WAL */
     uint32_t len;
+    bool linked;   /* that record is a LINK (docs/zones.md), not the batch's bytes */
     uint8_t data[];
 };
 

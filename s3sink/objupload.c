@@ -6,15 +6,22 @@
 #include "sk_err.h"
 #include "sk_time.h"
 
-#define FIRST_BYTES (4u << 20)
 #define FIRST_BATCHES 1024
+
+/* A piece of the arena: `used` of `cap` bytes hold copied batches. */
+struct chunk {
+    uint8_t *mem;
+    size_t cap, used;
+};
 
 struct objup_set {
     uint64_t limit;
     objup_batch *b;
     size_t n, cap;
-    uint8_t *bytes;
-    size_t len, bcap;
+    uint64_t len; /* payload bytes of the batches, copied or referenced */
+    struct chunk *chunks;
+    size_t nchunks, capchunks;
+    size_t cur; /* the chunk copies go to now */
 };
 
 objup_set *objup_set_new(uint64_t limit)
@@ -29,9 +36,41 @@ void objup_set_destroy(objup_set *s)
 {
     if (!s)
         return;
+    for (size_t i = 0; i < s->nchunks; i++)
+        free(s->chunks[i].mem);
+    free(s->chunks);
     free(s->b);
-    free(s->bytes);
     free(s);
+}
+
+/* Keeps the standard chunks, in order, up to OBJUP_ARENA_KEEP bytes; frees
+ * the others (and every chunk made for one large batch). */
+void objup_set_reset(objup_set *s, uint64_t limit)
+{
+    size_t kept = 0;
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < s->nchunks; i++) {
+        struct chunk c = s->chunks[i];
+        if (c.cap == OBJUP_CHUNK_BYTES && bytes + c.cap <= OBJUP_ARENA_KEEP) {
+            bytes += c.cap;
+            s->chunks[kept++] = (struct chunk){c.mem, c.cap, 0};
+        } else {
+            free(c.mem);
+        }
+    }
+    s->nchunks = kept;
+    s->cur = 0;
+    s->n = 0;
+    s->len = 0;
+    s->limit = limit;
+}
+
+uint64_t objup_set_arena_bytes(const objup_set *s)
+{
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < s->nchunks; i++)
+        bytes += s->chunks[i].cap;
+    return bytes;
 }
 
 bool objup_set_full(const objup_set *s)
@@ -44,40 +83,84 @@ uint64_t objup_set_bytes(const objup_set *s)
     return s->len;
 }
 
+const objup_batch *objup_set_batches(const objup_set *s, size_t *n)
+{
+    *n = s->n;
+    return s->b;
+}
+
 size_t objup_set_count(const objup_set *s)
 {
     return s->n;
 }
 
-/* Room for `more` bytes: doubling, but never past the limit plus the batch
- * that crosses it. */
-static int reserve_bytes(objup_set *s, size_t more)
+/* Room in *v (of *cap elements of `size` bytes) for element n: doubling,
+ * from `first`. */
+static int grow(void **v, size_t *cap, size_t n, size_t first, size_t size)
 {
-    if (s->len + more <= s->bcap)
+    if (n < *cap)
         return 0;
-    size_t nc = s->bcap ? s->bcap * 2 : FIRST_BYTES;
-    while (nc < s->len + more)
-        nc *= 2;
-    if (s->limit > 0 && nc > s->limit + more)
-        nc = (size_t)s->limit + more;
-    uint8_t *nb = realloc(s->bytes, nc);
-    if (!nb)
+    size_t nc = *cap ? *cap * 2 : first;
+    void *nv = realloc(*v, nc * size);
+    if (!nv)
         return SK_ERR_NOMEM;
-    s->bytes = nb;
-    s->bcap = nc;
+    *v = nv;
+    *cap = nc;
     return 0;
+}
+
+/* A new chunk of at least `size` bytes after the current one. */
+static int new_chunk(objup_set *s, size_t size)
+{
+    if (grow((void **)&s->chunks, &s->capchunks, s->nchunks, 16, sizeof *s->chunks) != 0)
+        return SK_ERR_NOMEM;
+    size_t cap = size > OBJUP_CHUNK_BYTES ? size : OBJUP_CHUNK_BYTES;
+    uint8_t *mem = malloc(cap);
+    if (!mem)
+        return SK_ERR_NOMEM;
+    /* Placed right after the current chunk: the free ones stay behind it. */
+    size_t at = s->nchunks ? s->cur + 1 : 0;
+    memmove(s->chunks + at + 1, s->chunks + at, (s->nchunks - at) * sizeof *s->chunks);
+    s->chunks[at] = (struct chunk){mem, cap, 0};
+    s->nchunks++;
+    s->cur = at;
+    return 0;
+}
+
+/* Room for `size` bytes in the arena: the current chunk, the next free
+ * one, or a new one. */
+static uint8_t *arena_alloc(objup_set *s, size_t size)
+{
+    while (s->cur < s->nchunks) {
+        struct chunk *c = &s->chunks[s->cur];
+        if (c->cap - c->used >= size) {
+            c->used += size;
+            return c->mem + c->used - size;
+        }
+        if (s->cur + 1 >= s->nchunks || s->chunks[s->cur + 1].cap < size)
+            break;
+        s->cur++;
+    }
+    if (new_chunk(s, size) != 0)
+        return NULL;
+    s->chunks[s->cur].used = size;
+    return s->chunks[s->cur].mem;
 }
 
 static int reserve_batch(objup_set *s)
 {
-    if (s->n < s->cap)
-        return 0;
-    size_t nc = s->cap ? s->cap * 2 : FIRST_BATCHES;
-    objup_batch *nb = realloc(s->b, nc * sizeof *nb);
-    if (!nb)
+    return grow((void **)&s->b, &s->cap, s->n, FIRST_BATCHES, sizeof *s->b);
+}
+
+int objup_set_add_ref(objup_set *s, const objup_batch *b)
+{
+    if (objup_set_full(s))
         return SK_ERR_NOMEM;
-    s->b = nb;
-    s->cap = nc;
+    int rc = reserve_batch(s);
+    if (rc != 0)
+        return rc;
+    s->b[s->n++] = *b;
+    s->len += b->size;
     return 0;
 }
 
@@ -85,16 +168,14 @@ int objup_set_add(objup_set *s, const objup_batch *b, const void *bytes)
 {
     if (objup_set_full(s))
         return SK_ERR_NOMEM;
-    int rc = reserve_bytes(s, b->size);
-    if (rc == 0)
-        rc = reserve_batch(s);
-    if (rc != 0)
-        return rc;
-    memcpy(s->bytes + s->len, bytes, b->size);
-    s->b[s->n] = *b;
-    s->b[s->n++].off = s->len;
-    s->len += b->size;
-    return 0;
+    int rc = reserve_batch(s);
+    uint8_t *dst = rc == 0 ? arena_alloc(s, b->size ? b->size : 1) : NULL;
+    if (!dst)
+        return SK_ERR_NOMEM;
+    memcpy(dst, bytes, b->size);
+    objup_batch c = *b;
+    c.data = dst;
+    return objup_set_add_ref(s, &c);
 }
 
 /* ---- the split rule ---- */
@@ -178,19 +259,19 @@ static int ranges_of(const objfmt_writer *w, const objup_batch *b, size_t n, obj
     return 0;
 }
 
-static int write_batches(objfmt_writer *w, const objup_batch *b, size_t n, const uint8_t *bytes)
+static int write_batches(objfmt_writer *w, const objup_batch *b, size_t n)
 {
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
         objfmt_batch ob = {(uint64_t)b[i].base, (uint64_t)b[i].last, b[i].records, b[i].size};
-        rc = objfmt_writer_add(w, b[i].stream, &ob, bytes + b[i].off);
+        rc = objfmt_writer_add(w, b[i].stream, &ob, b[i].data);
     }
     return rc;
 }
 
 /* Writes one object of the sorted batches b[0..n) and PUTs it. */
 static int put_object(objstore *os, const objup_params *p, objfmt_kind kind, const objup_batch *b,
-                      size_t n, const uint8_t *bytes, objreg_objects *out)
+                      size_t n, objreg_objects *out)
 {
     int64_t now = sk_now_ms();
     objfmt_writer *w = objfmt_writer_new(kind, p->block_bytes, now);
@@ -199,7 +280,7 @@ static int put_object(objstore *os, const objup_params *p, objfmt_kind kind, con
     objreg_object o = {.kind = kind, .created_ms = now};
     const struct iovec *iov;
     int iovcnt;
-    int rc = write_batches(w, b, n, bytes);
+    int rc = write_batches(w, b, n);
     if (rc == 0)
         rc = objfmt_writer_finish(w, &iov, &iovcnt, &o.size);
     if (rc == 0)
@@ -219,8 +300,7 @@ static int put_object(objstore *os, const objup_params *p, objfmt_kind kind, con
 /* The StreamObjects of the runs that have their own, in order, then one
  * StreamSetObject of the others (their batches gathered, still sorted). */
 static int put_runs(objstore *os, const objup_params *p, const objup_batch *b,
-                    const objup_run *runs, size_t nruns, const uint8_t *bytes,
-                    objreg_objects *out)
+                    const objup_run *runs, size_t nruns, objreg_objects *out)
 {
     objup_batch *small = NULL;
     size_t nsmall = 0;
@@ -228,7 +308,7 @@ static int put_runs(objstore *os, const objup_params *p, const objup_batch *b,
     for (size_t r = 0; r < nruns && rc == 0; r++) {
         const objup_run *run = &runs[r];
         if (run->own) {
-            rc = put_object(os, p, OBJFMT_SO, b + run->first, run->n, bytes, out);
+            rc = put_object(os, p, OBJFMT_SO, b + run->first, run->n, out);
             continue;
         }
         if (!small && !(small = malloc((runs[nruns - 1].first + runs[nruns - 1].n) *
@@ -238,7 +318,7 @@ static int put_runs(objstore *os, const objup_params *p, const objup_batch *b,
         nsmall += run->n;
     }
     if (rc == 0 && nsmall)
-        rc = put_object(os, p, OBJFMT_SSO, small, nsmall, bytes, out);
+        rc = put_object(os, p, OBJFMT_SSO, small, nsmall, out);
     free(small);
     return rc;
 }
@@ -252,7 +332,7 @@ int objup_put(objup_set *s, objstore *os, const objup_params *p, objreg_objects 
     if (!runs)
         return SK_ERR_NOMEM;
     size_t nruns = objup_split(s->b, s->n, p->split_bytes, runs);
-    int rc = put_runs(os, p, s->b, runs, nruns, s->bytes, out);
+    int rc = put_runs(os, p, s->b, runs, nruns, out);
     free(runs);
     return rc;
 }

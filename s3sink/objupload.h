@@ -2,7 +2,8 @@
  * objupload: from batches of many streams to objects in the object store.
  *
  * The caller collects batches into a set (objup_set: the batches' fields and
- * a copy of their bytes), then objup_put sorts them by (stream, offset),
+ * their bytes, copied or referenced), then objup_put sorts them by (stream,
+ * offset),
  * cuts them into runs of one stream, and writes (objfmt) and PUTs:
  *  - a StreamObject for each stream with at least p->split_bytes bytes
  *    (every stream when split_bytes is 0), in stream order,
@@ -13,14 +14,21 @@
  * registers.
  *
  * Memory: a set made with a limit refuses batches once it holds `limit`
- * bytes, and its buffer never grows past limit plus the batch that crossed
- * it; the caller stops adding when objup_set_full says so. Writing an object
- * copies no payload (objfmt's iovecs point into the set).
+ * bytes (copied and referenced alike); the caller stops adding when
+ * objup_set_full says so. Copied bytes go into an arena of fixed-size chunks
+ * (a batch larger than a chunk gets one of its own): no buffer is ever
+ * reallocated and moved. objup_set_reset empties a set for the next upload
+ * and keeps up to OBJUP_ARENA_KEEP bytes of chunks, so that a thread that
+ * uploads again and again reuses the same pages instead of faulting in new
+ * ones; the rest is freed. Writing an object copies no payload (objfmt's
+ * iovecs point at the batches' bytes).
  *
  * Threads: a set belongs to one thread at a time. objup_put blocks on the
  * object store (its *_sync calls): never on the loop thread.
  *
- * Ownership: the set copies the bytes it is given; objup_put borrows the
+ * Ownership: objup_set_add copies the bytes it is given; objup_set_add_ref
+ * keeps the caller's pointer, which must stay valid (and unchanged) until the
+ * set is reset or destroyed; objup_put borrows the
  * objstore; the objects it appends to `out` are the caller's
  * (objreg_objects_free).
  *
@@ -46,7 +54,7 @@ typedef struct objup_batch {
     int64_t max_ts;        /* largest timestamp in the batch; -1 when unknown */
     uint32_t records;
     uint32_t size;         /* payload bytes */
-    size_t off;            /* of the bytes in the set (objup_set_add sets it) */
+    const uint8_t *data;   /* the bytes: the set's copy, or the caller's (objup_set_add*) */
 } objup_batch;
 
 typedef struct objup_params {
@@ -59,14 +67,27 @@ typedef struct objup_params {
 
 typedef struct objup_set objup_set;
 
+/* Chunks of the arena, and what a reset keeps of them. */
+#define OBJUP_CHUNK_BYTES (8u << 20)
+#define OBJUP_ARENA_KEEP (64u << 20)
+
 /* limit: bytes after which the set is full; 0: no limit. */
 objup_set *objup_set_new(uint64_t limit);
-/* Copies a batch of b->size bytes in (b->off is ignored). */
+/* Copies a batch of b->size bytes into the arena (b->data is ignored). */
 int objup_set_add(objup_set *s, const objup_batch *b, const void *bytes)
     __attribute__((warn_unused_result));
+/* Adds a batch by reference: b->data is kept, not copied. */
+int objup_set_add_ref(objup_set *s, const objup_batch *b) __attribute__((warn_unused_result));
+/* Empties the set for another use with a new limit: batches and references
+ * are forgotten, the arena's chunks kept up to OBJUP_ARENA_KEEP bytes. */
+void objup_set_reset(objup_set *s, uint64_t limit);
+/* Bytes the arena holds now (chunks allocated, used or not). */
+uint64_t objup_set_arena_bytes(const objup_set *s);
 /* The limit is reached: the next add would be refused. */
 bool objup_set_full(const objup_set *s);
 uint64_t objup_set_bytes(const objup_set *s);
+/* The set's batches, in the order added (sorted once objup_put ran). */
+const objup_batch *objup_set_batches(const objup_set *s, size_t *n);
 size_t objup_set_count(const objup_set *s);
 void objup_set_destroy(objup_set *s);
 

@@ -6,10 +6,11 @@
  * and the connection's output takes them by reference, so the bytes a client
  * receives are the ones a plain encoding gives; a response freed before it
  * is queued, or an output buffer freed with the response unsent, drops every
- * hold. The same for blocks of the block cache (batches read from objects):
- * a held block survives its eviction, and a response queued on a connection
- * that closes, or still queued when the node shuts down, frees it once,
- * whether the cache goes before or after.
+ * hold; compaction's drop of old entries spares the held ones too. The same
+ * for blocks of the block cache (batches read from objects): a held block
+ * survives its eviction, and a response queued on a connection that closes,
+ * or still queued when the node shuts down, frees it once, whether the
+ * cache goes before or after.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -28,52 +29,19 @@
 #include "net.h"
 #include "objfmt.h"
 #include "plog.h"
-#include "sk_map.h"
 #include "tconf.h"
 #include "tobject.h"
 
-typedef struct {
-    sk_node n;
-    sk_config cfg;
-    sk_topic *t;
-} fixture;
-
-static int drops; /* cache entries freed through the test's drop */
-
-static void counting_free(sk_ref *ref)
-{
-    drops++;
-    free(ref); /* the entry; its ref is its first member */
-}
+#include "cache_fx.c"
 
 static int setup(void **state)
 {
-    fixture *f = calloc(1, sizeof *f);
-    assert_non_null(f);
-    f->n.cfg = &f->cfg;
-    f->cfg.wal_cache_bytes = 1 << 20;
-    f->n.topics_by_name = sk_map_new();
-    f->n.topics_by_id = sk_map_new();
-    assert_non_null(f->n.topics_by_name);
-    assert_non_null(f->n.topics_by_id);
-    kc_uuid id = {{7, 7}};
-    sk_tconf conf;
-    memset(&conf, 0, sizeof conf);
-    f->t = sk_topic_new(&f->n, &id, "t", 1, 1, 1, &conf, 10, SK_OWN_ACTIVE);
-    assert_non_null(f->t);
-    drops = 0;
-    *state = f;
-    return 0;
+    return cache_fx_setup(state, 1);
 }
 
 static int teardown(void **state)
 {
-    fixture *f = *state;
-    sk_topic_remove(&f->n, f->t);
-    sk_map_destroy(f->n.topics_by_name);
-    sk_map_destroy(f->n.topics_by_id);
-    free(f);
-    return 0;
+    return cache_fx_teardown(state);
 }
 
 /* Appends a cache entry of `len` bytes filled with `fill` at `base`. */
@@ -136,6 +104,24 @@ static void test_fetchref_release_before_eviction(void **state)
     assert_int_equal(f->n.cache_bytes, 64);
     evict_all(f);
     assert_int_equal(drops, 1);
+}
+
+/* Compaction's drop of old entries lets go of the cache's hold only: a
+ * response still holding one keeps its bytes. */
+static void test_fetchref_dropped_entry_lives_until_released(void **state)
+{
+    fixture *f = *state;
+    sk_cbatch *b = add(f, 0, 128, 0x5c);
+    add(f, 1, 64, 0x5d);
+    sk_ref_hold(&b->ref);
+    f->n.store_applied = 1 << 30;
+    sk_cache_drop_below(&f->n, f->t->parts[0], 2);
+    assert_int_equal(f->n.cache_bytes, 0);
+    assert_int_equal(drops, 1);
+    for (int i = 0; i < 128; i++)
+        assert_int_equal(b->data[i], 0x5c);
+    sk_ref_put(&b->ref);
+    assert_int_equal(drops, 2);
 }
 
 /* A one-partition Fetch response (v12, flexible) whose records are segs. */
@@ -516,6 +502,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_fetchref_evicted_entry_lives_until_released, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_fetchref_release_before_eviction, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fetchref_dropped_entry_lives_until_released, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_fetchref_output_holds_until_written, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_fetchref_unsent_output_freed, setup, teardown),

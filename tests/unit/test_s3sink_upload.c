@@ -1,6 +1,8 @@
 /* objupload: the split rule (streams at the threshold get a StreamObject,
  * the rest share one StreamSetObject, threshold 0 splits every stream),
- * sorting, holes in a stream, the batch set's memory cap, and objup_put against a file store:
+ * sorting, holes in a stream, the batch set's memory cap, batches by
+ * reference, the arena (chunks, large batches, reuse after a reset, what a
+ * reset keeps), and objup_put against a file store:
  * the objects' kinds, keys, ranges (offsets, sizes, records, largest
  * timestamps) and bytes read back through objfmt. */
 #include <setjmp.h>
@@ -123,6 +125,100 @@ static void test_set_cap(void **state)
     objup_set_destroy(s);
 }
 
+
+/* The limit counts referenced bytes like copied ones; a referenced batch
+ * keeps the caller's pointer. */
+static void test_set_ref_cap(void **state)
+{
+    (void)state;
+    static uint8_t payload[3000];
+    objup_set *s = objup_set_new(5000);
+    assert_non_null(s);
+    objup_batch b = mk(1, 0, 3000);
+    b.data = payload;
+    assert_int_equal(objup_set_add_ref(s, &b), 0);
+    assert_false(objup_set_full(s));
+    b = mk(1, 10, 2500);
+    assert_int_equal(objup_set_add(s, &b, payload), 0);
+    assert_true(objup_set_full(s));
+    b.data = payload;
+    assert_int_equal(objup_set_add_ref(s, &b), SK_ERR_NOMEM);
+    size_t n;
+    const objup_batch *v = objup_set_batches(s, &n);
+    assert_int_equal(n, 2);
+    assert_ptr_equal(v[0].data, payload);
+    assert_ptr_not_equal(v[1].data, payload); /* the copy */
+    assert_int_equal(objup_set_arena_bytes(s), OBJUP_CHUNK_BYTES);
+    objup_set_destroy(s);
+}
+
+#define MiB (1u << 20)
+
+/* Copies of `count` batches of `size` bytes, byte i of batch k being k + i. */
+static void add_copies(objup_set *s, int count, uint32_t size, uint8_t *buf)
+{
+    for (int k = 0; k < count; k++) {
+        for (uint32_t i = 0; i < size; i++)
+            buf[i] = (uint8_t)(k + i);
+        objup_batch b = mk(1, k * 10, size);
+        assert_int_equal(objup_set_add(s, &b, buf), 0);
+    }
+}
+
+static void check_copies(const objup_set *s, uint32_t size)
+{
+    size_t n;
+    const objup_batch *v = objup_set_batches(s, &n);
+    for (size_t k = 0; k < n; k++)
+        for (uint32_t i = 0; i < size; i += 4099)
+            assert_int_equal(v[k].data[i], (uint8_t)(k + i));
+}
+
+/* Chunks fill in turn, a batch larger than a chunk gets its own, a reset
+ * keeps the standard chunks up to OBJUP_ARENA_KEEP and the next use copies
+ * into the same memory. */
+static void test_set_arena(void **state)
+{
+    (void)state;
+    uint8_t *buf = malloc(10 * MiB);
+    assert_non_null(buf);
+    objup_set *s = objup_set_new(0);
+    assert_non_null(s);
+    add_copies(s, 20, 3 * MiB / 2, buf); /* 5 a chunk: 4 chunks */
+    check_copies(s, 3 * MiB / 2);
+    assert_int_equal(objup_set_arena_bytes(s), 4 * (uint64_t)OBJUP_CHUNK_BYTES);
+    objup_batch big = mk(2, 0, 10 * MiB);
+    memset(buf, 0x5a, 10 * MiB);
+    assert_int_equal(objup_set_add(s, &big, buf), 0);
+    assert_int_equal(objup_set_arena_bytes(s), 4 * (uint64_t)OBJUP_CHUNK_BYTES + 10 * MiB);
+    size_t n;
+    const uint8_t *first = objup_set_batches(s, &n)[0].data;
+    assert_int_equal(objup_set_batches(s, &n)[20].data[10 * MiB - 1], 0x5a);
+
+    objup_set_reset(s, 0);
+    assert_int_equal(objup_set_count(s), 0);
+    assert_int_equal(objup_set_bytes(s), 0);
+    assert_int_equal(objup_set_arena_bytes(s), 4 * (uint64_t)OBJUP_CHUNK_BYTES);
+    add_copies(s, 20, 3 * MiB / 2, buf);
+    check_copies(s, 3 * MiB / 2);
+    assert_ptr_equal(objup_set_batches(s, &n)[0].data, first); /* the same pages */
+    assert_int_equal(objup_set_arena_bytes(s), 4 * (uint64_t)OBJUP_CHUNK_BYTES);
+
+    /* past what a reset keeps */
+    objup_set_reset(s, 0);
+    int many = (int)(OBJUP_ARENA_KEEP / MiB) + 16;
+    add_copies(s, many, MiB, buf);
+    check_copies(s, MiB);
+    assert_true(objup_set_arena_bytes(s) > OBJUP_ARENA_KEEP);
+    objup_set_reset(s, 4096);
+    assert_int_equal(objup_set_arena_bytes(s), OBJUP_ARENA_KEEP);
+    objup_batch b = mk(1, 0, 5000);
+    assert_int_equal(objup_set_add(s, &b, buf), 0);
+    assert_true(objup_set_full(s)); /* the new limit */
+    objup_set_destroy(s);
+    free(buf);
+}
+
 /* Batches of streams 10 (big), 20 and 30 (small), added out of order. */
 static objup_set *sample_set(void)
 {
@@ -198,6 +294,37 @@ static void test_put_all_own_and_empty(void **state)
     objup_set_destroy(s);
 }
 
+/* The same batches, every other one by reference, then the set reused
+ * (reset) for a second upload: the objects hold the same bytes. */
+static void test_put_by_ref_and_reuse(void **state)
+{
+    fx *f = *state;
+    objup_set *s = objup_set_new(0);
+    uint8_t *kept[60];
+    for (int round = 0; round < 2; round++) {
+        int64_t next[3] = {0, 0, 0};
+        for (int i = 0; i < 60; i++) {
+            int k = i % 5 < 3 ? 0 : 1 + i % 2;
+            uint32_t size = k == 0 ? 4000 : 300;
+            kept[i] = fx_payload(10 + 10 * (uint64_t)k, next[k], size);
+            objup_batch b = {10 + 10 * (uint64_t)k, next[k], next[k] + 4, 1000 + i, 5, size,
+                             kept[i]};
+            assert_int_equal(i % 2 ? objup_set_add(s, &b, kept[i]) : objup_set_add_ref(s, &b), 0);
+            next[k] += 5;
+        }
+        objup_params p = {50000, 16384, 7};
+        objreg_objects out = {0};
+        assert_int_equal(objup_put(s, f->os, &p, &out), 0);
+        assert_int_equal(out.n, 2);
+        assert_int_equal(fx_check_object(f, &out.v[0]) + fx_check_object(f, &out.v[1]), 60);
+        objreg_objects_free(&out);
+        objup_set_reset(s, 0);
+        for (int i = 0; i < 60; i++)
+            free(kept[i]);
+    }
+    objup_set_destroy(s);
+}
+
 static void test_put_refused(void **state)
 {
     fx *f = *state;
@@ -220,9 +347,12 @@ int main(void)
         cmocka_unit_test(test_sort),
         cmocka_unit_test(test_holes),
         cmocka_unit_test(test_set_cap),
+        cmocka_unit_test(test_set_ref_cap),
+        cmocka_unit_test(test_set_arena),
         cmocka_unit_test_setup_teardown(test_put_split, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_put_all_own_and_empty, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_put_refused, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_put_by_ref_and_reuse, fx_setup, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
