@@ -35,6 +35,8 @@
 
 #define SNAP_KEEP 2
 #define FOREIGN_UPLOAD_MS 1000
+#define UPLOAD_RETRY_MIN_MS 200
+#define UPLOAD_RETRY_MAX_MS 5000
 #define READAHEAD_BLOCKS 8
 
 struct sk_tier {
@@ -54,6 +56,7 @@ struct sk_tier {
     wal_lsn uploaded;     /* every batch below is in registered objects */
     wal_lsn snapshot_lsn; /* the newest view snapshot in the store reflects this */
     int64_t last_upload_ms;
+    int64_t retry_at_ms, retry_ms; /* after a failed upload: not before retry_at_ms */
     bool foreign;         /* adopted batches may wait for an upload */
     bool foreign_kicked;  /* ... more came while an upload ran */
     /* orphan GC: candidates of the previous pass */
@@ -843,10 +846,19 @@ static void upload_done(struct job *j)
     if (j->err == 0 && !j->foreign_more && !t->foreign_kicked && j->to >= t->n->adopt_hi)
         t->foreign = false;
     t->foreign_kicked = false;
+    if (j->err == 0)
+        t->retry_ms = t->retry_at_ms = 0;
     if (j->err != 0) {
         t->st.upload_failures++;
-        SK_WARN("tier", "upload of WAL %" PRIu64 "..%" PRIu64 " failed: %s; retrying later",
-                (uint64_t)j->from, (uint64_t)j->to, sk_err_name(j->err));
+        /* The store retries each request itself; a whole upload that failed
+         * is tried again after a pause that doubles up to a few seconds, not
+         * at the next tick (a full disk fails at once, again and again). */
+        t->retry_ms = t->retry_ms ? t->retry_ms * 2 : UPLOAD_RETRY_MIN_MS;
+        if (t->retry_ms > UPLOAD_RETRY_MAX_MS)
+            t->retry_ms = UPLOAD_RETRY_MAX_MS;
+        t->retry_at_ms = sk_mono_ms() + t->retry_ms;
+        SK_WARN("tier", "upload of WAL %" PRIu64 "..%" PRIu64 " failed: %s; retrying in %" PRId64
+                " ms", (uint64_t)j->from, (uint64_t)j->to, sk_err_name(j->err), t->retry_ms);
     } else if (j->objs.n == 0) {
         t->st.last_upload_ms = sk_now_ms();
         /* Nothing but metadata: no object to register (registering would
@@ -982,7 +994,7 @@ static wal_lsn upload_end(const sk_tier *t)
 
 static bool upload_wanted(sk_tier *t, bool by_time)
 {
-    if (t->n->store_applied < t->reg_end)
+    if (t->n->store_applied < t->reg_end || sk_mono_ms() < t->retry_at_ms)
         return false;
     /* Adopted batches keep another log's WAL alive: upload them soon. */
     if (t->foreign && sk_mono_ms() - t->last_upload_ms >= FOREIGN_UPLOAD_MS)

@@ -139,3 +139,29 @@ def test_s3_down_then_slow_then_back(broker_factory, s3, topic_name):
               "WAL retained peak %.1f MiB (limit %.1f MiB); injected %d, S3 retries %d" % (
                   len(prod.acked), idle, peak, bound, peak_retained / MiB, limit / MiB,
                   proxy.failed, m["skiff_s3_retries_total"]))
+
+
+def test_refused_uploads_back_off(broker_factory, s3, topic_name):
+    """An object store that refuses every PUT (403, not retried by the client) fails
+    each upload at once: the uploader then waits between attempts (doubling, up to
+    5 s) instead of trying again at every tick, and uploads resume once PUTs pass."""
+    prefix = s3.new_prefix("t5003b")
+    with S3Proxy(s3.port) as proxy:
+        b = broker_factory(s3env.s3_props(s3.url(prefix, proxy.port), **CONF))
+        s3env.create_topic(b, topic_name, PARTS)
+        proxy.fail(403, methods=("PUT",))
+        prod = s3env.SkewedProducer(b.bootstrap, topic_name, [1] * PARTS, VALUE)
+        prod.produce_bytes(10 * MiB)  # past s3.wal.upload.threshold: wanted at once
+        assert prod.flush(60) == 0, "records still undelivered"
+        m = s3env.wait_metric(b, lambda m: m["skiff_s3_upload_failures_total"] >= 1, 30,
+                              "a refused upload")
+        first = m["skiff_s3_upload_failures_total"]
+        time.sleep(6)
+        failed = s3env.metrics(b)["skiff_s3_upload_failures_total"] - first
+        # 0.2 + 0.4 + 0.8 + 1.6 + 3.2 s of pauses fit in 6 s: at most 5 more attempts
+        assert failed <= 6, "%d failed uploads in 6 s: no pause between attempts" % failed
+        assert "retrying in" in b.log_text()
+        proxy.passthrough()
+        s3env.wait_metric(b, lambda m: m["skiff_s3_uploads_total"] >= 1, 30,
+                          "uploads to resume")
+        assert not prod.failed and not prod.fatal, (prod.failed[:3], prod.fatal[:3])
