@@ -352,6 +352,40 @@ static void test_nfs_injected_faults(void **state)
     event_base_free(base);
 }
 
+/* Four group commits in flight (pipeline=4), small segments, appends spread
+ * over many loop turns so that several batches travel at once, and the same
+ * faults: every record lands once, is acknowledged in LSN order, and a
+ * reopen finds them all. */
+static void test_nfs_pipelined_faults(void **state)
+{
+    (void)state;
+    need_server();
+    struct event_base *base = event_base_new();
+    char url[512];
+    url_of(url, sizeof url, "pipelined",
+           "&fault_short=3&fault_verf=2&fault_drop=13&fault_busy=7&filesync=0&pipeline=4");
+    wal_opts o = {.node_id = 1, .segment_bytes = 16 << 10, .lease_ms = 5000};
+    wal *w = open_ok(base, url, &o, NULL);
+    static struct dlog d;
+    memset(&d, 0, sizeof d);
+    for (int i = 0; i < 200; i++) {
+        assert_int_equal(append_i(w, i, &d, NULL), 0);
+        event_base_loop(base, EVLOOP_NONBLOCK);
+    }
+    run_until_n(base, &d, 200, 120);
+    for (int i = 0; i < 200; i++)
+        assert_int_equal(d.err[i], 0);
+    for (int i = 1; i < 200; i++)
+        assert_true(d.lsn[i] > d.lsn[i - 1]);
+    wal_stats s;
+    wal_get_stats(w, &s);
+    assert_true(s.segments >= 2);
+    assert_false(wal_failed(w));
+    wal_close(w);
+    expect_records(base, "pipelined", 200);
+    event_base_free(base);
+}
+
 struct restarter {
     int delay_ms, down_ms, rc;
     atomic_bool done;
@@ -511,6 +545,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nfs_roundtrip),
         cmocka_unit_test(test_nfs_injected_faults),
+        cmocka_unit_test(test_nfs_pipelined_faults),
         cmocka_unit_test(test_nfs_server_restart),
         cmocka_unit_test(test_nfs_fencing),
         cmocka_unit_test(test_nfs_unreachable),
