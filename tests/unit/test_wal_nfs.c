@@ -321,6 +321,42 @@ static void test_nfs_roundtrip(void **state)
     event_base_free(base);
 }
 
+#define FAULTS "&fault_short=3&fault_verf=2&fault_drop=13&fault_busy=7&filesync=0"
+
+/* Appends n records on the URL with `extra` (faults): each lands once, in
+ * order, nothing fails, and a reopen finds them all. spread: one loop turn
+ * per append, so that several group commits travel at once; else batches of
+ * ten, each waited for. */
+static void faults_case(const char *sub, const char *extra, const wal_opts *o, int n, bool spread)
+{
+    need_server();
+    struct event_base *base = event_base_new();
+    char url[512];
+    url_of(url, sizeof url, sub, extra);
+    wal *w = open_ok(base, url, o, NULL);
+    static struct dlog d;
+    memset(&d, 0, sizeof d);
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(append_i(w, i, &d, NULL), 0);
+        if (spread)
+            event_base_loop(base, EVLOOP_NONBLOCK);
+        else if (i % 10 == 9)
+            run_until_n(base, &d, i + 1, 60);
+    }
+    run_until_n(base, &d, n, 120);
+    for (int i = 0; i < n; i++)
+        assert_int_equal(d.err[i], 0);
+    for (int i = 1; i < n; i++)
+        assert_true(d.lsn[i] > d.lsn[i - 1]);
+    wal_stats s;
+    wal_get_stats(w, &s);
+    assert_true(s.retries > 0);
+    assert_false(wal_failed(w));
+    wal_close(w);
+    expect_records(base, sub, n);
+    event_base_free(base);
+}
+
 /* Every 3rd WRITE answered short, every 7th busy (NFS3ERR_JUKEBOX, while
  * other pieces are still in flight), every 2nd COMMIT with a new verifier,
  * the connection dropped at every 13th reply: everything still lands once,
@@ -328,63 +364,16 @@ static void test_nfs_roundtrip(void **state)
 static void test_nfs_injected_faults(void **state)
 {
     (void)state;
-    need_server();
-    struct event_base *base = event_base_new();
-    char url[512];
-    url_of(url, sizeof url, "faults",
-           "&fault_short=3&fault_verf=2&fault_drop=13&fault_busy=7&filesync=0");
-    wal_opts o = {.node_id = 1, .lease_ms = 5000};
-    wal *w = open_ok(base, url, &o, NULL);
-    static struct dlog d;
-    memset(&d, 0, sizeof d);
-    for (int i = 0; i < 120; i++) {
-        assert_int_equal(append_i(w, i, &d, NULL), 0);
-        if (i % 10 == 9)
-            run_until_n(base, &d, i + 1, 60);
-    }
-    for (int i = 0; i < 120; i++)
-        assert_int_equal(d.err[i], 0);
-    wal_stats s;
-    wal_get_stats(w, &s);
-    assert_true(s.retries > 0);
-    assert_false(wal_failed(w));
-    wal_close(w);
-    expect_records(base, "faults", 120);
-    event_base_free(base);
+    faults_case("faults", FAULTS, &(wal_opts){.node_id = 1, .lease_ms = 5000}, 120, false);
 }
 
-/* Four group commits in flight (pipeline=4), small segments, appends spread
- * over many loop turns so that several batches travel at once, and the same
- * faults: every record lands once, is acknowledged in LSN order, and a
- * reopen finds them all. */
+/* The same faults with four group commits in flight (pipeline=4), over
+ * small segments. */
 static void test_nfs_pipelined_faults(void **state)
 {
     (void)state;
-    need_server();
-    struct event_base *base = event_base_new();
-    char url[512];
-    url_of(url, sizeof url, "pipelined",
-           "&fault_short=3&fault_verf=2&fault_drop=13&fault_busy=7&filesync=0&pipeline=4");
-    wal_opts o = {.node_id = 1, .segment_bytes = 16 << 10, .lease_ms = 5000};
-    wal *w = open_ok(base, url, &o, NULL);
-    static struct dlog d;
-    memset(&d, 0, sizeof d);
-    for (int i = 0; i < 200; i++) {
-        assert_int_equal(append_i(w, i, &d, NULL), 0);
-        event_base_loop(base, EVLOOP_NONBLOCK);
-    }
-    run_until_n(base, &d, 200, 120);
-    for (int i = 0; i < 200; i++)
-        assert_int_equal(d.err[i], 0);
-    for (int i = 1; i < 200; i++)
-        assert_true(d.lsn[i] > d.lsn[i - 1]);
-    wal_stats s;
-    wal_get_stats(w, &s);
-    assert_true(s.segments >= 2);
-    assert_false(wal_failed(w));
-    wal_close(w);
-    expect_records(base, "pipelined", 200);
-    event_base_free(base);
+    faults_case("pipelined", FAULTS "&pipeline=4",
+                &(wal_opts){.node_id = 1, .segment_bytes = 16 << 10, .lease_ms = 5000}, 200, true);
 }
 
 struct restarter {
