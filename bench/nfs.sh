@@ -24,7 +24,8 @@
 # BENCH_NOBUILD, SKIFF_BUILD), plus
 #   BENCH_NFS_ITER=n        [2000] nfsfloor 4 KiB iterations (each of two kinds)
 #   BENCH_NFS_SEQ_S=s       [10] nfsfloor sequential seconds
-#   BENCH_NFS_URL_EXTRA=... extra WAL URL parameters (e.g. &filesync=0&depth=8)
+#   BENCH_NFS_URL_EXTRA=... extra WAL URL parameters (e.g. &filesync=0&depth=8, or
+#                           &pipeline=1 for one group commit in flight at a time)
 #   BENCH_NFS_SKIFFD_ARGS   extra skiffd arguments (--override k=v ...)
 set -eu
 

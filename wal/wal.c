@@ -4,12 +4,17 @@
  *
  * Group commit state: a FIFO of batches. Each batch is one future write of
  * contiguous bytes into one segment, with the done callbacks of the records
- * it holds. Only the head batch may be in flight (its segment being created,
- * or its bytes being written and synced); appends go into the tail batch
- * while that batch is not yet being written, otherwise into a new one. So
- * everything appended during a write+sync goes out in one next write, except
- * across a segment boundary, where the new segment's bytes form their own
- * batch. A batch's buffer is recycled for the next one (double buffering).
+ * it holds. Appends go into the tail batch while that batch is not yet being
+ * written, otherwise into a new one. Up to the backend's pipeline depth
+ * (ops->max_writes; 1 for a local disk) batches are written and synced at
+ * once, in order; while they are, everything appended goes out in one next
+ * write, except across a segment boundary, where the new segment's bytes
+ * form their own batch. A batch is written only once every batch before it
+ * is in its segment or durable, and a segment's file is created only once
+ * every batch before it is durable, so a crash can tear only the last
+ * segment (a hole there reads as the end of the log). Batches complete, and
+ * acknowledge their records, in LSN order whatever order their writes land
+ * in. A batch's buffer is recycled for the next one (double buffering).
  *
  * Ownership state: the claimed epoch, and the lease window: appends are
  * written, and their writes acknowledged, only while the boot clock is below
@@ -69,12 +74,31 @@ struct batch {
     struct batch *next;
     wal_lsn seg;  /* segment start */
     wal_lsn lsn;  /* LSN of buf[0] */
-    bool sealed;  /* its write was issued: nothing more may join it */
+    int state;    /* B_*: past B_OPEN nothing more may join it */
+    int64_t issued_us; /* when its write was issued */
     uint8_t *buf;
     size_t len, cap;
     struct waiter *wt;
     size_t nwt, capwt;
 };
+
+enum {
+    B_OPEN,   /* taking appends */
+    B_FLYING, /* being written and synced */
+    B_LANDED, /* durable, waiting for the batches before it or for the lease */
+    B_AGAIN,  /* its write failed transiently: it goes out again after a backoff */
+};
+
+/* A write in flight: the callback's argument (it outlives the batch, which a
+ * failure may free while the write is out). */
+struct flight {
+    struct wal *w;
+    struct batch *b;
+    uint64_t gen; /* the WAL's gen at issue: stale once it changed */
+    bool used;
+};
+
+#define MAX_FLYING 8
 
 struct seg {
     wal_lsn start;
@@ -99,10 +123,13 @@ struct wal {
     struct event *flush_ev;
 
     struct batch *head, *tail, *spare;
-    bool inflight;     /* the head batch is being created or written */
-    bool landed;       /* the head batch's write completed, not yet acknowledged */
+    bool creating;     /* the head batch's segment file is being created */
+    wal_lsn creating_seg;
+    int nflying;       /* batches being written and synced */
+    int max_flying;    /* the backend's pipeline depth */
+    uint64_t gen;      /* bumped when a failure drops the batches */
+    struct flight fl[MAX_FLYING];
     bool dispatching;  /* running caller callbacks: wal_close is not allowed */
-    int64_t commit_start_us;
     size_t pending;    /* bytes appended and not yet durable */
     wal_lsn end;       /* next LSN to assign */
     wal_lsn cur;       /* current segment's start */
@@ -120,7 +147,7 @@ struct wal {
     bool retry_wait;
     int retry_ms;
     int64_t trouble_since_us; /* first transient failure of this outage (0: none) */
-    int64_t op_start_us;      /* when the head operation was issued */
+    int64_t op_start_us;      /* when the create in flight was issued */
     int64_t close_start_us;
     bool gave_up;             /* wal_close stopped retrying */
 
@@ -279,7 +306,7 @@ static void batch_recycle(wal *w, struct batch *b)
     b->next = NULL;
     b->len = 0;
     b->nwt = 0;
-    b->sealed = false;
+    b->state = B_OPEN;
     if (!w->spare)
         w->spare = b;
     else
@@ -349,7 +376,7 @@ static void wal_fail(wal *w, int err)
     w->failed = true;
     if (!w->fail_err)
         w->fail_err = err;
-    w->landed = false;
+    w->gen++; /* writes still in flight complete into nothing */
     w->retry_wait = false;
     if (w->retry_ev)
         event_del(w->retry_ev);
@@ -409,8 +436,11 @@ static int64_t outage_start(const wal *w)
     int64_t t = 0;
     if (w->trouble_since_us)
         t = w->trouble_since_us;
-    if (w->inflight && w->op_start_us && (!t || w->op_start_us < t))
+    if (w->creating && w->op_start_us && (!t || w->op_start_us < t))
         t = w->op_start_us;
+    for (const struct batch *b = w->head; b; b = b->next)
+        if (b->state == B_FLYING && (!t || b->issued_us < t))
+            t = b->issued_us;
     if (w->renew_fail_since_us && (!t || w->renew_fail_since_us < t))
         t = w->renew_fail_since_us;
     return t;
@@ -471,7 +501,6 @@ static void retry_cb(evutil_socket_t fd, short what, void *arg)
     kick(w);
 }
 
-/* Acknowledges the landed head batch if the lease allows it now. */
 static const int64_t commit_bucket_us[WAL_COMMIT_BUCKETS] = {
     250, 500, 1000, 2000, 5000, 10000, 25000, 50000, 100000, 250000, 1000000, 5000000,
 };
@@ -490,14 +519,22 @@ static void count_commit(wal_stats *st, int64_t us)
     st->commit_us_sum += (uint64_t)(us > 0 ? us : 0);
 }
 
-static void complete_head(wal *w)
+static bool busy(const wal *w)
+{
+    return w->creating || w->nflying > 0;
+}
+
+static void issue_more(wal *w);
+
+/* Acknowledges the landed head batch if the lease allows it now; false when
+ * it has to wait for a renewal. */
+static bool complete_head(wal *w)
 {
     if (!lease_ok(w)) {
         lease_wait(w);
-        return;
+        return false;
     }
     struct batch *b = w->head;
-    w->landed = false;
     w->head = b->next;
     if (!w->head)
         w->tail = NULL;
@@ -505,45 +542,67 @@ static void complete_head(wal *w)
     w->pending -= b->len;
     w->stats.commits++;
     w->stats.bytes_written += b->len;
-    w->stats.last_commit_us = sk_mono_us() - w->commit_start_us;
+    w->stats.last_commit_us = sk_mono_us() - b->issued_us;
     count_commit(&w->stats, w->stats.last_commit_us);
     /* The next commit goes out before the callbacks run: latency first. */
-    kick(w);
+    issue_more(w);
     run_waiters(w, b, 0);
     batch_recycle(w, b);
     trim_next(w);
+    return true;
+}
+
+static bool any_again(const wal *w)
+{
+    for (const struct batch *b = w->head; b; b = b->next)
+        if (b->state == B_AGAIN)
+            return true;
+    return false;
 }
 
 static void write_done(void *arg, int err)
 {
-    wal *w = arg;
-    w->inflight = false;
-    w->op_start_us = 0;
+    struct flight *f = arg;
+    wal *w = f->w;
+    struct batch *b = f->b;
+    bool stale = f->gen != w->gen;
+    f->used = false;
+    w->nflying--;
+    if (stale)
+        return; /* its batch was failed and freed meanwhile */
     if (err) {
+        b->state = B_AGAIN;
         if (!retry_later(w, err, "write"))
             wal_fail(w, err);
         return;
     }
-    if (w->trouble_since_us)
+    b->state = B_LANDED;
+    if (w->trouble_since_us && !any_again(w))
         trouble_over(w);
-    w->landed = true;
-    complete_head(w);
+    kick(w);
 }
 
-static void issue_write(wal *w)
+static void issue_write(wal *w, struct batch *b)
 {
-    struct batch *b = w->head;
-    b->sealed = true;
-    w->commit_start_us = w->op_start_us = sk_mono_us();
+    struct flight *f = NULL;
+    for (int i = 0; i < MAX_FLYING && !f; i++)
+        if (!w->fl[i].used)
+            f = &w->fl[i];
+    *f = (struct flight){.w = w, .b = b, .gen = w->gen, .used = true};
+    b->state = B_FLYING;
+    b->issued_us = sk_mono_us();
+    w->nflying++;
     struct iovec iov = {.iov_base = b->buf, .iov_len = b->len};
-    w->st->ops->write(w->st, b->seg, b->lsn - b->seg, &iov, 1, true, write_done, w);
+    w->st->ops->write(w->st, b->seg, b->lsn - b->seg, &iov, 1, true, write_done, f);
 }
 
 static void create_done(void *arg, int err)
 {
     wal *w = arg;
-    w->inflight = false;
+    w->creating = false;
     w->op_start_us = 0;
+    if (w->failed)
+        return;
     if (err) {
         if (!retry_later(w, err, "create"))
             wal_fail(w, err);
@@ -552,7 +611,7 @@ static void create_done(void *arg, int err)
     if (w->trouble_since_us)
         trouble_over(w);
     pthread_mutex_lock(&w->mu);
-    struct seg *s = segs_find(w, w->head->seg);
+    struct seg *s = segs_find(w, w->creating_seg);
     if (s)
         s->on_disk = true;
     pthread_mutex_unlock(&w->mu);
@@ -562,31 +621,58 @@ static void create_done(void *arg, int err)
     trim_next(w);
 }
 
-/* Starts the head batch when nothing is in flight. */
+/* May b go out now? Every batch before it must be in its segment or
+ * durable: a write past a hole in an earlier segment could survive a crash
+ * that the hole's bytes did not. */
+static bool may_issue(const wal *w, const struct batch *b)
+{
+    for (const struct batch *x = w->head; x != b; x = x->next)
+        if (x->seg != b->seg && x->state != B_LANDED)
+            return false;
+    return true;
+}
+
+/* Issues the batches waiting to be written, in order, up to the pipeline
+ * depth; the segment's file first when it does not exist yet. */
+static void issue_more(wal *w)
+{
+    if (w->failed || w->destroying || w->retry_wait || w->creating)
+        return;
+    for (struct batch *b = w->head; b && w->nflying < w->max_flying; b = b->next) {
+        if (b->state == B_FLYING || b->state == B_LANDED)
+            continue;
+        if (!may_issue(w, b))
+            return;
+        if (!lease_ok(w)) {
+            lease_wait(w);
+            return;
+        }
+        struct seg *s = segs_find(w, b->seg);
+        if (s && !s->on_disk) {
+            if (b != w->head || w->nflying)
+                return; /* once everything before it is durable */
+            /* The batch stays open while its file is created: appends made
+             * meanwhile join this first write. */
+            uint64_t hint = w->o.no_preallocate ? 0 : w->o.segment_bytes;
+            w->creating = true;
+            w->creating_seg = b->seg;
+            w->op_start_us = sk_mono_us();
+            w->st->ops->create(w->st, b->seg, hint, create_done, w);
+            return;
+        }
+        issue_write(w, b);
+    }
+}
+
+/* Acknowledges the landed batches at the head, then issues what waits. */
 static void kick(wal *w)
 {
-    if (w->inflight || w->failed || w->destroying || w->retry_wait || !w->head)
+    if (w->failed || w->destroying)
         return;
-    if (w->landed) {
-        complete_head(w);
-        return;
-    }
-    if (!lease_ok(w)) {
-        lease_wait(w);
-        return;
-    }
-    struct batch *b = w->head;
-    w->inflight = true;
-    struct seg *s = segs_find(w, b->seg);
-    if (s && !s->on_disk) {
-        /* The batch stays open while its file is created: appends made
-         * meanwhile join this first write. */
-        uint64_t hint = w->o.no_preallocate ? 0 : w->o.segment_bytes;
-        w->op_start_us = sk_mono_us();
-        w->st->ops->create(w->st, b->seg, hint, create_done, w);
-        return;
-    }
-    issue_write(w);
+    while (w->head && w->head->state == B_LANDED && !w->dispatching)
+        if (!complete_head(w) || w->failed || w->destroying)
+            return;
+    issue_more(w);
 }
 
 static void flush_cb(evutil_socket_t fd, short what, void *arg)
@@ -760,7 +846,7 @@ int wal_appendv(wal *w, uint8_t type, const struct iovec *iov, int iovcnt, wal_d
         }
     }
     struct batch *b = w->tail;
-    bool nb = !b || b->sealed || b->seg != seg;
+    bool nb = !b || b->state != B_OPEN || b->seg != seg;
     if (nb && !(b = batch_new(w)))
         rc = SK_ERR_NOMEM;
     else
@@ -806,7 +892,7 @@ int wal_appendv(wal *w, uint8_t type, const struct iovec *iov, int iovcnt, wal_d
         *lsn = at;
     /* Deferred to the end of this loop iteration, so that the appends of the
      * current callbacks share the write. */
-    if (!w->inflight)
+    if (!w->creating && w->nflying < w->max_flying)
         event_active(w->flush_ev, EV_TIMEOUT, 1);
     return 0;
 }
@@ -1695,6 +1781,11 @@ wal *wal_open(struct event_base *base, wal_storage *st, const wal_opts *o, wal_l
     w->renew_ms = w->lease_ms / 4 > 0 ? w->lease_ms / 4 : 1;
     w->io_timeout_ms = o->io_timeout_ms > 0 ? o->io_timeout_ms : DEFAULT_IO_TIMEOUT_MS;
     w->retry_ms = RETRY_MIN_MS;
+    w->max_flying = st->ops->max_writes ? st->ops->max_writes(st) : 1;
+    if (w->max_flying < 1)
+        w->max_flying = 1;
+    if (w->max_flying > MAX_FLYING)
+        w->max_flying = MAX_FLYING;
     w->flush_ev = event_new(base, -1, 0, flush_cb, w);
     w->retry_ev = event_new(base, -1, 0, retry_cb, w);
     w->lease_ev = event_new(base, -1, EV_PERSIST, lease_cb, w);
@@ -1736,7 +1827,7 @@ wal *wal_open(struct event_base *base, wal_storage *st, const wal_opts *o, wal_l
 static void release(wal *w)
 {
     /* Not while writes fail: a shutdown must not hang on a dead volume. */
-    if (w->fenced || w->gave_up || w->inflight || w->renewing || !lease_ok(w) ||
+    if (w->fenced || w->gave_up || busy(w) || w->renewing || !lease_ok(w) ||
         w->trouble_since_us)
         return;
     w->me.flags |= OWNER_RELEASED;
@@ -1745,7 +1836,7 @@ static void release(wal *w)
 
 void wal_abandon(wal *w)
 {
-    if (!w || w->failed || w->inflight || w->dispatching)
+    if (!w || w->failed || busy(w) || w->dispatching)
         return;
     w->gave_up = true;
     wal_fail(w, SK_ERR_CLOSED);
@@ -1762,8 +1853,8 @@ void wal_close(wal *w)
     w->closing = true;
     w->close_start_us = sk_mono_us();
     kick(w);
-    while (w->inflight || w->removing || w->renewing || (w->head && !w->failed)) {
-        if (w->head && !w->failed && !w->inflight && !ack_lease_ok(w)) {
+    while (busy(w) || w->removing || w->renewing || (w->head && !w->failed)) {
+        if (w->head && !w->failed && !busy(w) && !ack_lease_ok(w)) {
             /* Past the owner's membership lease nothing can be acknowledged
              * any more: the next owner takes what reached the volume. */
             SK_WARN("wal", "closing with %zu bytes not written: the membership lease ran out",

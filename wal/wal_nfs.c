@@ -2,7 +2,7 @@
  * NFSv3 backend of wal_storage through libnfs, in userspace.
  *
  * URL: nfs://host/path?version=3&nfsport=N&mountport=M[&uid=U&gid=G]
- *      [&timeo=MS][&filesync=BYTES][&depth=N]
+ *      [&timeo=MS][&filesync=BYTES][&depth=N][&pipeline=N]
  * `path` is the WAL's directory. The longest prefix of it that the server
  * lets us mount is mounted, and the rest is created. version must be 3
  * (libnfs 4.0's NFSv4 client is not usable here). docs/nfs.md lists the
@@ -26,7 +26,10 @@
  * verifier must equal every WRITE's: a different one means the server
  * restarted and may have lost them, so they are all sent again (a few
  * times, then the write fails transiently). A WRITE that the server took
- * only in part is continued with the rest.
+ * only in part is continued with the rest. The WAL keeps up to `pipeline`
+ * writes in flight (max_writes): the next group commit's WRITEs travel while
+ * the previous one's COMMIT waits for the server's disk; `depth` bounds the
+ * WRITEs of all of them together.
  *
  * Failures: a broken connection, an RPC timeout (timeo) or a connect or
  * mount that does not finish in time drops the context, fails every
@@ -66,6 +69,7 @@
 #define SYNC_FH_CACHE 4
 #define DEFAULT_TIMEO_MS 10000
 #define DEFAULT_DEPTH 16
+#define DEFAULT_PIPELINE 2
 #define RECONNECT_MIN_MS 20
 #define RECONNECT_MAX_MS 1000
 #define VERIFIER_RESENDS 3
@@ -136,7 +140,7 @@ struct nfsb {
     wal_storage base;
     struct event_base *evb;
     char *url, *server, *mount_path, *rel; /* rel: directory under the mount, "" or "/a/b" */
-    int timeo_ms, depth;
+    int timeo_ms, depth, pipeline;
     uint64_t filesync_max;
     int fault_short, fault_verf, fault_drop, fault_busy; /* every Nth WRITE / COMMIT /
                                                              RPC reply / WRITE */
@@ -245,6 +249,7 @@ static int parse_url(struct nfsb *b, const char *url, char *why, size_t wl)
         b->mount_path[strlen(b->mount_path) - 1] = 0;
     b->timeo_ms = DEFAULT_TIMEO_MS;
     b->depth = DEFAULT_DEPTH;
+    b->pipeline = DEFAULT_PIPELINE;
     b->filesync_max = UINT64_MAX; /* capped by wtmax once connected */
     bool ports = false;
     for (const char *p = q ? q + 1 : NULL; p && *p;) {
@@ -285,6 +290,9 @@ static int parse_url(struct nfsb *b, const char *url, char *why, size_t wl)
         } else if (strcmp(k, "depth") == 0) {
             bad = parse_int(v, 1, 256, &x);
             b->depth = (int)x;
+        } else if (strcmp(k, "pipeline") == 0) {
+            bad = parse_int(v, 1, 8, &x);
+            b->pipeline = (int)x;
         } else if (strcmp(k, "filesync") == 0) {
             bad = parse_int(v, 0, 0x7fffffff, &x);
             b->filesync_max = (uint64_t)x;
@@ -303,7 +311,7 @@ static int parse_url(struct nfsb *b, const char *url, char *why, size_t wl)
         } else {
             snprintf(why, wl,
                      "unknown parameter '%s' in '%s' (known: version, nfsport, mountport, uid, "
-                     "gid, timeo, filesync, depth)",
+                     "gid, timeo, filesync, depth, pipeline)",
                      k, url);
             return SK_ERR_INVAL;
         }
@@ -1767,6 +1775,11 @@ static void nb_destroy(wal_storage *s)
     free(b);
 }
 
+static int nb_max_writes(wal_storage *s)
+{
+    return ((struct nfsb *)s->impl)->pipeline;
+}
+
 static const wal_storage_ops nfs_ops = {
     .name = "nfs",
     .list = nb_list,
@@ -1784,6 +1797,7 @@ static const wal_storage_ops nfs_ops = {
     .owner_remove = nb_owner_remove,
     .renew = nb_renew,
     .lock = nb_lock,
+    .max_writes = nb_max_writes,
     .destroy = nb_destroy,
 };
 
@@ -1933,8 +1947,8 @@ wal_storage *wal_nfs_new(struct event_base *base, const char *url, char *why, si
     struct timeval tv = {0, 100000};
     event_add(b->tick_ev, &tv);
     SK_INFO("wal_nfs", "NFSv3 %s mounted %s%s (wtmax %llu, FILE_SYNC up to %llu bytes, %d WRITEs in "
-            "flight, timeo %d ms)",
+            "flight, %d group commits in flight, timeo %d ms)",
             b->server, b->mount_path, b->rel, (unsigned long long)b->wtmax,
-            (unsigned long long)b->filesync_max, b->depth, b->timeo_ms);
+            (unsigned long long)b->filesync_max, b->depth, b->pipeline, b->timeo_ms);
     return &b->base;
 }

@@ -111,6 +111,14 @@ typedef struct wal_storage_ops {
      * what is safe only for a process alone with its files (the POSIX
      * backend: spare segments; O_DIRECT writes when direct_io). */
     void (*sole_owner)(wal_storage *s, bool direct_io);
+    /* Optional: how many writes the WAL should keep in flight at once (its
+     * group commits pipelined: the next batch is written while the previous
+     * one syncs). NULL or 1: one at a time (a local disk, whose single IO
+     * thread gains nothing from more). At most 8 are used. A backend that
+     * says more than 1 must take writes into one segment at any offsets and
+     * complete them in any order (the WAL may write a later range of a
+     * segment while an earlier one is still in flight). */
+    int (*max_writes)(wal_storage *s);
 
     void (*destroy)(wal_storage *s);
 } wal_storage_ops;

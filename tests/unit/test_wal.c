@@ -475,6 +475,21 @@ static void wait_held(struct event_base *base, wal_storage *st, int n)
     run_until(base, held_is, a);
 }
 
+/* Opens with completions held (ctl->hold) and appends record 0: the first
+ * append starts the segment, whose file is created first; returns with that
+ * create held. */
+static wal *open_creating(struct fx *f, const wal_opts *o, wal_faulty_ctl *ctl, wal_storage **st,
+                          struct dlog *d)
+{
+    wal *w = open_ok(f, o, 0, NULL, ctl, st);
+    memset(d, 0, sizeof *d);
+    d->ctl = ctl;
+    assert_int_equal(append_i(w, 0, d, NULL), 0);
+    wait_held(f->base, *st, 1);
+    assert_string_equal(wal_faulty_held_kind(*st, 0), "create");
+    return w;
+}
+
 static void test_group_commit(void **state)
 {
     struct fx *f = *state;
@@ -482,16 +497,11 @@ static void test_group_commit(void **state)
     wal_opts o = opts_default(&p);
     wal_faulty_ctl ctl = {.hold = true};
     wal_storage *st;
-    wal *w = open_ok(f, &o, 0, NULL, &ctl, &st);
     static struct dlog d;
-    memset(&d, 0, sizeof d);
-    d.ctl = &ctl;
+    wal *w = open_creating(f, &o, &ctl, &st, &d);
 
-    /* The first append starts the segment: its file is created first, and
-     * what arrives meanwhile joins the first write. */
-    assert_int_equal(append_i(w, 0, &d, NULL), 0);
-    wait_held(f->base, st, 1);
-    assert_string_equal(wal_faulty_held_kind(st, 0), "create");
+    /* What arrives while the segment's file is created joins the first
+     * write. */
     assert_int_equal(append_i(w, 1, &d, NULL), 0);
     assert_int_equal(append_i(w, 2, &d, NULL), 0);
     wal_faulty_release(st, 0);
@@ -581,6 +591,110 @@ static void expect_records(struct fx *f, int n, int extra)
     wal_close(w);
 }
 
+/* A backend that takes two writes at once (NFS): the next group commit goes
+ * out while the previous one is in flight, completions arrive in any order,
+ * and records are acknowledged in LSN order all the same. */
+static void test_pipelined_writes(void **state)
+{
+    struct fx *f = *state;
+    struct pre p = {0};
+    wal_opts o = opts_default(&p);
+    o.no_direct_io = true; /* direct I/O rewrites a partial block: appends in order only */
+    wal_faulty_ctl ctl = {.hold = true, .max_writes = 2};
+    wal_storage *st;
+    static struct dlog d;
+    wal *w = open_creating(f, &o, &ctl, &st, &d);
+    wal_faulty_release(st, 0);
+    wait_held(f->base, st, 1); /* write 1: record 0 */
+    assert_int_equal(append_i(w, 1, &d, NULL), 0);
+    wait_held(f->base, st, 2); /* write 2 (record 1) while write 1 flies */
+    assert_int_equal(ctl.writes, 2);
+    assert_int_equal(append_i(w, 2, &d, NULL), 0);
+    assert_int_equal(append_i(w, 3, &d, NULL), 0);
+    spin(f->base);
+    assert_int_equal(ctl.writes, 2); /* the depth is 2: records 2 and 3 wait */
+
+    /* Write 2 lands first: record 1 waits for record 0, write 3 goes. */
+    wal_faulty_release(st, 1);
+    wait_held(f->base, st, 2);
+    assert_int_equal(ctl.writes, 3);
+    assert_int_equal(ctl.write_len[2], 2 * WAL_RECORD_HEADER + plen_of(2) + plen_of(3));
+    assert_int_equal(d.n, 0);
+    assert_int_equal(wal_durable_lsn(w), 0);
+    wal_faulty_release(st, 0); /* write 1: records 0 and 1 together */
+    wait_done(f->base, &d, 2);
+    spin(f->base);
+    assert_int_equal(d.n, 2);
+    wal_faulty_release(st, 0);
+    wait_done(f->base, &d, 4);
+
+    /* A new segment waits until everything before it is durable: its file
+     * is created, and written, only once the old segment's write is back. */
+    assert_int_equal(append_i(w, 4, &d, NULL), 0);
+    wait_held(f->base, st, 1);
+    wal_roll(w);
+    assert_int_equal(append_i(w, 5, &d, NULL), 0);
+    spin(f->base);
+    assert_int_equal(wal_faulty_held(st), 1);
+    assert_int_equal(ctl.creates, 1);
+    wal_faulty_release(st, 0);
+    wait_held(f->base, st, 1);
+    assert_string_equal(wal_faulty_held_kind(st, 0), "create");
+    wal_faulty_release(st, 0);
+    wait_held(f->base, st, 1);
+    assert_int_equal(p.calls, 2);
+    assert_int_equal(ctl.write_seg[ctl.writes - 1], p.starts[1]);
+    wal_faulty_release(st, 0);
+    wait_done(f->base, &d, 6);
+    assert_lsn_order(&d);
+    for (int i = 0; i < d.n; i++)
+        assert_int_equal(d.err[i], 0);
+    ctl.hold = false;
+    wal_close(w);
+    expect_records(f, 6, 0);
+}
+
+/* The first of two writes in flight fails transiently after the second one
+ * landed: it goes out again, and nothing is acknowledged before it. */
+static void test_pipelined_transient(void **state)
+{
+    struct fx *f = *state;
+    wal_opts o = opts_default(NULL);
+    o.no_direct_io = true; /* direct I/O rewrites a partial block: appends in order only */
+    wal_faulty_ctl ctl = {.hold = true, .max_writes = 2, .fail_write_at = 2,
+                          .err = SK_ERR_TIMEOUT};
+    wal_storage *st;
+    static struct dlog d;
+    wal *w = open_creating(f, &o, &ctl, &st, &d);
+    wal_faulty_release(st, 0);
+    wait_held(f->base, st, 1);
+    wal_faulty_release(st, 0); /* write 1 */
+    wait_done(f->base, &d, 1);
+    assert_int_equal(append_i(w, 1, &d, NULL), 0);
+    wait_held(f->base, st, 1); /* write 2: fails */
+    assert_int_equal(append_i(w, 2, &d, NULL), 0);
+    wait_held(f->base, st, 2); /* write 3 */
+    wal_faulty_release(st, 1);
+    spin(f->base);
+    assert_int_equal(d.n, 1);
+    wal_faulty_release(st, 0); /* the failure: retried after a backoff */
+    wait_held(f->base, st, 1);
+    assert_int_equal(ctl.writes, 4);
+    assert_int_equal(ctl.write_len[3], ctl.write_len[1]);
+    assert_int_equal(d.n, 1);
+    wal_faulty_release(st, 0);
+    wait_done(f->base, &d, 3);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(d.err[i], 0);
+    assert_lsn_order(&d);
+    wal_stats s;
+    wal_get_stats(w, &s);
+    assert_int_equal(s.retries, 1);
+    ctl.hold = false;
+    wal_close(w);
+    expect_records(f, 3, 0);
+}
+
 static void test_torn_tail_every_length(void **state)
 {
     struct fx *f = *state;
@@ -628,6 +742,16 @@ static void test_garbage_and_zero_tails(void **state)
     write_file(path, big, flen + 8192);
     expect_records(f, N, 0);
     assert_int_equal(file_size(path), (long)flen);
+
+    /* A hole followed by valid records (a crash with two pipelined writes in
+     * flight, only the later one landed): the log ends at the hole; nothing
+     * after it was acknowledged. */
+    memset(big + lsns[2], 0, (size_t)(lsns[4] - lsns[2]));
+    reset_dir(f);
+    write_file(path, big, flen);
+    expect_records(f, 2, 0);
+    assert_int_equal(file_size(path), (long)lsns[2]);
+    memcpy(big, img, flen);
 
     /* Garbage, and a header that claims an absurd length. */
     uint64_t x = 88172645463325252ull;
@@ -2421,6 +2545,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_roundtrip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_drains, setup, teardown),
         cmocka_unit_test_setup_teardown(test_group_commit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pipelined_writes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pipelined_transient, setup, teardown),
         cmocka_unit_test_setup_teardown(test_torn_tail_every_length, setup, teardown),
         cmocka_unit_test_setup_teardown(test_garbage_and_zero_tails, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_crc_last_segment, setup, teardown),

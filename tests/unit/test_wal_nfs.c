@@ -18,6 +18,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -320,6 +321,42 @@ static void test_nfs_roundtrip(void **state)
     event_base_free(base);
 }
 
+#define FAULTS "&fault_short=3&fault_verf=2&fault_drop=13&fault_busy=7&filesync=0"
+
+/* Appends n records on the URL with `extra` (faults): each lands once, in
+ * order, nothing fails, and a reopen finds them all. spread: one loop turn
+ * per append, so that several group commits travel at once; else batches of
+ * ten, each waited for. */
+static void faults_case(const char *sub, const char *extra, const wal_opts *o, int n, bool spread)
+{
+    need_server();
+    struct event_base *base = event_base_new();
+    char url[512];
+    url_of(url, sizeof url, sub, extra);
+    wal *w = open_ok(base, url, o, NULL);
+    static struct dlog d;
+    memset(&d, 0, sizeof d);
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(append_i(w, i, &d, NULL), 0);
+        if (spread)
+            event_base_loop(base, EVLOOP_NONBLOCK);
+        else if (i % 10 == 9)
+            run_until_n(base, &d, i + 1, 60);
+    }
+    run_until_n(base, &d, n, 120);
+    for (int i = 0; i < n; i++)
+        assert_int_equal(d.err[i], 0);
+    for (int i = 1; i < n; i++)
+        assert_true(d.lsn[i] > d.lsn[i - 1]);
+    wal_stats s;
+    wal_get_stats(w, &s);
+    assert_true(s.retries > 0);
+    assert_false(wal_failed(w));
+    wal_close(w);
+    expect_records(base, sub, n);
+    event_base_free(base);
+}
+
 /* Every 3rd WRITE answered short, every 7th busy (NFS3ERR_JUKEBOX, while
  * other pieces are still in flight), every 2nd COMMIT with a new verifier,
  * the connection dropped at every 13th reply: everything still lands once,
@@ -327,29 +364,16 @@ static void test_nfs_roundtrip(void **state)
 static void test_nfs_injected_faults(void **state)
 {
     (void)state;
-    need_server();
-    struct event_base *base = event_base_new();
-    char url[512];
-    url_of(url, sizeof url, "faults",
-           "&fault_short=3&fault_verf=2&fault_drop=13&fault_busy=7&filesync=0");
-    wal_opts o = {.node_id = 1, .lease_ms = 5000};
-    wal *w = open_ok(base, url, &o, NULL);
-    static struct dlog d;
-    memset(&d, 0, sizeof d);
-    for (int i = 0; i < 120; i++) {
-        assert_int_equal(append_i(w, i, &d, NULL), 0);
-        if (i % 10 == 9)
-            run_until_n(base, &d, i + 1, 60);
-    }
-    for (int i = 0; i < 120; i++)
-        assert_int_equal(d.err[i], 0);
-    wal_stats s;
-    wal_get_stats(w, &s);
-    assert_true(s.retries > 0);
-    assert_false(wal_failed(w));
-    wal_close(w);
-    expect_records(base, "faults", 120);
-    event_base_free(base);
+    faults_case("faults", FAULTS, &(wal_opts){.node_id = 1, .lease_ms = 5000}, 120, false);
+}
+
+/* The same faults with four group commits in flight (pipeline=4), over
+ * small segments. */
+static void test_nfs_pipelined_faults(void **state)
+{
+    (void)state;
+    faults_case("pipelined", FAULTS "&pipeline=4",
+                &(wal_opts){.node_id = 1, .segment_bytes = 16 << 10, .lease_ms = 5000}, 200, true);
 }
 
 struct restarter {
@@ -504,6 +528,133 @@ static void test_nfs_unreachable(void **state)
     event_base_free(base);
 }
 
+/* ---- measurement (printed, never asserted) ----
+ * WAL_BENCH_MS (default 0: skipped): the WAL alone on NFS, 1 KiB appends at
+ * the max rate (bursts of 64 per loop turn until the staging cap pushes
+ * back), for pipeline depths 1, 2 and 4; this process's CPU and the
+ * server's per GB made durable. No Kafka, no load generator, no uploader. */
+
+struct nbench {
+    wal *w;
+    struct event *ev;
+    uint8_t payload[1024];
+    bool stop;
+};
+
+static void nbench_done(void *arg, int err, wal_lsn lsn)
+{
+    (void)arg;
+    (void)lsn;
+    assert_int_equal(err, 0);
+}
+
+static void nbench_turn(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct nbench *b = arg;
+    if (b->stop)
+        return;
+    for (int i = 0; i < 64; i++)
+        if (wal_append(b->w, 9, b->payload, sizeof b->payload, nbench_done, b, NULL) != 0)
+            break;
+    struct timeval zero = {0, 0};
+    event_add(b->ev, &zero);
+}
+
+static double self_cpu_s(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+/* The NFS server's user + system CPU seconds (its pid file in gdir). */
+static double server_cpu_s(void)
+{
+    char path[600], buf[1024];
+    snprintf(path, sizeof path, "%s/ganesha.pid", gdir);
+    FILE *f = fopen(path, "r");
+    int pid = 0;
+    if (!f)
+        return 0;
+    if (fscanf(f, "%d", &pid) != 1)
+        pid = 0;
+    fclose(f);
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');
+    unsigned long ut = 0, st = 0;
+    /* After the command: state and fields 4..13, then utime, stime. */
+    if (!p || sscanf(p + 2, "%*c %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %lu %lu", &ut, &st) != 2)
+        return 0;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+static void nbench_run(int pipeline, int ms)
+{
+    struct event_base *base = event_base_new();
+    char url[512], sub[32], extra[32];
+    snprintf(sub, sizeof sub, "bench%d", pipeline);
+    snprintf(extra, sizeof extra, "&pipeline=%d", pipeline);
+    url_of(url, sizeof url, sub, extra);
+    wal_opts o = {.node_id = 1, .segment_bytes = 1ull << 30, .max_pending_bytes = 32 << 20};
+    wal *w = open_ok(base, url, &o, NULL);
+    struct nbench *b = calloc(1, sizeof *b);
+    b->w = w;
+    b->ev = event_new(base, -1, 0, nbench_turn, b);
+    static struct dlog d;
+    memset(&d, 0, sizeof d);
+    assert_int_equal(append_i(w, 0, &d, NULL), 0); /* the segment exists before the clock */
+    run_until_n(base, &d, 1, 30);
+    wal_stats s0, s;
+    wal_get_stats(w, &s0);
+    double cpu0 = self_cpu_s(), srv0 = server_cpu_s();
+    int64_t t0 = sk_mono_us();
+    struct timeval zero = {0, 0};
+    event_add(b->ev, &zero);
+    while (sk_mono_us() - t0 < (int64_t)ms * 1000)
+        event_base_loop(base, EVLOOP_ONCE);
+    b->stop = true;
+    wal_get_stats(w, &s);
+    double secs = (double)(sk_mono_us() - t0) / 1e6;
+    double cpu = self_cpu_s() - cpu0, srv = server_cpu_s() - srv0;
+    wal_close(w);
+    event_free(b->ev);
+    free(b);
+    char why[256];
+    if (wal_destroy_files(base, url, why, sizeof why) != 0)
+        fprintf(stderr, "bench files left: %s\n", why);
+    event_base_free(base);
+    uint64_t commits = s.commits - s0.commits, bytes = s.bytes_written - s0.bytes_written;
+    double gb = (double)bytes / 1e9;
+    printf("[ wal bench ] nfs pipeline=%d, 1 KiB appends at max rate for %.1f s: %.1f MB/s, "
+           "%.0f commits/s, %.2f MB/commit, commit mean %.1f ms; CPU s/GB: WAL process %.2f, "
+           "NFS server %.2f\n",
+           pipeline, secs, (double)bytes / secs / 1e6, (double)commits / secs,
+           commits ? (double)bytes / (double)commits / 1e6 : 0.0,
+           commits ? (double)(s.commit_us_sum - s0.commit_us_sum) / (double)commits / 1000 : 0.0,
+           gb > 0 ? cpu / gb : 0.0, gb > 0 ? srv / gb : 0.0);
+}
+
+static void test_nfs_bench(void **state)
+{
+    (void)state;
+    const char *env = getenv("WAL_BENCH_MS");
+    int ms = env ? atoi(env) : 0;
+    if (ms <= 0)
+        skip();
+    need_server();
+    for (int p = 1; p <= 4; p *= 2)
+        nbench_run(p, ms);
+}
+
 int main(void)
 {
     const char *lv = getenv("WAL_TEST_LOG");
@@ -511,9 +662,11 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nfs_roundtrip),
         cmocka_unit_test(test_nfs_injected_faults),
+        cmocka_unit_test(test_nfs_pipelined_faults),
         cmocka_unit_test(test_nfs_server_restart),
         cmocka_unit_test(test_nfs_fencing),
         cmocka_unit_test(test_nfs_unreachable),
+        cmocka_unit_test(test_nfs_bench),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -306,6 +306,14 @@ static void fy_destroy(wal_storage *s)
     free(f);
 }
 
+static int fy_max_writes(wal_storage *s)
+{
+    struct faulty *f = s->impl;
+    if (f->ctl->max_writes)
+        return f->ctl->max_writes;
+    return f->inner->ops->max_writes ? f->inner->ops->max_writes(f->inner) : 1;
+}
+
 static const wal_storage_ops faulty_ops = {
     .name = "faulty",
     .list = fy_list,
@@ -325,6 +333,7 @@ static const wal_storage_ops faulty_ops = {
     .owner_remove = fy_owner_remove,
     .renew = fy_renew,
     .lock = fy_lock,
+    .max_writes = fy_max_writes,
     .destroy = fy_destroy,
 };
 

@@ -45,6 +45,7 @@ typedef struct wal_faulty_ctl {
     bool no_lock;            /* the backend seems to have no lock: leases decide */
     bool hold;               /* completions wait for wal_faulty_release */
     int delay_ms;            /* completions arrive this much later */
+    int max_writes;          /* pipeline depth to announce (0: the inner backend's) */
 
     /* Counters. */
     int writes, creates, removes, renews, completions;
