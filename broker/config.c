@@ -481,11 +481,12 @@ const sk_prop sk_props[] = {
      "Objects", "How often the WAL's new data is uploaded to objects.", NULL, false},
     {"s3.wal.upload.threshold", SK_PROP_LONG, OFF(s3_upload_threshold), "524288000", 4096,
      I64MAX, "Objects",
-     "Most bytes of WAL one upload takes. An upload starts as soon as this many bytes, or "
-     "half of wal.cache.bytes when that is less (and at least 64 MiB), are not in objects "
-     "yet: its batches are then still in the WAL cache and go into objects from memory, by "
-     "reference; only the others (evicted, linked, adopted) are read from the WAL and copied, "
-     "into a buffer reused from one upload to the next.",
+     "Most bytes of WAL one upload takes, and how many not in objects yet start one; half of "
+     "wal.cache.bytes instead when that is less (and at least 64 MiB). An upload's batches "
+     "are then still in the WAL cache and go into objects from memory, by reference; only the "
+     "others (evicted, linked, adopted) are read from the WAL and copied, into a buffer "
+     "reused from one upload to the next. An upload in flight holds at most this many bytes "
+     "beyond the cache, even when uploads have fallen behind.",
      NULL, false},
     {"s3.stream.object.split.size", SK_PROP_LONG, OFF(s3_split_size), "8388608", 1, I64MAX,
      "Objects",

@@ -1024,7 +1024,10 @@ static struct job *upload_job(sk_tier *t)
     j->kind = JOB_UPLOAD;
     j->from = t->uploaded;
     j->to = upload_end(t);
-    j->limit = (uint64_t)n->cfg->s3_upload_threshold;
+    /* No more than the size that starts an upload: an upload that fell
+     * behind then still takes its batches in pieces the cache can hold,
+     * and its memory (held batches, copies) stays bounded by that size. */
+    j->limit = sk_tier_upload_trigger(n->cfg);
     if (wal_segments_snapshot(n->wal, &j->segs, &j->nsegs) != 0) {
         free(j);
         return NULL;
