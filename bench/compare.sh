@@ -70,7 +70,8 @@
 #                            records of 1 KiB, 1250 of 16 KiB)
 #   BENCH_CATCHUP_BYTES=n    [1000000000] bytes read by (d)
 #   BENCH_RSS_SLACK_MIB=n    [64] the configured memory bound of skiffd is its idle
-#                            RSS + wal.cache.bytes + s3.block.cache.bytes + this
+#                            RSS + wal.cache.bytes + s3.block.cache.bytes + an
+#                            upload in flight (the size that starts one) + this
 #   BENCH_S3_TMPFS=dir       [BENCH_WORK/s3tmpfs, a tmpfs mounted there by root
 #                            (size BENCH_S3_TMPFS_SIZE, 16g); else /dev/shm/...]
 #                            the emulator's data directory of skiff-s3

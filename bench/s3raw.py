@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The S3 emulator's own ranged-GET throughput: the floor skiffd's catch-up reads are
-judged against (bench/s3.sh).
+judged against (bench/s3.sh); with --put, its PUT throughput: the floor of skiffd's
+uploads.
 
 Reads the given objects with signed (SigV4) ranged GETs of RANGE bytes, CONC of them in
 flight on persistent connections, objects in order and each from start to end, until
@@ -9,7 +10,9 @@ flight on persistent connections, objects in order and each from start to end, u
 
 usage: s3raw.py --endpoint http://127.0.0.1:PORT --bucket B --keys FILE
                 [--shape RANGE:CONC]... [--max-bytes N] [--max-seconds S]
-FILE holds "key size" lines. Credentials: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY
+       s3raw.py --endpoint ... --bucket B --put SIZE:CONC [--max-seconds S]
+FILE holds "key size" lines. --put writes objects of SIZE bytes under s3raw-put/ (single
+PUTs, CONC in flight) for S seconds and deletes them; its JSON line has "put": true. Credentials: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY
 (default S3RVER, the emulator's).
 """
 
@@ -108,16 +111,79 @@ def run_shape(a, keys, rng, conc):
             "requests": tot["requests"], "errors": tot["errors"]}
 
 
+def run_put(a, size, conc):
+    ep = urllib.parse.urlsplit(a.endpoint)
+    access = os.environ.get("AWS_ACCESS_KEY_ID", "S3RVER")
+    secret = os.environ.get("AWS_SECRET_ACCESS_KEY", "S3RVER")
+    body = os.urandom(size)
+    deadline = time.time() + a.max_seconds
+    lock = threading.Lock()
+    tot = {"bytes": 0, "requests": 0, "errors": 0, "last": time.time()}
+    made = []
+
+    def request(conn, method, path, data=None):
+        extra = {"Content-Length": str(len(data))} if data is not None else {}
+        conn.request(method, path, body=data, headers=sign(method, ep.netloc, path, a.region,
+                                                           access, secret, extra))
+        r = conn.getresponse()
+        r.read()
+        return r.status
+
+    def worker(w):
+        conn = http.client.HTTPConnection(ep.hostname, ep.port, timeout=120)
+        i = 0
+        while time.time() < deadline:
+            path = "/%s/s3raw-put/%d-%d" % (a.bucket, w, i)
+            i += 1
+            try:
+                ok = request(conn, "PUT", path, body) == 200
+            except (OSError, http.client.HTTPException):
+                ok = False
+                conn.close()
+                conn = http.client.HTTPConnection(ep.hostname, ep.port, timeout=120)
+            with lock:
+                tot["requests"] += 1
+                tot["bytes" if ok else "errors"] += size if ok else 1
+                tot["last"] = max(tot["last"], time.time())
+                made.append(path)
+        for path in made[w::conc]:
+            try:
+                request(conn, "DELETE", path)
+            except (OSError, http.client.HTTPException):
+                pass
+        conn.close()
+
+    t0 = time.time()
+    ths = [threading.Thread(target=worker, args=(w,)) for w in range(conc)]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join()
+    secs = tot["last"] - t0  # the last PUT's end: the deletes are not timed
+    return {"put": True, "size": size, "concurrency": conc, "bytes": tot["bytes"],
+            "seconds": round(secs, 3),
+            "mb_s": round(tot["bytes"] / secs / 1e6, 1) if secs > 0 else 0,
+            "requests": tot["requests"], "errors": tot["errors"]}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--endpoint", required=True)
     ap.add_argument("--bucket", required=True)
     ap.add_argument("--region", default="us-east-1")
-    ap.add_argument("--keys", required=True)
+    ap.add_argument("--keys")
+    ap.add_argument("--put", action="append", default=[])
     ap.add_argument("--shape", action="append", default=[])
     ap.add_argument("--max-bytes", type=int, default=1 << 30)
     ap.add_argument("--max-seconds", type=float, default=20)
     a = ap.parse_args()
+    for shape in a.put:
+        size, conc = (int(x) for x in shape.split(":"))
+        print(json.dumps(run_put(a, size, conc)), flush=True)
+    if a.put:
+        return
+    if not a.keys:
+        sys.exit("--keys or --put is needed")
     keys = []
     with open(a.keys) as f:
         for ln in f:
