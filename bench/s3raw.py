@@ -54,11 +54,40 @@ def sign(method, host, path, region, access, secret, extra_headers):
     return out
 
 
+class Client:
+    """One persistent connection to the endpoint, signing each request; reconnects after a
+    failed one."""
+
+    def __init__(self, a, timeout):
+        self.a, self.timeout = a, timeout
+        self.ep = urllib.parse.urlsplit(a.endpoint)
+        self.access = os.environ.get("AWS_ACCESS_KEY_ID", "S3RVER")
+        self.secret = os.environ.get("AWS_SECRET_ACCESS_KEY", "S3RVER")
+        self.conn = self._connect()
+
+    def _connect(self):
+        return http.client.HTTPConnection(self.ep.hostname, self.ep.port, timeout=self.timeout)
+
+    def call(self, method, path, extra=None, body=None):
+        """(status, response body), or (None, b"") when the request failed."""
+        extra = dict(extra or {})
+        if body is not None:
+            extra["Content-Length"] = str(len(body))
+        h = sign(method, self.ep.netloc, path, self.a.region, self.access, self.secret, extra)
+        try:
+            self.conn.request(method, path, body=body, headers=h)
+            r = self.conn.getresponse()
+            return r.status, r.read()
+        except (OSError, http.client.HTTPException):
+            self.conn.close()
+            self.conn = self._connect()
+            return None, b""
+
+    def close(self):
+        self.conn.close()
+
+
 def run_shape(a, keys, rng, conc):
-    ep = urllib.parse.urlsplit(a.endpoint)
-    host = ep.netloc
-    access = os.environ.get("AWS_ACCESS_KEY_ID", "S3RVER")
-    secret = os.environ.get("AWS_SECRET_ACCESS_KEY", "S3RVER")
     work = queue.Queue()
     planned = 0
     for key, size in keys:
@@ -73,31 +102,22 @@ def run_shape(a, keys, rng, conc):
     tot = {"bytes": 0, "requests": 0, "errors": 0}
 
     def worker():
-        conn = http.client.HTTPConnection(ep.hostname, ep.port, timeout=60)
+        c = Client(a, 60)
         while time.time() < deadline:
             try:
                 key, off, n = work.get_nowait()
             except queue.Empty:
                 break
             path = "/%s/%s" % (a.bucket, urllib.parse.quote(key, safe="/-_.~"))
-            h = sign("GET", host, path, a.region, access, secret,
-                     {"Range": "bytes=%d-%d" % (off, off + n - 1)})
-            try:
-                conn.request("GET", path, headers=h)
-                r = conn.getresponse()
-                body = r.read()
-                ok = r.status == 206 and len(body) == n
-            except (OSError, http.client.HTTPException):
-                ok = False
-                conn.close()
-                conn = http.client.HTTPConnection(ep.hostname, ep.port, timeout=60)
+            status, body = c.call("GET", path, {"Range": "bytes=%d-%d" % (off, off + n - 1)})
+            ok = status == 206 and len(body) == n
             with lock:
                 tot["requests"] += 1
                 if ok:
                     tot["bytes"] += n
                 else:
                     tot["errors"] += 1
-        conn.close()
+        c.close()
 
     t0 = time.time()
     ths = [threading.Thread(target=worker) for _ in range(conc)]
@@ -112,46 +132,27 @@ def run_shape(a, keys, rng, conc):
 
 
 def run_put(a, size, conc):
-    ep = urllib.parse.urlsplit(a.endpoint)
-    access = os.environ.get("AWS_ACCESS_KEY_ID", "S3RVER")
-    secret = os.environ.get("AWS_SECRET_ACCESS_KEY", "S3RVER")
     body = os.urandom(size)
     deadline = time.time() + a.max_seconds
     lock = threading.Lock()
     tot = {"bytes": 0, "requests": 0, "errors": 0, "last": time.time()}
     made = []
 
-    def request(conn, method, path, data=None):
-        extra = {"Content-Length": str(len(data))} if data is not None else {}
-        conn.request(method, path, body=data, headers=sign(method, ep.netloc, path, a.region,
-                                                           access, secret, extra))
-        r = conn.getresponse()
-        r.read()
-        return r.status
-
     def worker(w):
-        conn = http.client.HTTPConnection(ep.hostname, ep.port, timeout=120)
+        c = Client(a, 120)
         i = 0
         while time.time() < deadline:
             path = "/%s/s3raw-put/%d-%d" % (a.bucket, w, i)
             i += 1
-            try:
-                ok = request(conn, "PUT", path, body) == 200
-            except (OSError, http.client.HTTPException):
-                ok = False
-                conn.close()
-                conn = http.client.HTTPConnection(ep.hostname, ep.port, timeout=120)
+            ok = c.call("PUT", path, body=body)[0] == 200
             with lock:
                 tot["requests"] += 1
                 tot["bytes" if ok else "errors"] += size if ok else 1
                 tot["last"] = max(tot["last"], time.time())
                 made.append(path)
         for path in made[w::conc]:
-            try:
-                request(conn, "DELETE", path)
-            except (OSError, http.client.HTTPException):
-                pass
-        conn.close()
+            c.call("DELETE", path)
+        c.close()
 
     t0 = time.time()
     ths = [threading.Thread(target=worker, args=(w,)) for w in range(conc)]
