@@ -18,6 +18,7 @@
 #include "sk_err.h"
 #include "sk_log.h"
 #include "sk_map.h"
+#include "sk_time.h"
 
 struct bc_read;
 
@@ -46,6 +47,7 @@ struct bc_read {
     size_t n;
     int missing;
     int err;
+    int64_t start_us; /* when it began, to count how long it waited */
     blockcache_cb cb;
     void *arg;
 };
@@ -57,6 +59,7 @@ struct bc_fetch {
     blockcache *c; /* NULL once the cache is gone */
     size_t len;
     uint64_t off;
+    int64_t start_us;
     blockcache_block **blocks;
     struct iovec *iov; /* each block's data */
     size_t nblocks, nheld;
@@ -70,6 +73,7 @@ struct blockcache {
     blockcache_block *lru_head, *lru_tail;
     size_t used, loading_bytes;
     struct bc_fetch *fetches;
+    size_t nfetches;
     blockcache_stats st;
 };
 
@@ -184,6 +188,8 @@ blockcache *blockcache_new(objstore *store, const blockcache_opts *opts)
 
 static void read_finish(struct bc_read *rd)
 {
+    rd->c->st.waits++;
+    rd->c->st.wait_us += (uint64_t)(sk_mono_us() - rd->start_us);
     if (rd->err != 0) {
         for (size_t i = 0; i < rd->n; i++) {
             if (rd->out[i]) {
@@ -228,6 +234,7 @@ static void block_resolved(blockcache *c, blockcache_block *b, int err)
 
 static void fetch_unlink(blockcache *c, struct bc_fetch *f)
 {
+    c->nfetches--;
     if (f->prev)
         f->prev->next = f->next;
     else
@@ -256,6 +263,7 @@ static void fetch_done(void *arg, int err, uint8_t *data, size_t len, uint64_t o
         return;
     }
     fetch_unlink(c, f);
+    c->st.get_us += (uint64_t)(sk_mono_us() - f->start_us);
     if (err == 0 && len != f->len) {
         SK_WARN("blockcache", "short read: %zu of %zu bytes at %llu", len, f->len,
                 (unsigned long long)f->off);
@@ -356,10 +364,12 @@ static void fetch_blocks(blockcache *c, const char *key, blockcache_block **bloc
         f->c = c;
         f->len = (size_t)len;
         f->off = blocks[i]->e.position;
+        f->start_us = sk_mono_us();
         f->next = c->fetches;
         if (c->fetches)
             c->fetches->prev = f;
         c->fetches = f;
+        c->nfetches++;
         c->st.gets++;
         c->st.get_bytes += len;
         c->o.fetch(c->o.fetch_ctx, key, f->off, f->iov, (int)f->nblocks, fetch_done, f);
@@ -433,6 +443,7 @@ int blockcache_read(blockcache *c, const char *key, const objfmt_entry *entries,
     rd->n = nwant;
     rd->cb = cb;
     rd->arg = arg;
+    rd->start_us = sk_mono_us();
     size_t nwanted_blocks = 0;
     uint64_t hits = 0, misses = 0;
     for (size_t i = 0; i < nwant; i++) {
@@ -571,6 +582,8 @@ void blockcache_stats_get(const blockcache *c, blockcache_stats *out)
     out->used = c->used;
     out->capacity = c->o.capacity;
     out->blocks = sk_map_count(c->map);
+    out->gets_in_flight = c->nfetches;
+    out->get_bytes_in_flight = c->loading_bytes;
 }
 
 void blockcache_destroy(blockcache *c)

@@ -102,9 +102,12 @@ void blockcache_forget(blockcache *c, const char *key);
 typedef struct blockcache_stats {
     uint64_t hits, misses;      /* wanted blocks found / not found */
     uint64_t gets, get_bytes;   /* ranged GETs issued */
+    uint64_t get_us;            /* their durations, summed (ended GETs) */
     uint64_t readahead;         /* blocks fetched ahead */
     uint64_t evictions, errors;
+    uint64_t waits, wait_us;    /* reads that waited for a GET, and how long in all */
     size_t used, capacity, blocks;
+    size_t gets_in_flight, get_bytes_in_flight; /* now */
 } blockcache_stats;
 void blockcache_stats_get(const blockcache *c, blockcache_stats *out);
 

@@ -296,6 +296,41 @@ static void test_readahead_window(void **state)
     free_object(&o);
 }
 
+/* What the metrics endpoint shows of a read that waits: GETs and their
+ * bytes in flight while it waits, then how many reads waited. */
+static void test_wait_stats(void **state)
+{
+    (void)state;
+    struct object o;
+    make_object(&o);
+    struct fake f = {.o = &o};
+    blockcache *c = new_cache(&f, 1 << 20, 0);
+    blockcache_block *out[2];
+    struct rres r = {0};
+    assert_int_equal(blockcache_read(c, "obj", o.blocks, o.nblocks, 0, 2, 0, out, read_cb, &r), 0);
+    blockcache_stats st;
+    blockcache_stats_get(c, &st);
+    assert_int_equal(st.gets, 1);
+    assert_int_equal(st.gets_in_flight, 1);
+    assert_int_equal(st.get_bytes_in_flight, o.blocks[2].position);
+    assert_int_equal(st.waits, 0);
+    fake_complete(&f);
+    release_all(c, out, 2);
+    blockcache_stats_get(c, &st);
+    assert_int_equal(st.gets_in_flight, 0);
+    assert_int_equal(st.get_bytes_in_flight, 0);
+    assert_int_equal(st.get_bytes, o.blocks[2].position);
+    assert_int_equal(st.waits, 1);
+    /* a hit waits for nothing */
+    assert_int_equal(blockcache_read(c, "obj", o.blocks, o.nblocks, 1, 1, 0, out, read_cb, &r),
+                     BLOCKCACHE_HIT);
+    release_all(c, out, 1);
+    blockcache_stats_get(c, &st);
+    assert_int_equal(st.waits, 1);
+    blockcache_destroy(c);
+    free_object(&o);
+}
+
 static void test_shared_fetch(void **state)
 {
     (void)state;
@@ -697,6 +732,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_merge_and_readahead),
         cmocka_unit_test(test_readahead_window),
+        cmocka_unit_test(test_wait_stats),
         cmocka_unit_test(test_shared_fetch),
         cmocka_unit_test(test_lru_and_pins),
         cmocka_unit_test(test_errors),
