@@ -408,6 +408,11 @@ void sk_metrics_render(sk_node *n, struct evbuffer *b)
         counter(b, "skiff_s3_view_snapshots_total", "Snapshots of the SQLite view stored.",
                 ts.snapshots);
         counter(b, "skiff_s3_read_bytes_total", "Batch bytes read from objects.", ts.read_bytes);
+        counter(b, "skiff_s3_prefetches_total",
+                "Object ranges read ahead because a reader neared the end of the one before.",
+                ts.prefetches);
+        counter(b, "skiff_s3_prefetch_errors_total", "Reads ahead into a next range that failed.",
+                ts.prefetch_errors);
         if (n->wal)
             gauge(b, "skiff_s3_upload_lag_bytes", "Durable WAL bytes not uploaded yet.",
                   (double)(wal_durable_lsn(n->wal) > ts.uploaded ? wal_durable_lsn(n->wal) - ts.uploaded

@@ -1239,6 +1239,8 @@ struct rd {
     objindex_ref *ref;
     blockcache_block **blocks;
     size_t nblocks;
+    bool near_end; /* the read-ahead window reaches the stream's last block */
+    bool prefetch; /* sk_tier_prefetch: counted apart from reads */
 };
 
 void sk_tier_result_free(sk_tier_result *res)
@@ -1274,8 +1276,10 @@ static void rd_finish(struct rd *r, int err, sk_tier_result *res)
     free(r->blocks);
     if (r->ref)
         objindex_release(t->ix, r->ref);
-    if (err == 0)
+    if (err == 0 && !r->prefetch)
         t->st.read_bytes += res->len;
+    if (err == 0)
+        res->near_end = r->near_end;
     r->cb(r->arg, err, res);
     free(r);
 }
@@ -1304,7 +1308,7 @@ static bool rd_take(struct rd *r, blockcache_block *b, sk_tier_result *res)
         if (res->first < 0)
             res->first = (int64_t)bt.base_offset;
         res->end = (int64_t)bt.last_offset + 1;
-        r->t->st.read_batches++;
+        r->t->st.read_batches += !r->prefetch;
     }
     return true;
 }
@@ -1358,6 +1362,11 @@ static void rd_index(void *arg, int err, objindex_ref *ref)
         if (bytes >= r->max_bytes)
             break;
     }
+    size_t left = 0;
+    for (size_t i = block + want; i < nb && bl[i].stream_id == r->stream && left <= READAHEAD_BLOCKS;
+         i++)
+        left++;
+    r->near_end = left <= READAHEAD_BLOCKS;
     r->blocks = calloc(want ? want : 1, sizeof *r->blocks);
     r->nblocks = want;
     if (!r->blocks) {
@@ -1373,14 +1382,15 @@ static void rd_index(void *arg, int err, objindex_ref *ref)
         rd_blocks(r, rc);
 }
 
-void sk_tier_read_ref(sk_tier *t, const sk_obj_loc *loc, uint64_t stream, int64_t offset,
-                      size_t max_bytes, sk_tier_ref_cb cb, void *arg)
+static void read_ref(sk_tier *t, const sk_obj_loc *loc, uint64_t stream, int64_t offset,
+                     size_t max_bytes, bool prefetch, sk_tier_ref_cb cb, void *arg)
 {
     struct rd *r = calloc(1, sizeof *r);
     if (!r) {
         cb(arg, SK_ERR_NOMEM, NULL);
         return;
     }
+    r->prefetch = prefetch;
     r->t = t;
     snprintf(r->key, sizeof r->key, "%s", loc->key);
     r->obj_size = loc->obj_size;
@@ -1395,6 +1405,27 @@ void sk_tier_read_ref(sk_tier *t, const sk_obj_loc *loc, uint64_t stream, int64_
         rd_index(r, 0, ref);
     else if (rc < 0)
         rd_index(r, rc, NULL);
+}
+
+void sk_tier_read_ref(sk_tier *t, const sk_obj_loc *loc, uint64_t stream, int64_t offset,
+                      size_t max_bytes, sk_tier_ref_cb cb, void *arg)
+{
+    read_ref(t, loc, stream, offset, max_bytes, false, cb, arg);
+}
+
+/* The first batch is let go at once: what stays is the cached index and
+ * blocks, and the GETs of the read-ahead window. */
+static void prefetched(void *arg, int err, sk_tier_result *res)
+{
+    sk_tier *t = arg;
+    t->st.prefetch_errors += err != 0;
+    sk_tier_result_free(res);
+}
+
+void sk_tier_prefetch(sk_tier *t, const sk_obj_loc *loc, uint64_t stream)
+{
+    t->st.prefetches++;
+    read_ref(t, loc, stream, loc->start, 1, true, prefetched, t);
 }
 
 /* sk_tier_read: the pieces of a read by reference, concatenated. */

@@ -95,6 +95,8 @@ typedef struct sk_tier_result {
     sk_ref **held;
     size_t len;         /* of all pieces */
     int64_t first, end; /* base offset of the first batch, offset after the last */
+    bool near_end; /* the read-ahead reached the end of the stream's range in
+                    * the object: time to read ahead into the next range */
 } sk_tier_result;
 /* Batches under this size are copied rather than sent by reference. */
 #define SK_TIER_REF_MIN 2048
@@ -103,6 +105,11 @@ typedef void (*sk_tier_ref_cb)(void *arg, int err, sk_tier_result *res);
 void sk_tier_read_ref(sk_tier *t, const sk_obj_loc *loc, uint64_t stream, int64_t offset,
                       size_t max_bytes, sk_tier_ref_cb cb, void *arg);
 void sk_tier_result_free(sk_tier_result *res);
+/* Reads ahead into range loc (its index and first blocks, with read-ahead)
+ * so that a consumer reaching it finds them cached: a catch-up crossing
+ * from one object to the next does not wait for two GETs in a row. Nothing
+ * is returned; failures only count (prefetch_errors). */
+void sk_tier_prefetch(sk_tier *t, const sk_obj_loc *loc, uint64_t stream);
 
 /* A partition came with batches in another log's WAL: upload them soon,
  * before anything newer of theirs (cluster). */
@@ -124,6 +131,7 @@ typedef struct sk_tier_stats {
     uint64_t uploads, upload_bytes, objects_put, so_put, sso_put;
     uint64_t compactions, compacted_in, compacted_out, objects_deleted, orphans_deleted;
     uint64_t snapshots, read_batches, read_bytes;
+    uint64_t prefetches, prefetch_errors; /* sk_tier_prefetch */
     wal_lsn uploaded, snapshot_lsn;
     /* Live objects in this log's registry by kind (index: objfmt_kind, 0 unused),
      * as of the last compaction pass's listing; listed_ms 0 until the first. */

@@ -6,7 +6,8 @@ each big partition (a StreamObject each, s3.stream.object.split.size = 8 MiB) an
 of each small one (together one StreamSetObject). The test checks the split in the
 objects themselves (footer and index of every object in the emulator's directory) and
 against the metrics, that the WAL got trimmed, and that a node restarted with
-wal.cache.bytes=0 serves from objects every batch byte-identical, at the same offset, as
+wal.cache.bytes=0 serves from objects (reading the next object ahead as a partition nears
+the end of one) every batch byte-identical, at the same offset, as
 it served from its WAL cache before (SHA-1 per batch), every acknowledged value included.
 """
 
@@ -99,6 +100,11 @@ def test_upload_split_trim_and_read_back(broker_factory, s3, topic_name):
     t_read = time.time() - t_r
     m = s3env.metrics(b)
     assert m["skiff_s3_read_bytes_total"] >= total_bytes * 0.95, m["skiff_s3_read_bytes_total"]
+    # Each big partition crossed from one StreamObject to the next at least once: the next
+    # was read ahead (and the reads from it are checked byte for byte below).
+    assert m["skiff_s3_prefetches_total"] >= 4, m["skiff_s3_prefetches_total"]
+    assert m["skiff_s3_prefetch_errors_total"] == 0, m["skiff_s3_prefetch_errors_total"]
+    assert m["skiff_s3_block_gets_total"] > 0 and m["skiff_s3_block_get_bytes_total"] > 0, m
     a, g = s3env.hashes(ref), s3env.hashes(got)
     diff = [x for x in set(a) | set(g) if a.get(x) != g.get(x)]
     assert not diff, "%d batches differ, e.g. %r" % (len(diff), sorted(diff)[:5])
