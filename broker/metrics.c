@@ -257,6 +257,11 @@ static void render_blockcache(sk_node *n, struct evbuffer *b)
           (double)bs.gets_in_flight);
     gauge(b, "skiff_s3_block_get_bytes_in_flight", "Bytes of the block GETs in flight now.",
           (double)bs.get_bytes_in_flight);
+    counter(b, "skiff_s3_block_buffers_reused_total",
+            "Block fetches that reused a freed block's buffer rather than allocate one.",
+            bs.buffers_reused);
+    gauge(b, "skiff_s3_block_buffer_pool_bytes", "Free block buffers kept for the next fetches.",
+          (double)bs.pool_bytes);
     counter(b, "skiff_s3_block_waits_total",
             "Reads from objects that waited for a block GET (the others found every block "
             "cached).",
