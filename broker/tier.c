@@ -37,7 +37,6 @@
 #define FOREIGN_UPLOAD_MS 1000
 #define UPLOAD_RETRY_MIN_MS 200
 #define UPLOAD_RETRY_MAX_MS 5000
-#define READAHEAD_BLOCKS 8
 
 struct sk_tier {
     sk_node *n;
@@ -46,6 +45,7 @@ struct sk_tier {
     blockcache *bc;
     sk_workq *q; /* the tier thread: uploads, snapshots, compaction, GC */
     objup_set *set; /* the uploads' batches: the tier thread's, reused (its arena) */
+    size_t readahead; /* blocks, s3.block.readahead.bytes */
     struct event *upload_ev, *bg_ev, *orphan_ev;
     bool busy;     /* a job runs on the tier thread */
     bool stopping;
@@ -1363,10 +1363,10 @@ static void rd_index(void *arg, int err, objindex_ref *ref)
             break;
     }
     size_t left = 0;
-    for (size_t i = block + want; i < nb && bl[i].stream_id == r->stream && left <= READAHEAD_BLOCKS;
+    for (size_t i = block + want; i < nb && bl[i].stream_id == r->stream && left <= t->readahead;
          i++)
         left++;
-    r->near_end = left <= READAHEAD_BLOCKS;
+    r->near_end = left <= t->readahead;
     r->blocks = calloc(want ? want : 1, sizeof *r->blocks);
     r->nblocks = want;
     if (!r->blocks) {
@@ -1374,7 +1374,7 @@ static void rd_index(void *arg, int err, objindex_ref *ref)
         rd_finish(r, SK_ERR_NOMEM, NULL);
         return;
     }
-    int rc = blockcache_read(t->bc, r->key, bl, nb, block, want, READAHEAD_BLOCKS, r->blocks,
+    int rc = blockcache_read(t->bc, r->key, bl, nb, block, want, t->readahead, r->blocks,
                              rd_blocks, r);
     if (rc == BLOCKCACHE_HIT)
         rd_blocks(r, 0);
@@ -1491,6 +1491,7 @@ sk_tier *sk_tier_new(sk_node *n, char *why, size_t whylen)
     t->ix = objindex_new(t->os, &io);
     blockcache_opts bo = {0};
     bo.capacity = (size_t)n->cfg->s3_block_cache_bytes;
+    t->readahead = (size_t)(n->cfg->s3_readahead_bytes / n->cfg->s3_block_bytes);
     t->bc = blockcache_new(t->os, &bo);
     t->q = sk_workq_new(n->base, "skiff-tier", 1);
     t->upload_ev = event_new(n->base, -1, EV_PERSIST, upload_cb, t);

@@ -7,7 +7,7 @@ of each small one (together one StreamSetObject). The test checks the split in t
 objects themselves (footer and index of every object in the emulator's directory) and
 against the metrics, that the WAL got trimmed, and that a node restarted with
 wal.cache.bytes=0 serves from objects (reading the next object ahead as a partition nears
-the end of one) every batch byte-identical, at the same offset, as
+the end of one) every batch byte-identical, with read-ahead and without, at the same offset, as
 it served from its WAL cache before (SHA-1 per batch), every acknowledged value included.
 """
 
@@ -112,3 +112,16 @@ def test_upload_split_trim_and_read_back(broker_factory, s3, topic_name):
           "%d SO + %d SSO, read back from objects %.1fs (%.0f MB/s), S3 requests %d" % (
               total_bytes / 1e6, len(a), t_produce, t_upload, len(so), len(sso), t_read,
               total_bytes / 1e6 / t_read, m["skiff_s3_requests_total"]))
+
+    # Without read-ahead (s3.block.readahead.bytes=0): each read GETs only the blocks it
+    # wants, and serves the same batches.
+    b.kill()
+    b.overrides["s3.block.readahead.bytes"] = "0"
+    b.start()
+    got = s3env.read_topic(b.bootstrap, topic_name, PARTS)
+    m = s3env.metrics(b)
+    assert m["skiff_s3_block_readahead_total"] == 0, m["skiff_s3_block_readahead_total"]
+    assert m["skiff_s3_block_gets_total"] > 0, m
+    g = s3env.hashes(got)
+    diff = [x for x in set(a) | set(g) if a.get(x) != g.get(x)]
+    assert not diff, "no read-ahead: %d batches differ, e.g. %r" % (len(diff), sorted(diff)[:5])
