@@ -397,7 +397,7 @@ static void start_object_reads(sk_fwait *w)
         sk_part *p = d->from_proxy ? sk_part_get(sk_topic_get_id(w->n, &d->id), d->part) : NULL;
         if (d->from_proxy && p)
             sk_follow_read(sk_cluster_follows(w->n->cluster), p, d->offset, d->max_bytes,
-                           tier_done, tr);
+                           tier_done, tier_ref_done, tr);
         else if (d->from_proxy)
             tier_done(tr, SK_ERR_NOENT, NULL, 0, -1, -1);
         else

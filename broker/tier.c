@@ -1428,46 +1428,6 @@ void sk_tier_prefetch(sk_tier *t, const sk_obj_loc *loc, uint64_t stream)
     read_ref(t, loc, stream, loc->start, 1, true, prefetched, t);
 }
 
-/* sk_tier_read: the pieces of a read by reference, concatenated. */
-struct rd_copy {
-    sk_tier_read_cb cb;
-    void *arg;
-};
-
-static void copy_done(void *arg, int err, sk_tier_result *res)
-{
-    struct rd_copy rc = *(struct rd_copy *)arg;
-    free(arg);
-    uint8_t *buf = NULL;
-    if (err == 0 && !(buf = malloc(res->len ? res->len : 1)))
-        err = SK_ERR_NOMEM;
-    if (err != 0) {
-        sk_tier_result_free(res);
-        rc.cb(rc.arg, err, NULL, 0, -1, -1);
-        return;
-    }
-    size_t at = 0;
-    for (int i = 0; i < res->n; i++) {
-        memcpy(buf + at, res->seg[i].p, (size_t)res->seg[i].len);
-        at += (size_t)res->seg[i].len;
-    }
-    int64_t first = res->first, end = res->end;
-    sk_tier_result_free(res);
-    rc.cb(rc.arg, 0, buf, at, first, end);
-}
-
-void sk_tier_read(sk_tier *t, const sk_obj_loc *loc, uint64_t stream, int64_t offset,
-                  size_t max_bytes, sk_tier_read_cb cb, void *arg)
-{
-    struct rd_copy *c = malloc(sizeof *c);
-    if (!c) {
-        cb(arg, SK_ERR_NOMEM, NULL, 0, -1, -1);
-        return;
-    }
-    *c = (struct rd_copy){cb, arg};
-    sk_tier_read_ref(t, loc, stream, offset, max_bytes, copy_done, c);
-}
-
 /* ---- life ---- */
 
 sk_tier *sk_tier_new(sk_node *n, char *why, size_t whylen)

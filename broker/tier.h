@@ -74,15 +74,10 @@ void sk_tier_kick(sk_tier *t);
 int sk_tier_restore_view(const sk_config *cfg, const char *dbpath, char *why, size_t whylen);
 
 /* Reads batches of `stream` from `offset` on, out of the object range loc,
- * at most max_bytes (at least one batch). cb owns buf (malloc'd); first is
- * the base offset of the first batch, end the offset after the last. */
-typedef void (*sk_tier_read_cb)(void *arg, int err, uint8_t *buf, size_t len, int64_t first,
-                                int64_t end);
-void sk_tier_read(sk_tier *t, const sk_obj_loc *loc, uint64_t stream, int64_t offset,
-                  size_t max_bytes, sk_tier_read_cb cb, void *arg);
-
-/* The same read without a copy: the batches stay in the block cache's
- * blocks. seg[0..n) are the batches in order (one piece each); ref[i] is
+ * at most max_bytes (at least one batch), without a copy: the batches stay
+ * in the block cache's blocks. first is the base offset of the first
+ * batch, end the offset after the last. seg[0..n) are the batches in order
+ * (one piece each); ref[i] is
  * the owner a response holds to send seg[i] by reference, or NULL for a
  * batch too small to be worth it (copied into the response). The result
  * holds every block it points into (held[0..nheld)) until
