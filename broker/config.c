@@ -498,6 +498,15 @@ const sk_prop sk_props[] = {
      NULL, false},
     {"s3.block.cache.bytes", SK_PROP_LONG, OFF(s3_block_cache_bytes), "268435456", 0, I64MAX,
      "Objects", "Memory for blocks read from objects.", NULL, false},
+    {"s3.block.readahead.bytes", SK_PROP_LONG, OFF(s3_readahead_bytes), "8388608", 0, I64MAX,
+     "Objects",
+     "How far a read from objects reads ahead in its partition (whole blocks of "
+     "s3.object.block.bytes, in GETs of at most 8 MiB), refilled once less than half of it "
+     "is cached. Each partition catching up takes up to this much of s3.block.cache.bytes; "
+     "read-ahead that does not fit is skipped. When skiff_s3_block_wait_seconds_total grows "
+     "during catch-ups and the object store has bandwidth to spare, a deeper read-ahead keeps "
+     "more GETs under way.",
+     NULL, false},
     {"s3.object.delete.delay.ms", SK_PROP_LONG, OFF(s3_delete_delay_ms), "300000", 0, I64MAX,
      "Objects",
      "How long an object replaced by compaction or emptied by retention stays readable before "

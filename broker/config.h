@@ -92,6 +92,7 @@ typedef struct sk_config {
     int64_t s3_split_size;
     int32_t s3_block_bytes;
     int64_t s3_block_cache_bytes;
+    int64_t s3_readahead_bytes;
     int64_t s3_delete_delay_ms;
     int64_t s3_compaction_interval_ms;
     int64_t s3_compaction_small_bytes;

@@ -72,6 +72,7 @@ typedef struct fcall {
     bool poll;             /* a poll's share: marks to take once read */
     sk_follow_marks marks; /* ... these */
     sk_follow_cb cb;
+    sk_tier_ref_cb obj_cb;
     void *arg;
     /* the reading job */
     sk_batch_loc *locs;
@@ -355,7 +356,8 @@ static void read_answered(fcall *k, int err, const kr_FollowResponse_Partition *
         loc.max_ts = o->range_max_timestamp;
         loc.size = (uint64_t)o->range_size;
         f->st.object_reads++;
-        sk_tier_read(f->n->tier, &loc, p->stream, k->offset, (size_t)k->max_bytes, k->cb, k->arg);
+        sk_tier_read_ref(f->n->tier, &loc, p->stream, k->offset, (size_t)k->max_bytes, k->obj_cb,
+                         k->arg);
         fcall_free(k);
         return;
     }
@@ -401,7 +403,7 @@ static void nothing(void *arg)
 }
 
 void sk_follow_read(sk_follows *f, sk_part *p, int64_t offset, int64_t max_bytes,
-                    sk_follow_cb cb, void *arg)
+                    sk_follow_cb cb, sk_tier_ref_cb obj_cb, void *arg)
 {
     fcall *k = calloc(1, sizeof *k);
     if (!k) {
@@ -409,7 +411,8 @@ void sk_follow_read(sk_follows *f, sk_part *p, int64_t offset, int64_t max_bytes
         return;
     }
     *k = (fcall){.f = f, .id = p->topic->id, .part = p->index, .offset = offset,
-                 .max_bytes = max_bytes > 0 ? max_bytes : 1, .cb = cb, .arg = arg};
+                 .max_bytes = max_bytes > 0 ? max_bytes : 1, .cb = cb, .obj_cb = obj_cb,
+                 .arg = arg};
     int32_t main = main_of(f, &k->id, k->part);
     int rc = f->closing ? SK_ERR_CLOSED : main < 0 ? SK_KAFKA_NOT_LEADER_OR_FOLLOWER : 0;
     if (rc == 0) {

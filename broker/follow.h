@@ -26,6 +26,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "tier.h"
 #include "types.h"
 
 typedef struct sk_follows sk_follows;
@@ -55,13 +56,14 @@ bool sk_follow_tail(sk_follows *f, const sk_part *p, int64_t offset, int64_t max
                     const uint8_t **buf, int64_t *len);
 
 /* Reads batches of p from `offset` on, at most max_bytes (at least one
- * batch). cb (the object read's callback type, tier.h) owns buf; err is
- * < 0 for a failure here, or a Kafka code (> 0) the main gave. cb never
- * runs inside this call. */
+ * batch). cb owns buf; err is < 0 for a failure here, or a Kafka code
+ * (> 0) the main gave. When the main says the batches are in an object,
+ * they are read by reference and obj_cb gets them instead (tier.h,
+ * sk_tier_read_ref). Neither runs inside this call. */
 typedef void (*sk_follow_cb)(void *arg, int err, uint8_t *buf, size_t len, int64_t first,
                              int64_t end);
 void sk_follow_read(sk_follows *f, sk_part *p, int64_t offset, int64_t max_bytes,
-                    sk_follow_cb cb, void *arg);
+                    sk_follow_cb cb, sk_tier_ref_cb obj_cb, void *arg);
 
 typedef struct sk_follow_stats {
     uint64_t polls, reads, located_batches, read_bytes, object_reads, tail_hits, errors;

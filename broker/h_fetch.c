@@ -55,6 +55,8 @@ struct disk {
     int32_t part;
     uint64_t stream;
     sk_obj_loc loc;
+    sk_obj_loc next; /* the range after loc, when has_next (read ahead into it) */
+    bool has_next;
     uint8_t *buf; /* concatenated batches (a WAL or proxied read) */
     sk_ref *bref; /* buf's count, once a response points at it (loop thread) */
     sk_tier_result *objs; /* or: an object read's batches, in cached blocks */
@@ -217,6 +219,7 @@ static void disk_work(void *arg)
             continue;
         d->wanted = false; /* its last result was let go on the loop */
         d->len = 0;
+        d->has_next = false;
         sk_batch_loc locs[64];
         int nl = sk_store_read_batches(n->store, &d->id, d->part, d->offset, d->max_bytes, locs,
                                        64);
@@ -229,6 +232,8 @@ static void disk_work(void *arg)
         if ((nl == 0 || locs[0].base > d->offset) &&
             sk_store_find_object(n->store, d->stream, d->offset, &d->loc) == 1) {
             d->from_objs = true;
+            d->has_next =
+                sk_store_find_object(n->store, d->stream, d->loc.end + 1, &d->next) == 1;
             continue;
         }
         int64_t total = 0;
@@ -279,20 +284,41 @@ struct tread {
 
 static void start_object_reads(sk_fwait *w);
 
-static void remember_range(sk_fwait *w, const struct disk *d, bool keep)
+static void set_loc(sk_obj_loc **slot, const sk_obj_loc *loc)
+{
+    if (!loc) {
+        free(*slot);
+        *slot = NULL;
+        return;
+    }
+    if (!*slot)
+        *slot = malloc(sizeof **slot);
+    if (*slot)
+        **slot = *loc;
+}
+
+/* The range a read used, and the one after it (looked up with it, not
+ * when read through the hint). */
+static sk_part *remember_range(sk_fwait *w, const struct disk *d, bool keep)
 {
     sk_part *p = sk_part_get(sk_topic_get_id(w->n, &d->id), d->part);
     if (!p)
+        return NULL;
+    set_loc(&p->obj_hint, keep ? &d->loc : NULL);
+    if (!keep || !d->via_hint)
+        set_loc(&p->obj_next, keep && d->has_next ? &d->next : NULL);
+    return p;
+}
+
+/* The read's read-ahead reached the end of its object range: the next
+ * range's index and first blocks are fetched now, once, rather than when
+ * the consumer gets there. */
+static void read_ahead_next(sk_fwait *w, const struct disk *d, sk_part *p)
+{
+    if (!p || !p->obj_next || !d->objs || !d->objs->near_end)
         return;
-    if (!keep) {
-        free(p->obj_hint);
-        p->obj_hint = NULL;
-        return;
-    }
-    if (!p->obj_hint)
-        p->obj_hint = malloc(sizeof *p->obj_hint);
-    if (p->obj_hint)
-        *p->obj_hint = d->loc;
+    sk_tier_prefetch(w->n->tier, p->obj_next, d->stream);
+    set_loc(&p->obj_next, NULL);
 }
 
 /* A read from objects or through the main ended (its result, if any, is in
@@ -312,7 +338,7 @@ static void tier_ended(struct tread *tr, int err, int64_t first, int64_t end)
         w->disk_tried = false;
     } else {
         if (err == 0)
-            remember_range(w, d, true);
+            read_ahead_next(w, d, remember_range(w, d, true));
         d->have = true;
         d->err = err;
         d->first_base = first;
@@ -371,7 +397,7 @@ static void start_object_reads(sk_fwait *w)
         sk_part *p = d->from_proxy ? sk_part_get(sk_topic_get_id(w->n, &d->id), d->part) : NULL;
         if (d->from_proxy && p)
             sk_follow_read(sk_cluster_follows(w->n->cluster), p, d->offset, d->max_bytes,
-                           tier_done, tr);
+                           tier_done, tier_ref_done, tr);
         else if (d->from_proxy)
             tier_done(tr, SK_ERR_NOENT, NULL, 0, -1, -1);
         else

@@ -339,26 +339,25 @@ struct lo_read {
     struct lo_item *it;
 };
 
-static void lo_read_done(void *arg, int err, uint8_t *buf, size_t len, int64_t first, int64_t end)
+/* The batches where they lie in the block cache (one piece each), not a
+ * copy of up to 64 MiB of them. */
+static void lo_read_done(void *arg, int err, sk_tier_result *res)
 {
     struct lo_read *lr = arg;
     struct lo_job *j = lr->j;
     struct lo_item *it = lr->it;
     free(lr);
-    (void)first;
-    (void)end;
     /* Scan the batches read for the first record at or past the target. */
-    size_t pos = 0;
-    while (err == 0 && !it->found && pos + KB_LOG_OVERHEAD <= len) {
-        int64_t sz = kb_total_size(buf + pos, len - pos);
-        if (sz <= 0 || (size_t)sz > len - pos)
+    for (int i = 0; err == 0 && !it->found && i < res->n; i++) {
+        const kc_bytes *b = &res->seg[i];
+        int64_t sz = b->len >= KB_LOG_OVERHEAD ? kb_total_size(b->p, (size_t)b->len) : -1;
+        if (sz <= 0 || sz > b->len)
             break;
-        it->found = scan_batch(buf + pos, (size_t)sz, it->target, &it->offset, &it->ts);
-        pos += (size_t)sz;
+        it->found = scan_batch(b->p, (size_t)sz, it->target, &it->offset, &it->ts);
     }
     if (!it->found && !it->by_offset)
         it->check_cache = true; /* a later range, the WAL or the cache may hold it */
-    free(buf);
+    sk_tier_result_free(res);
     if (--j->pending == 0)
         lo_finish(j);
 }
@@ -381,7 +380,7 @@ static void lo_done(void *arg)
         /* The whole range for a time look-up, one batch for max timestamp. */
         int64_t from = it->by_offset ? it->batch_base : it->loc.start;
         size_t max = it->by_offset ? 1 : (size_t)(it->loc.size < (64u << 20) ? it->loc.size : (64u << 20));
-        sk_tier_read(n->tier, &it->loc, it->stream, from, max, lo_read_done, lr);
+        sk_tier_read_ref(n->tier, &it->loc, it->stream, from, max, lo_read_done, lr);
     }
     if (--j->pending == 0)
         lo_finish(j);

@@ -105,6 +105,13 @@ static void counter(struct evbuffer *b, const char *name, const char *help, uint
                         (unsigned long long)v);
 }
 
+/* A counter of seconds, from microseconds. */
+static void counter_s(struct evbuffer *b, const char *name, const char *help, uint64_t us)
+{
+    evbuffer_add_printf(b, "# HELP %s %s\n# TYPE %s counter\n%s %.6f\n", name, help, name, name,
+                        (double)us / 1e6);
+}
+
 static void gauge(struct evbuffer *b, const char *name, const char *help, double v)
 {
     evbuffer_add_printf(b, "# HELP %s %s\n# TYPE %s gauge\n%s ", name, help, name, name);
@@ -239,6 +246,28 @@ static void render_blockcache(sk_node *n, struct evbuffer *b)
     counter(b, "skiff_s3_block_cache_evictions_total", "Blocks evicted from the cache.",
             bs.evictions);
     gauge(b, "skiff_s3_block_cache_bytes", "Memory held by cached object blocks.", (double)bs.used);
+    counter(b, "skiff_s3_block_gets_total",
+            "Ranged GETs of object blocks (adjacent blocks merged into one GET).", bs.gets);
+    counter(b, "skiff_s3_block_get_bytes_total", "Bytes asked for by those GETs.", bs.get_bytes);
+    counter_s(b, "skiff_s3_block_get_seconds_total",
+              "Durations of the block GETs that ended, summed.", bs.get_us);
+    counter(b, "skiff_s3_block_readahead_total", "Blocks fetched ahead of the reads.",
+            bs.readahead);
+    gauge(b, "skiff_s3_block_gets_in_flight", "Block GETs in flight now.",
+          (double)bs.gets_in_flight);
+    gauge(b, "skiff_s3_block_get_bytes_in_flight", "Bytes of the block GETs in flight now.",
+          (double)bs.get_bytes_in_flight);
+    counter(b, "skiff_s3_block_buffers_reused_total",
+            "Block fetches that reused a freed block's buffer rather than allocate one.",
+            bs.buffers_reused);
+    gauge(b, "skiff_s3_block_buffer_pool_bytes", "Free block buffers kept for the next fetches.",
+          (double)bs.pool_bytes);
+    counter(b, "skiff_s3_block_waits_total",
+            "Reads from objects that waited for a block GET (the others found every block "
+            "cached).",
+            bs.waits);
+    counter_s(b, "skiff_s3_block_wait_seconds_total", "How long those reads waited, summed.",
+              bs.wait_us);
 }
 
 /* A label value as the exposition format wants it: \\, \" and \\n escaped. */
@@ -384,6 +413,11 @@ void sk_metrics_render(sk_node *n, struct evbuffer *b)
         counter(b, "skiff_s3_view_snapshots_total", "Snapshots of the SQLite view stored.",
                 ts.snapshots);
         counter(b, "skiff_s3_read_bytes_total", "Batch bytes read from objects.", ts.read_bytes);
+        counter(b, "skiff_s3_prefetches_total",
+                "Object ranges read ahead because a reader neared the end of the one before.",
+                ts.prefetches);
+        counter(b, "skiff_s3_prefetch_errors_total", "Reads ahead into a next range that failed.",
+                ts.prefetch_errors);
         if (n->wal)
             gauge(b, "skiff_s3_upload_lag_bytes", "Durable WAL bytes not uploaded yet.",
                   (double)(wal_durable_lsn(n->wal) > ts.uploaded ? wal_durable_lsn(n->wal) - ts.uploaded
@@ -398,6 +432,12 @@ void sk_metrics_render(sk_node *n, struct evbuffer *b)
         counter(b, "skiff_s3_bytes_up_total", "Bytes sent to the object store.", os.bytes_up);
         counter(b, "skiff_s3_bytes_down_total", "Bytes read from the object store.",
                 os.bytes_down);
+        gauge(b, "skiff_s3_requests_in_flight", "Object store requests in flight now.",
+              (double)os.inflight);
+        gauge(b, "skiff_s3_requests_in_flight_peak", "Most object store requests in flight at once.",
+              (double)os.inflight_peak);
+        gauge(b, "skiff_s3_requests_queued", "Object store requests waiting for a slot.",
+              (double)os.queued);
         render_blockcache(n, b);
         render_objects(b, &ts);
     }

@@ -23,6 +23,7 @@ static void part_free(sk_part *p)
     free(p->cq);
     free(p->waiters);
     free(p->obj_hint);
+    free(p->obj_next);
     free(p);
 }
 
@@ -191,6 +192,8 @@ void sk_part_release(sk_node *n, sk_part *p)
     p->max_ts = p->max_ts_base = -1;
     free(p->obj_hint);
     p->obj_hint = NULL;
+    free(p->obj_next);
+    p->obj_next = NULL;
     sk_part_wake(p);
 }
 

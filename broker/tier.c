@@ -37,7 +37,6 @@
 #define FOREIGN_UPLOAD_MS 1000
 #define UPLOAD_RETRY_MIN_MS 200
 #define UPLOAD_RETRY_MAX_MS 5000
-#define READAHEAD_BLOCKS 8
 
 struct sk_tier {
     sk_node *n;
@@ -46,6 +45,7 @@ struct sk_tier {
     blockcache *bc;
     sk_workq *q; /* the tier thread: uploads, snapshots, compaction, GC */
     objup_set *set; /* the uploads' batches: the tier thread's, reused (its arena) */
+    size_t readahead; /* blocks, s3.block.readahead.bytes */
     struct event *upload_ev, *bg_ev, *orphan_ev;
     bool busy;     /* a job runs on the tier thread */
     bool stopping;
@@ -1239,6 +1239,8 @@ struct rd {
     objindex_ref *ref;
     blockcache_block **blocks;
     size_t nblocks;
+    bool near_end; /* the read-ahead window reaches the stream's last block */
+    bool prefetch; /* sk_tier_prefetch: counted apart from reads */
 };
 
 void sk_tier_result_free(sk_tier_result *res)
@@ -1274,8 +1276,10 @@ static void rd_finish(struct rd *r, int err, sk_tier_result *res)
     free(r->blocks);
     if (r->ref)
         objindex_release(t->ix, r->ref);
-    if (err == 0)
+    if (err == 0 && !r->prefetch)
         t->st.read_bytes += res->len;
+    if (err == 0)
+        res->near_end = r->near_end;
     r->cb(r->arg, err, res);
     free(r);
 }
@@ -1304,7 +1308,7 @@ static bool rd_take(struct rd *r, blockcache_block *b, sk_tier_result *res)
         if (res->first < 0)
             res->first = (int64_t)bt.base_offset;
         res->end = (int64_t)bt.last_offset + 1;
-        r->t->st.read_batches++;
+        r->t->st.read_batches += !r->prefetch;
     }
     return true;
 }
@@ -1358,6 +1362,11 @@ static void rd_index(void *arg, int err, objindex_ref *ref)
         if (bytes >= r->max_bytes)
             break;
     }
+    size_t left = 0;
+    for (size_t i = block + want; i < nb && bl[i].stream_id == r->stream && left <= t->readahead;
+         i++)
+        left++;
+    r->near_end = left <= t->readahead;
     r->blocks = calloc(want ? want : 1, sizeof *r->blocks);
     r->nblocks = want;
     if (!r->blocks) {
@@ -1365,7 +1374,7 @@ static void rd_index(void *arg, int err, objindex_ref *ref)
         rd_finish(r, SK_ERR_NOMEM, NULL);
         return;
     }
-    int rc = blockcache_read(t->bc, r->key, bl, nb, block, want, READAHEAD_BLOCKS, r->blocks,
+    int rc = blockcache_read(t->bc, r->key, bl, nb, block, want, t->readahead, r->blocks,
                              rd_blocks, r);
     if (rc == BLOCKCACHE_HIT)
         rd_blocks(r, 0);
@@ -1373,14 +1382,15 @@ static void rd_index(void *arg, int err, objindex_ref *ref)
         rd_blocks(r, rc);
 }
 
-void sk_tier_read_ref(sk_tier *t, const sk_obj_loc *loc, uint64_t stream, int64_t offset,
-                      size_t max_bytes, sk_tier_ref_cb cb, void *arg)
+static void read_ref(sk_tier *t, const sk_obj_loc *loc, uint64_t stream, int64_t offset,
+                     size_t max_bytes, bool prefetch, sk_tier_ref_cb cb, void *arg)
 {
     struct rd *r = calloc(1, sizeof *r);
     if (!r) {
         cb(arg, SK_ERR_NOMEM, NULL);
         return;
     }
+    r->prefetch = prefetch;
     r->t = t;
     snprintf(r->key, sizeof r->key, "%s", loc->key);
     r->obj_size = loc->obj_size;
@@ -1397,44 +1407,25 @@ void sk_tier_read_ref(sk_tier *t, const sk_obj_loc *loc, uint64_t stream, int64_
         rd_index(r, rc, NULL);
 }
 
-/* sk_tier_read: the pieces of a read by reference, concatenated. */
-struct rd_copy {
-    sk_tier_read_cb cb;
-    void *arg;
-};
-
-static void copy_done(void *arg, int err, sk_tier_result *res)
+void sk_tier_read_ref(sk_tier *t, const sk_obj_loc *loc, uint64_t stream, int64_t offset,
+                      size_t max_bytes, sk_tier_ref_cb cb, void *arg)
 {
-    struct rd_copy rc = *(struct rd_copy *)arg;
-    free(arg);
-    uint8_t *buf = NULL;
-    if (err == 0 && !(buf = malloc(res->len ? res->len : 1)))
-        err = SK_ERR_NOMEM;
-    if (err != 0) {
-        sk_tier_result_free(res);
-        rc.cb(rc.arg, err, NULL, 0, -1, -1);
-        return;
-    }
-    size_t at = 0;
-    for (int i = 0; i < res->n; i++) {
-        memcpy(buf + at, res->seg[i].p, (size_t)res->seg[i].len);
-        at += (size_t)res->seg[i].len;
-    }
-    int64_t first = res->first, end = res->end;
-    sk_tier_result_free(res);
-    rc.cb(rc.arg, 0, buf, at, first, end);
+    read_ref(t, loc, stream, offset, max_bytes, false, cb, arg);
 }
 
-void sk_tier_read(sk_tier *t, const sk_obj_loc *loc, uint64_t stream, int64_t offset,
-                  size_t max_bytes, sk_tier_read_cb cb, void *arg)
+/* The first batch is let go at once: what stays is the cached index and
+ * blocks, and the GETs of the read-ahead window. */
+static void prefetched(void *arg, int err, sk_tier_result *res)
 {
-    struct rd_copy *c = malloc(sizeof *c);
-    if (!c) {
-        cb(arg, SK_ERR_NOMEM, NULL, 0, -1, -1);
-        return;
-    }
-    *c = (struct rd_copy){cb, arg};
-    sk_tier_read_ref(t, loc, stream, offset, max_bytes, copy_done, c);
+    sk_tier *t = arg;
+    t->st.prefetch_errors += err != 0;
+    sk_tier_result_free(res);
+}
+
+void sk_tier_prefetch(sk_tier *t, const sk_obj_loc *loc, uint64_t stream)
+{
+    t->st.prefetches++;
+    read_ref(t, loc, stream, loc->start, 1, true, prefetched, t);
 }
 
 /* ---- life ---- */
@@ -1460,6 +1451,7 @@ sk_tier *sk_tier_new(sk_node *n, char *why, size_t whylen)
     t->ix = objindex_new(t->os, &io);
     blockcache_opts bo = {0};
     bo.capacity = (size_t)n->cfg->s3_block_cache_bytes;
+    t->readahead = (size_t)(n->cfg->s3_readahead_bytes / n->cfg->s3_block_bytes);
     t->bc = blockcache_new(t->os, &bo);
     t->q = sk_workq_new(n->base, "skiff-tier", 1);
     t->upload_ev = event_new(n->base, -1, EV_PERSIST, upload_cb, t);

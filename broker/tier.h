@@ -74,15 +74,10 @@ void sk_tier_kick(sk_tier *t);
 int sk_tier_restore_view(const sk_config *cfg, const char *dbpath, char *why, size_t whylen);
 
 /* Reads batches of `stream` from `offset` on, out of the object range loc,
- * at most max_bytes (at least one batch). cb owns buf (malloc'd); first is
- * the base offset of the first batch, end the offset after the last. */
-typedef void (*sk_tier_read_cb)(void *arg, int err, uint8_t *buf, size_t len, int64_t first,
-                                int64_t end);
-void sk_tier_read(sk_tier *t, const sk_obj_loc *loc, uint64_t stream, int64_t offset,
-                  size_t max_bytes, sk_tier_read_cb cb, void *arg);
-
-/* The same read without a copy: the batches stay in the block cache's
- * blocks. seg[0..n) are the batches in order (one piece each); ref[i] is
+ * at most max_bytes (at least one batch), without a copy: the batches stay
+ * in the block cache's blocks. first is the base offset of the first
+ * batch, end the offset after the last. seg[0..n) are the batches in order
+ * (one piece each); ref[i] is
  * the owner a response holds to send seg[i] by reference, or NULL for a
  * batch too small to be worth it (copied into the response). The result
  * holds every block it points into (held[0..nheld)) until
@@ -95,6 +90,8 @@ typedef struct sk_tier_result {
     sk_ref **held;
     size_t len;         /* of all pieces */
     int64_t first, end; /* base offset of the first batch, offset after the last */
+    bool near_end; /* the read-ahead reached the end of the stream's range in
+                    * the object: time to read ahead into the next range */
 } sk_tier_result;
 /* Batches under this size are copied rather than sent by reference. */
 #define SK_TIER_REF_MIN 2048
@@ -103,6 +100,11 @@ typedef void (*sk_tier_ref_cb)(void *arg, int err, sk_tier_result *res);
 void sk_tier_read_ref(sk_tier *t, const sk_obj_loc *loc, uint64_t stream, int64_t offset,
                       size_t max_bytes, sk_tier_ref_cb cb, void *arg);
 void sk_tier_result_free(sk_tier_result *res);
+/* Reads ahead into range loc (its index and first blocks, with read-ahead)
+ * so that a consumer reaching it finds them cached: a catch-up crossing
+ * from one object to the next does not wait for two GETs in a row. Nothing
+ * is returned; failures only count (prefetch_errors). */
+void sk_tier_prefetch(sk_tier *t, const sk_obj_loc *loc, uint64_t stream);
 
 /* A partition came with batches in another log's WAL: upload them soon,
  * before anything newer of theirs (cluster). */
@@ -124,6 +126,7 @@ typedef struct sk_tier_stats {
     uint64_t uploads, upload_bytes, objects_put, so_put, sso_put;
     uint64_t compactions, compacted_in, compacted_out, objects_deleted, orphans_deleted;
     uint64_t snapshots, read_batches, read_bytes;
+    uint64_t prefetches, prefetch_errors; /* sk_tier_prefetch */
     wal_lsn uploaded, snapshot_lsn;
     /* Live objects in this log's registry by kind (index: objfmt_kind, 0 unused),
      * as of the last compaction pass's listing; listed_ms 0 until the first. */

@@ -143,6 +143,8 @@ struct sk_part {
     sk_map *producers; /* pid (int64) -> sk_pstate */
     sk_txidx txidx;    /* open and aborted transactions (txidx.h) */
     struct sk_obj_loc *obj_hint; /* the object range the last read from objects used */
+    /* the range after obj_hint, read ahead once reads near obj_hint's end */
+    struct sk_obj_loc *obj_next;
     /* parked fetches to wake when hw moves */
     sk_waiter **waiters;
     int nwaiters, capwaiters;

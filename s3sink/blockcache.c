@@ -8,6 +8,11 @@
  * A block's sk_ref counts the cache's own link (its place in the map) and
  * every hold on its bytes: leaving the cache drops the link, and the last
  * drop frees the block, so a held block outlives its eviction.
+ *
+ * Buffers: the last drop gives the block's buffer to the pool, which keeps
+ * a few for the next fetches (fresh buffers cost a page fault per 4 KiB,
+ * ~11 % of a catch-up's CPU). The pool has its own count, one per block
+ * and one for the cache, because a held block may outlive the cache.
  */
 #include "blockcache.h"
 
@@ -18,6 +23,7 @@
 #include "sk_err.h"
 #include "sk_log.h"
 #include "sk_map.h"
+#include "sk_time.h"
 
 struct bc_read;
 
@@ -27,8 +33,27 @@ struct waiter {
     struct waiter *next;
 };
 
+/* A free buffer of the pool, its header written in its own first bytes. */
+struct pfree {
+    struct pfree *next;
+    size_t cap;
+};
+
+#define POOL_MAX_BUFS 64
+#define POOL_PAGE 4096
+
+typedef struct bc_pool {
+    sk_ref ref; /* the cache, and one per block */
+    struct pfree *head;
+    size_t bytes, n, max;
+    uint64_t reused;
+    bool closed; /* the cache is gone: buffers given back are freed */
+} bc_pool;
+
 struct blockcache_block {
     sk_ref ref; /* first: the map's link, and one per hold (blockcache_hold) */
+    bc_pool *pool;
+    size_t cap; /* of data */
     uint8_t *mkey; /* object key, NUL, position (8 bytes) */
     size_t mklen;
     objfmt_entry e;
@@ -46,6 +71,7 @@ struct bc_read {
     size_t n;
     int missing;
     int err;
+    int64_t start_us; /* when it began, to count how long it waited */
     blockcache_cb cb;
     void *arg;
 };
@@ -57,6 +83,7 @@ struct bc_fetch {
     blockcache *c; /* NULL once the cache is gone */
     size_t len;
     uint64_t off;
+    int64_t start_us;
     blockcache_block **blocks;
     struct iovec *iov; /* each block's data */
     size_t nblocks, nheld;
@@ -70,6 +97,8 @@ struct blockcache {
     blockcache_block *lru_head, *lru_tail;
     size_t used, loading_bytes;
     struct bc_fetch *fetches;
+    size_t nfetches;
+    bc_pool *pool;
     blockcache_stats st;
 };
 
@@ -101,12 +130,68 @@ static void lru_push(blockcache *c, blockcache_block *b)
     b->in_lru = true;
 }
 
+static void pool_drain(bc_pool *p)
+{
+    while (p->head) {
+        struct pfree *f = p->head;
+        p->head = f->next;
+        free(f);
+    }
+    p->bytes = p->n = 0;
+}
+
+static void pool_ref_free(sk_ref *ref)
+{
+    bc_pool *p = (bc_pool *)ref;
+    pool_drain(p);
+    free(p);
+}
+
+/* A buffer of at least size bytes: a free one of about that size, or a
+ * new one rounded up to whole pages (blocks differ by a batch or two). */
+static uint8_t *pool_get(bc_pool *p, size_t size, size_t *cap)
+{
+    for (struct pfree **pp = &p->head; *pp; pp = &(*pp)->next) {
+        struct pfree *f = *pp;
+        if (f->cap >= size && f->cap - size <= size / 8 + POOL_PAGE) {
+            *pp = f->next;
+            p->bytes -= f->cap;
+            p->n--;
+            p->reused++;
+            *cap = f->cap;
+            return (uint8_t *)f;
+        }
+    }
+    size_t c = size < sizeof(struct pfree) ? sizeof(struct pfree) : size;
+    c = (c + POOL_PAGE - 1) / POOL_PAGE * POOL_PAGE;
+    uint8_t *d = malloc(c);
+    *cap = d ? c : 0;
+    return d;
+}
+
+/* Only once nothing points into data any more (the block's last drop). */
+static void pool_put(bc_pool *p, uint8_t *data, size_t cap)
+{
+    if (p->closed || p->n >= POOL_MAX_BUFS || p->bytes + cap > p->max) {
+        free(data);
+        return;
+    }
+    struct pfree *f = (struct pfree *)(void *)data;
+    f->cap = cap;
+    f->next = p->head;
+    p->head = f;
+    p->bytes += cap;
+    p->n++;
+}
+
 /* The last drop of a block's count: no cache, no hold points at it. */
 static void block_ref_free(sk_ref *ref)
 {
     blockcache_block *b = (blockcache_block *)ref;
+    if (b->data)
+        pool_put(b->pool, b->data, b->cap);
+    sk_ref_put(&b->pool->ref);
     free(b->mkey);
-    free(b->data);
     free(b);
 }
 
@@ -175,15 +260,23 @@ blockcache *blockcache_new(objstore *store, const blockcache_opts *opts)
     }
     c->store = store;
     c->map = sk_map_new();
-    if (!c->map) {
+    c->pool = calloc(1, sizeof *c->pool);
+    if (!c->map || !c->pool) {
+        sk_map_destroy(c->map);
+        free(c->pool);
         free(c);
         return NULL;
     }
+    sk_ref_init(&c->pool->ref, pool_ref_free);
+    /* Two of the largest GETs: what one read-ahead refill takes at once. */
+    c->pool->max = 2 * c->o.max_merge < c->o.capacity ? 2 * c->o.max_merge : c->o.capacity;
     return c;
 }
 
 static void read_finish(struct bc_read *rd)
 {
+    rd->c->st.waits++;
+    rd->c->st.wait_us += (uint64_t)(sk_mono_us() - rd->start_us);
     if (rd->err != 0) {
         for (size_t i = 0; i < rd->n; i++) {
             if (rd->out[i]) {
@@ -228,6 +321,7 @@ static void block_resolved(blockcache *c, blockcache_block *b, int err)
 
 static void fetch_unlink(blockcache *c, struct bc_fetch *f)
 {
+    c->nfetches--;
     if (f->prev)
         f->prev->next = f->next;
     else
@@ -256,6 +350,7 @@ static void fetch_done(void *arg, int err, uint8_t *data, size_t len, uint64_t o
         return;
     }
     fetch_unlink(c, f);
+    c->st.get_us += (uint64_t)(sk_mono_us() - f->start_us);
     if (err == 0 && len != f->len) {
         SK_WARN("blockcache", "short read: %zu of %zu bytes at %llu", len, f->len,
                 (unsigned long long)f->off);
@@ -296,6 +391,8 @@ static blockcache_block *block_new(blockcache *c, const char *key, const objfmt_
         return NULL;
     }
     sk_ref_init(&b->ref, block_ref_free);
+    b->pool = c->pool;
+    sk_ref_hold(&c->pool->ref);
     b->e = *e;
     b->loading = true;
     if (sk_map_put(c->map, b->mkey, b->mklen, b) != 0) {
@@ -320,7 +417,7 @@ static struct bc_fetch *fetch_new(blockcache_block **blocks, size_t n)
     }
     for (size_t k = 0; k < n; k++) {
         blockcache_block *b = blocks[k];
-        if (!b->data && !(b->data = malloc(b->e.size ? b->e.size : 1))) {
+        if (!b->data && !(b->data = pool_get(b->pool, b->e.size, &b->cap))) {
             f->nblocks = f->nheld = 0;
             fetch_free(f); /* the buffers stay with their blocks */
             return NULL;
@@ -356,10 +453,12 @@ static void fetch_blocks(blockcache *c, const char *key, blockcache_block **bloc
         f->c = c;
         f->len = (size_t)len;
         f->off = blocks[i]->e.position;
+        f->start_us = sk_mono_us();
         f->next = c->fetches;
         if (c->fetches)
             c->fetches->prev = f;
         c->fetches = f;
+        c->nfetches++;
         c->st.gets++;
         c->st.get_bytes += len;
         c->o.fetch(c->o.fetch_ctx, key, f->off, f->iov, (int)f->nblocks, fetch_done, f);
@@ -433,6 +532,7 @@ int blockcache_read(blockcache *c, const char *key, const objfmt_entry *entries,
     rd->n = nwant;
     rd->cb = cb;
     rd->arg = arg;
+    rd->start_us = sk_mono_us();
     size_t nwanted_blocks = 0;
     uint64_t hits = 0, misses = 0;
     for (size_t i = 0; i < nwant; i++) {
@@ -571,6 +671,10 @@ void blockcache_stats_get(const blockcache *c, blockcache_stats *out)
     out->used = c->used;
     out->capacity = c->o.capacity;
     out->blocks = sk_map_count(c->map);
+    out->gets_in_flight = c->nfetches;
+    out->buffers_reused = c->pool->reused;
+    out->pool_bytes = c->pool->bytes;
+    out->get_bytes_in_flight = c->loading_bytes;
 }
 
 void blockcache_destroy(blockcache *c)
@@ -603,6 +707,9 @@ void blockcache_destroy(blockcache *c)
      * responses that point into blocks before the cache (node.c). */
     if (held)
         SK_WARN("blockcache", "destroyed while %zu blocks are still held", held);
+    c->pool->closed = true;
+    pool_drain(c->pool);
+    sk_ref_put(&c->pool->ref);
     sk_map_destroy(c->map);
     free(c);
 }

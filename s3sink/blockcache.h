@@ -23,9 +23,15 @@
  * hold with blockcache_hold while the block is pinned, and drops it with
  * sk_ref_put when done. A held block is evicted like any other: it leaves
  * the cache and its byte count at once, but its bytes stay valid and
- * unchanged (a block's memory is never reused) until the last hold goes,
- * which frees it; that needs no cache, so a hold may outlive the cache
- * (blockcache_destroy warns: the broker destroys its connections first).
+ * unchanged until the last hold goes, which frees it; that needs no cache,
+ * so a hold may outlive the cache (blockcache_destroy warns: the broker
+ * destroys its connections first).
+ *
+ * Buffers: a freed block's buffer (after its last hold, never before) goes
+ * to a pool that the next fetches take from, so that a catch-up does not
+ * fault in fresh pages for every block. The pool keeps at most twice
+ * opts.max_merge bytes (and 64 buffers) beyond the capacity, and nothing
+ * once the cache is destroyed.
  *
  * Threads: the loop thread only (the one the objstore delivers on), holds
  * and their drops included: sk_ref is not atomic, so whatever holds a block
@@ -102,9 +108,14 @@ void blockcache_forget(blockcache *c, const char *key);
 typedef struct blockcache_stats {
     uint64_t hits, misses;      /* wanted blocks found / not found */
     uint64_t gets, get_bytes;   /* ranged GETs issued */
+    uint64_t get_us;            /* their durations, summed (ended GETs) */
     uint64_t readahead;         /* blocks fetched ahead */
     uint64_t evictions, errors;
+    uint64_t waits, wait_us;    /* reads that waited for a GET, and how long in all */
     size_t used, capacity, blocks;
+    size_t gets_in_flight, get_bytes_in_flight; /* now */
+    uint64_t buffers_reused; /* fetches that took a buffer from the pool */
+    size_t pool_bytes;       /* free buffers kept for them, now */
 } blockcache_stats;
 void blockcache_stats_get(const blockcache *c, blockcache_stats *out);
 

@@ -6,14 +6,17 @@ each big partition (a StreamObject each, s3.stream.object.split.size = 8 MiB) an
 of each small one (together one StreamSetObject). The test checks the split in the
 objects themselves (footer and index of every object in the emulator's directory) and
 against the metrics, that the WAL got trimmed, and that a node restarted with
-wal.cache.bytes=0 serves from objects every batch byte-identical, at the same offset, as
-it served from its WAL cache before (SHA-1 per batch), every acknowledged value included.
+wal.cache.bytes=0 serves from objects (reading the next object ahead as a partition nears
+the end of one) every batch byte-identical, with read-ahead and without, at the same offset, as
+it served from its WAL cache before (SHA-1 per batch), every acknowledged value included,
+and answers ListOffsets by time from objects.
 """
 
 import time
 
 import pytest
 
+import kproto
 import s3env
 
 pytestmark = pytest.mark.restarts
@@ -99,6 +102,11 @@ def test_upload_split_trim_and_read_back(broker_factory, s3, topic_name):
     t_read = time.time() - t_r
     m = s3env.metrics(b)
     assert m["skiff_s3_read_bytes_total"] >= total_bytes * 0.95, m["skiff_s3_read_bytes_total"]
+    # Each big partition crossed from one StreamObject to the next at least once: the next
+    # was read ahead (and the reads from it are checked byte for byte below).
+    assert m["skiff_s3_prefetches_total"] >= 4, m["skiff_s3_prefetches_total"]
+    assert m["skiff_s3_prefetch_errors_total"] == 0, m["skiff_s3_prefetch_errors_total"]
+    assert m["skiff_s3_block_gets_total"] > 0 and m["skiff_s3_block_get_bytes_total"] > 0, m
     a, g = s3env.hashes(ref), s3env.hashes(got)
     diff = [x for x in set(a) | set(g) if a.get(x) != g.get(x)]
     assert not diff, "%d batches differ, e.g. %r" % (len(diff), sorted(diff)[:5])
@@ -106,3 +114,31 @@ def test_upload_split_trim_and_read_back(broker_factory, s3, topic_name):
           "%d SO + %d SSO, read back from objects %.1fs (%.0f MB/s), S3 requests %d" % (
               total_bytes / 1e6, len(a), t_produce, t_upload, len(so), len(sso), t_read,
               total_bytes / 1e6 / t_read, m["skiff_s3_requests_total"]))
+
+    # ListOffsets by time, from objects too (the batches scanned where they lie in the block
+    # cache): the first record at or after 0 is the first, and the record holding the
+    # largest timestamp (-3) is found again by that timestamp.
+    with kproto.Conn(b.bootstrap, timeout=30) as c:
+        for p in range(4):
+            first = kproto.list_offsets(c, topic_name, p, 0)
+            top = kproto.list_offsets(c, topic_name, p, -3)
+            again = kproto.list_offsets(c, topic_name, p, top["Timestamp"])
+            for r in (first, top, again):
+                assert r["ErrorCode"] == 0, (p, first, top, again)
+            assert first["Offset"] == 0 and first["Timestamp"] > 0, (p, first)
+            assert 0 <= top["Offset"] < hw[p] and top["Timestamp"] >= first["Timestamp"], (p, top)
+            assert again["Offset"] <= top["Offset"], (p, top, again)
+            assert again["Timestamp"] == top["Timestamp"], (p, top, again)
+
+    # Without read-ahead (s3.block.readahead.bytes=0): each read GETs only the blocks it
+    # wants, and serves the same batches.
+    b.kill()
+    b.overrides["s3.block.readahead.bytes"] = "0"
+    b.start()
+    got = s3env.read_topic(b.bootstrap, topic_name, PARTS)
+    m = s3env.metrics(b)
+    assert m["skiff_s3_block_readahead_total"] == 0, m["skiff_s3_block_readahead_total"]
+    assert m["skiff_s3_block_gets_total"] > 0, m
+    g = s3env.hashes(got)
+    diff = [x for x in set(a) | set(g) if a.get(x) != g.get(x)]
+    assert not diff, "no read-ahead: %d batches differ, e.g. %r" % (len(diff), sorted(diff)[:5])

@@ -296,6 +296,127 @@ static void test_readahead_window(void **state)
     free_object(&o);
 }
 
+/* What the metrics endpoint shows of a read that waits: GETs and their
+ * bytes in flight while it waits, then how many reads waited. */
+static void test_wait_stats(void **state)
+{
+    (void)state;
+    struct object o;
+    make_object(&o);
+    struct fake f = {.o = &o};
+    blockcache *c = new_cache(&f, 1 << 20, 0);
+    blockcache_block *out[2];
+    struct rres r = {0};
+    assert_int_equal(blockcache_read(c, "obj", o.blocks, o.nblocks, 0, 2, 0, out, read_cb, &r), 0);
+    blockcache_stats st;
+    blockcache_stats_get(c, &st);
+    assert_int_equal(st.gets, 1);
+    assert_int_equal(st.gets_in_flight, 1);
+    assert_int_equal(st.get_bytes_in_flight, o.blocks[2].position);
+    assert_int_equal(st.waits, 0);
+    fake_complete(&f);
+    release_all(c, out, 2);
+    blockcache_stats_get(c, &st);
+    assert_int_equal(st.gets_in_flight, 0);
+    assert_int_equal(st.get_bytes_in_flight, 0);
+    assert_int_equal(st.get_bytes, o.blocks[2].position);
+    assert_int_equal(st.waits, 1);
+    /* a hit waits for nothing */
+    assert_int_equal(blockcache_read(c, "obj", o.blocks, o.nblocks, 1, 1, 0, out, read_cb, &r),
+                     BLOCKCACHE_HIT);
+    release_all(c, out, 1);
+    blockcache_stats_get(c, &st);
+    assert_int_equal(st.waits, 1);
+    blockcache_destroy(c);
+    free_object(&o);
+}
+
+/* Reading block i alone (no read-ahead), waiting for its GET if needed. */
+static blockcache_block *read_one(blockcache *c, struct fake *f, const struct object *o, size_t i)
+{
+    blockcache_block *out[1];
+    struct rres r = {0};
+    int rc = blockcache_read(c, "obj", o->blocks, o->nblocks, i, 1, 0, out, read_cb, &r);
+    if (rc == 0)
+        fake_complete(f);
+    assert_int_equal(r.err, 0);
+    check_block(o, out[0], i);
+    return out[0];
+}
+
+/* The buffer pool: a held block's buffer is never given to another block,
+ * even evicted; once the hold goes, the next fetch reuses it. */
+static void test_pool_reuse_after_hold(void **state)
+{
+    (void)state;
+    struct object o;
+    make_object(&o);
+    struct fake f = {.o = &o};
+    size_t bs = o.blocks[0].size;
+    blockcache *c = new_cache(&f, 2 * bs, 0);
+    blockcache_block *b0 = read_one(c, &f, &o, 0);
+    sk_ref *hold = blockcache_hold(b0);
+    const uint8_t *held = blockcache_data(b0, NULL);
+    blockcache_release(c, b0);
+    /* blocks 1..4 evict block 0 and each other: none may land in its buffer */
+    for (size_t i = 1; i <= 4; i++) {
+        blockcache_block *b = read_one(c, &f, &o, i);
+        assert_ptr_not_equal(blockcache_data(b, NULL), held);
+        blockcache_release(c, b);
+    }
+    blockcache_stats st;
+    blockcache_stats_get(c, &st);
+    assert_true(st.evictions >= 3);
+    assert_memory_equal(held, o.bytes + o.blocks[0].position, bs); /* unchanged */
+    uint64_t reused = st.buffers_reused;
+    assert_true(reused > 0); /* the unheld evicted blocks' buffers came back */
+    /* the hold goes: its buffer joins the pool, and a fetch takes it */
+    sk_ref_put(hold);
+    blockcache_forget(c, "obj");
+    blockcache_stats_get(c, &st);
+    assert_true(st.pool_bytes >= bs);
+    const uint8_t *seen[3];
+    for (size_t i = 5; i <= 7; i++) {
+        blockcache_block *b = read_one(c, &f, &o, i);
+        seen[i - 5] = blockcache_data(b, NULL);
+        blockcache_release(c, b);
+    }
+    assert_true(seen[0] == held || seen[1] == held || seen[2] == held);
+    blockcache_stats_get(c, &st);
+    assert_true(st.buffers_reused >= reused + 1);
+    blockcache_destroy(c);
+    free_object(&o);
+}
+
+/* A hold outlives the cache and its pool: the block's bytes stay, and its
+ * last drop frees them (ASan checks the rest). The pool stays bounded. */
+static void test_pool_hold_outlives_cache(void **state)
+{
+    (void)state;
+    struct object o;
+    make_object(&o);
+    struct fake f = {.o = &o};
+    size_t bs = o.blocks[0].size;
+    /* GETs of one block: the pool keeps at most two of them */
+    blockcache *c = new_cache(&f, 1 << 20, bs);
+    for (size_t i = 0; i < 8; i++)
+        blockcache_release(c, read_one(c, &f, &o, i));
+    blockcache_block *b9 = read_one(c, &f, &o, 9);
+    sk_ref *hold = blockcache_hold(b9);
+    blockcache_release(c, b9);
+    blockcache_forget(c, "obj");
+    blockcache_stats st;
+    blockcache_stats_get(c, &st);
+    assert_int_equal(st.blocks, 0);
+    assert_true(st.pool_bytes > 0);
+    assert_true(st.pool_bytes <= 2 * bs);
+    blockcache_destroy(c);
+    assert_memory_equal(blockcache_data(b9, NULL), o.bytes + o.blocks[9].position,
+                        o.blocks[9].size);
+    sk_ref_put(hold);
+    free_object(&o);
+}
+
 static void test_shared_fetch(void **state)
 {
     (void)state;
@@ -697,6 +818,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_merge_and_readahead),
         cmocka_unit_test(test_readahead_window),
+        cmocka_unit_test(test_wait_stats),
+        cmocka_unit_test(test_pool_reuse_after_hold),
+        cmocka_unit_test(test_pool_hold_outlives_cache),
         cmocka_unit_test(test_shared_fetch),
         cmocka_unit_test(test_lru_and_pins),
         cmocka_unit_test(test_errors),
