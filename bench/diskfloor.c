@@ -119,15 +119,41 @@ static char *tmp_path(const char *tag)
     return p;
 }
 
+/* A new file of test `tag` in --dir, open for writing (*fd), and a buffer of
+ * n random bytes (*buf); test_file_done closes, removes and frees them. */
+static char *test_file(const char *tag, size_t n, uint64_t seed, int *fd, unsigned char **buf)
+{
+    char *path = tmp_path(tag);
+    *fd = open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+    if (*fd < 0)
+        die("open", path);
+    *buf = malloc(n);
+    fill_random(*buf, n, seed);
+    return path;
+}
+
+static void test_file_done(char *path, int fd, unsigned char *buf)
+{
+    free(buf);
+    close(fd);
+    unlink(path);
+    free(path);
+}
+
+/* Ends a test's JSON object with its latency histogram, which it frees. */
+static void put_latency(hdr_t *h, FILE *out)
+{
+    hdr_json(h, out);
+    fprintf(out, "}");
+    hdr_destroy(h);
+}
+
 /* 4 KiB write + fdatasync; `prealloc` first writes and syncs the whole file. */
 static void run_small(const char *name, int prealloc, FILE *out)
 {
-    char *path = tmp_path(name);
-    int fd = open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
-    if (fd < 0)
-        die("open", path);
-    unsigned char *buf = malloc((size_t)block);
-    fill_random(buf, (size_t)block, 0x5eed);
+    int fd;
+    unsigned char *buf;
+    char *path = test_file(name, (size_t)block, 0x5eed, &fd, &buf);
     if (prealloc) {
         size_t chunk = 1 << 20;
         unsigned char *z = malloc(chunk);
@@ -161,23 +187,15 @@ static void run_small(const char *name, int prealloc, FILE *out)
     double secs = (double)(now_ns() - start) / 1e9;
     fprintf(out, "\"%s\":{\"iterations\":%ld,\"bytes\":%ld,\"seconds\":%.3f,\"latency\":",
             name, i, block, secs);
-    hdr_json(h, out);
-    fprintf(out, "}");
-    hdr_destroy(h);
-    free(buf);
-    close(fd);
-    unlink(path);
-    free(path);
+    put_latency(h, out);
+    test_file_done(path, fd, buf);
 }
 
 static void run_seq(FILE *out)
 {
-    char *path = tmp_path("seq");
-    int fd = open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
-    if (fd < 0)
-        die("open", path);
-    unsigned char *buf = malloc((size_t)seq_write);
-    fill_random(buf, (size_t)seq_write, 0xbeef);
+    int fd;
+    unsigned char *buf;
+    char *path = test_file("seq", (size_t)seq_write, 0xbeef, &fd, &buf);
     long writes = (seq_mib << 20) / seq_write;
     if (writes < 1)
         writes = 1;
@@ -231,13 +249,8 @@ static void run_seq(FILE *out)
             "\"window_mib\":%ld,\"window_min_mb_s\":%.1f,\"window_max_mb_s\":%.1f,\"latency\":",
             seq_write, i, bytes, secs, mbs, bytes / secs / 1048576.0, sustained,
             per_window * seq_write >> 20, wmin, wmax);
-    hdr_json(h, out);
-    fprintf(out, "}");
-    hdr_destroy(h);
-    free(buf);
-    close(fd);
-    unlink(path);
-    free(path);
+    put_latency(h, out);
+    test_file_done(path, fd, buf);
 }
 
 static void sleep_until(int64_t due)
@@ -263,19 +276,14 @@ static void run_wakeup(FILE *out)
         }
     }
     fprintf(out, "\"wakeup\":{\"iterations\":%ld,\"interval_ms\":1,\"latency\":", i);
-    hdr_json(h, out);
-    fprintf(out, "}");
-    hdr_destroy(h);
+    put_latency(h, out);
 }
 
 static void run_paced(FILE *out)
 {
-    char *path = tmp_path("paced");
-    int fd = open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
-    if (fd < 0)
-        die("open", path);
-    unsigned char *buf = malloc((size_t)block);
-    fill_random(buf, (size_t)block, 0xface);
+    int fd;
+    unsigned char *buf;
+    char *path = test_file("paced", (size_t)block, 0xface, &fd, &buf);
     hdr_t *h = hdr_new();
     double step = 1e9 / rate;
     int64_t start = now_ns(), until = start + (int64_t)(paced_seconds * 1e9);
@@ -301,13 +309,8 @@ static void run_paced(FILE *out)
     fprintf(out, "\"paced\":{\"rate\":%.1f,\"records\":%ld,\"rounds\":%ld,\"bytes\":%ld,"
                  "\"seconds\":%.3f,\"latency\":",
             rate, next, rounds, block, (double)(now_ns() - start) / 1e9);
-    hdr_json(h, out);
-    fprintf(out, "}");
-    hdr_destroy(h);
-    free(buf);
-    close(fd);
-    unlink(path);
-    free(path);
+    put_latency(h, out);
+    test_file_done(path, fd, buf);
 }
 
 static void usage(int rc)
