@@ -30,7 +30,16 @@
 #               BENCH_TAIL_READERS (3) more consumers read at the head too, so
 #               that (c)'s CPU minus (a)'s is the broker CPU of tail reads
 #        (l)    BENCH_SLOW_RATE (2000) records/s of 1 KiB, linger.ms=0: produce
-#               p99 against the disk's 4 KiB append + fdatasync p99
+#               p99 against the disk's 4 KiB append + fdatasync p99, on a
+#               quiesced broker and disk: before it, the harness waits (at
+#               most BENCH_QUIESCE_S) until Skiff has uploaded its backlog
+#               (skiff_s3_upload_lag_bytes 0 on its metrics endpoint) and,
+#               for every target, until `sync` has written back the page
+#               cache (Dirty + Writeback below BENCH_QUIESCE_DIRTY_MIB):
+#               (b1k)/(b16k)/(c) leave gigabytes behind (Skiff: uploads and
+#               WAL trims; Kafka default: dirty pages), whose digestion
+#               would otherwise fall on (l)'s tail; quiesce_l.txt says what
+#               was waited for
 #        (d)    catch-up read of the first BENCH_CATCHUP_BYTES of (b1k)'s topic
 #      while sampling the broker's RSS and reading its CPU time from /proc
 #      around each workload, then stops the broker by its PID and wipes its data;
@@ -59,6 +68,10 @@
 #   BENCH_RATE_MBS=x         [20] MB/s (10^6 B) of 1 KiB records in (a) and (c)
 #   BENCH_LINGER_A=ms        [1] linger.ms of (a) and (c)
 #   BENCH_SLOW_RATE=n        [2000] records/s of (l)
+#   BENCH_QUIESCE_S=s        [120; smoke 5] longest wait for a quiet broker and
+#                            disk before (l)
+#   BENCH_QUIESCE_DIRTY_MIB=n [64] page cache dirty + under write-back that
+#                            counts as a quiet disk
 #   BENCH_TAIL_READERS=n     [3] consumers of (c) beside the timed one (skload
 #                            --tail-readers): the tail reads whose CPU is measured
 #   BENCH_MAX_BEHIND=s       [10] (a)/(c)/(l) stop sending once this far behind
@@ -89,7 +102,7 @@
 #   BENCH_WORK=dir           [bench/.work/compare] data, logs and results
 #   BENCH_DOCS=0|1           [1; smoke 0] update docs/benchmarks.md and docs/benchmarks/
 #   BENCH_NOBUILD=1          use the binaries in SKIFF_BUILD [build] as they are
-# A full run takes about 33 minutes on 2 cores (bench/README.md has the sum).
+# A full run takes about 40 minutes on 2 cores (bench/README.md has the sum).
 set -eu
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -99,10 +112,10 @@ KREF=$ROOT/tools/kafka-ref.sh
 
 if [ "$SMOKE" = 1 ]; then
   d_rep=1; d_dur=1; d_warm=0.3; d_mbs=2; d_catch=20000000; d_shared=1; d_docs=0; d_behind=3
-  d_prime=0.5; d_slow=200; d_secrep=1; d_nfsdur=1; d_s3bytes=16777216
+  d_prime=0.5; d_slow=200; d_secrep=1; d_nfsdur=1; d_s3bytes=16777216; d_quiesce=5
 else
   d_rep=3; d_dur=15; d_warm=4; d_mbs=20; d_catch=1000000000; d_shared=0; d_docs=1; d_behind=10
-  d_prime=10; d_slow=2000; d_secrep=2; d_nfsdur=20; d_s3bytes=1073741824
+  d_prime=10; d_slow=2000; d_secrep=2; d_nfsdur=20; d_s3bytes=1073741824; d_quiesce=120
 fi
 REPEATS=${BENCH_REPEATS:-$d_rep}
 TARGETS=${BENCH_TARGETS:-skiff-s3 skiff kafka kafka-fsync}
@@ -113,6 +126,8 @@ PARTITIONS=${BENCH_PARTITIONS:-4}
 RATE_MBS=${BENCH_RATE_MBS:-$d_mbs}
 LINGER_A=${BENCH_LINGER_A:-1}
 SLOW_RATE=${BENCH_SLOW_RATE:-$d_slow}
+QUIESCE_S=${BENCH_QUIESCE_S:-$d_quiesce}
+QUIESCE_DIRTY_MIB=${BENCH_QUIESCE_DIRTY_MIB:-64}
 TAIL_READERS=${BENCH_TAIL_READERS:-3}
 MAX_BEHIND=${BENCH_MAX_BEHIND:-$d_behind}
 TP_PRODUCERS=${BENCH_TP_PRODUCERS:-4}
@@ -243,8 +258,10 @@ start_skiff() { # rundir extra-args...
   data=$WORK/skiff-data
   rm -rf "$data"
   mkdir -p "$data"
+  MPORT=$(free_port)
   # shellcheck disable=SC2086
-  set -- --override "data.dir=$data" "$@" ${BENCH_SKIFFD_ARGS:-}
+  set -- --override "data.dir=$data" --override "metrics.listener=127.0.0.1:$MPORT" "$@" \
+    ${BENCH_SKIFFD_ARGS:-}
   skiffd_start "$dir/skiffd.log" "$(free_port)" "$@"
   BROKER_PID=$SKIFFD_PID
   echo "skiffd $BUILD/skiffd --override node.id=1 --override listeners=PLAINTEXT://$BOOT $*" > "$dir/broker.txt"
@@ -267,6 +284,32 @@ start_kafka() { # rundir
   cp "$KDIR/server.properties" "$1/server.properties"
   echo "kafka pid $BROKER_PID heap $KAFKA_HEAP G1" > "$1/broker.txt"
   say "  Kafka pid $BROKER_PID on $BOOT (started in $(cat "$1/kafka_start_s.txt") s)"
+}
+
+# Waits, at most QUIESCE_S in all, until the broker has digested what ran
+# before: Skiff's upload backlog uploaded (its metrics endpoint on MPORT,
+# empty for Kafka), then the page cache written back. Says what it saw in
+# RUNDIR/quiesce_l.txt.
+quiesce() { # rundir
+  t0=$(date +%s)
+  lag0=na lag=na
+  if [ -n "$MPORT" ]; then
+    lag0=$(skiffd_metric "$MPORT" skiff_s3_upload_lag_bytes || echo na)
+    lag=$lag0
+    while [ "$lag" != 0 ] && [ $(($(date +%s) - t0)) -lt "$QUIESCE_S" ]; do
+      sleep 0.5
+      lag=$(skiffd_metric "$MPORT" skiff_s3_upload_lag_bytes || echo na)
+    done
+  fi
+  dirty0=$(dirty_kib)
+  sync
+  while [ "$(dirty_kib)" -gt $((QUIESCE_DIRTY_MIB * 1024)) ] && [ $(($(date +%s) - t0)) -lt "$QUIESCE_S" ]; do
+    sleep 0.5
+    sync
+  done
+  echo "waited_s $(($(date +%s) - t0)) upload_lag_bytes $lag0 -> $lag dirty_kib $dirty0 -> $(dirty_kib)" \
+    > "$1/quiesce_l.txt"
+  say "  quiesced in $(cat "$1/quiesce_l.txt")"
 }
 
 broker_alive() {
@@ -301,6 +344,7 @@ run_target() { # rep target
   sync
   loadavg > "$dir/load_before.txt"
   prefix=r$rep-$stamp
+  MPORT=""
   case "$target" in
     skiff) start_skiff "$dir"; tcfg="" ;;
     skiff-s3) start_skiff "$dir" --override "objects.url=$(s3_url "$S3_BUCKET" "$prefix")"; tcfg="" ;;
@@ -361,6 +405,7 @@ run_target() { # rep target
   # shellcheck disable=SC2086
   workload "$dir" c "$tcfg" $common --e2e -t "$topic-c" -s 1024 -P 1 -r "$RATE" --linger-ms "$LINGER_A" \
     --max-inflight "$INFL_1K" --max-behind "$MAX_BEHIND" --tail-readers "$TAIL_READERS"
+  quiesce "$dir"
   say "  (l) $SLOW_RATE records/s of 1 KiB, linger.ms=0"
   # shellcheck disable=SC2086
   workload "$dir" l "$tcfg" $common -t "$topic-l" -s 1024 -P 1 -r "$SLOW_RATE" --linger-ms 0 \
@@ -443,7 +488,8 @@ cat > "$OUT/params.json" <<EOF
  "max_behind_s": $MAX_BEHIND, "tp_producers": $TP_PRODUCERS, "linger_b": $LINGER_B,
  "inflight_1k": $INFL_1K, "inflight_16k": $INFL_16K, "catchup_bytes": $CATCHUP,
  "kafka_heap": "$KAFKA_HEAP", "kafka_shared": $( [ "$KSHARED" = 1 ] && echo true || echo false ),
- "slow_rate": $SLOW_RATE, "tail_readers": $TAIL_READERS, "rss_slack_mib": $RSS_SLACK, "sections": "$(echo $SECTIONS)",
+ "slow_rate": $SLOW_RATE, "quiesce_s": $QUIESCE_S, "quiesce_dirty_mib": $QUIESCE_DIRTY_MIB,
+ "tail_readers": $TAIL_READERS, "rss_slack_mib": $RSS_SLACK, "sections": "$(echo $SECTIONS)",
  "section_repeats": $SECTION_REPEATS, "nfs_duration_s": $NFS_DURATION, "s3_bytes": $S3_BYTES,
  "s3_size": $S3_SIZE, "s3_fs": "$(cat "$OUT/s3_fs.txt" 2>/dev/null || true)",
  "kafka_props": "$(printf '%s' "${BENCH_KAFKA_PROPS:-}" | tr '\n' ' ')",

@@ -226,6 +226,8 @@ def run_metrics(d):
     m["load_after"] = read_text(os.path.join(d, "load_after.txt"))
     m["kafka_start_s"] = read_int(os.path.join(d, "kafka_start_s.txt"))
     m["refused"] = read_int(os.path.join(d, "refused.txt"))
+    quiesce = (read_text(os.path.join(d, "quiesce_l.txt")) or "").split()
+    m["quiesce_s"] = int(quiesce[1]) if quiesce[:1] == ["waited_s"] else None
     m["shared"] = read_text(os.path.join(d, "shared.txt"))
     logs = read_text(os.path.join(d, "created_logs.txt"))
     if logs is not None:
@@ -631,6 +633,13 @@ class Report:
                                  NAMES[t], len(refused), "/".join(str(v) for v in refused)))
         if notes:
             w("‡ " + "; ".join(notes) + ".")
+            w("")
+        waits = [(NAMES[t], self.stat(t, "quiesce_s")) for t in cols]
+        waits = ["%s %d–%d s" % (n, st[0], st[2]) for n, st in waits if st is not None]
+        if waits:
+            w("(l) ran on a quiesced broker and disk: before it the harness waited for the "
+              "upload backlog (Skiff) and the page cache's write-back (all) of the earlier "
+              "workloads: " + ", ".join(waits) + ".")
             w("")
         shared = [t for t in cols if any(self.values(t, "shared"))]
         if shared:

@@ -18,6 +18,14 @@
  *   wakeup     not the disk: how late a thread wakes from a 1 ms timed sleep,
  *              the scheduling noise every latency measured on this machine
  *              also carries (shared or virtual CPUs show it in the tail).
+ *   paced      (only when asked: --tests paced) records due at --rate per
+ *              second from a schedule, as skload sends them, made durable
+ *              like a group-committing log: each round appends one block +
+ *              fdatasync for every record due by then, and each record's
+ *              latency runs from its due time to the end of that sync. The
+ *              floor of a broker's slow-rate p99 (compare.sh's (l)), the
+ *              machine's wake-ups included; run it beside a load generator
+ *              to see what the machine allows under that load.
  *
  * Prints one JSON object on stdout. Every loop is bounded by a count and by
  * --max-seconds. Files are created in --dir and removed at the end.
@@ -46,6 +54,8 @@ static long seq_write = 1 << 20;
 static double max_seconds = 60;
 static char *tests = "append,overwrite,seq,wakeup";
 static long wakeups = 2000;
+static double rate = 2000;
+static double paced_seconds = 10;
 
 static int64_t now_ns(void)
 {
@@ -109,15 +119,41 @@ static char *tmp_path(const char *tag)
     return p;
 }
 
+/* A new file of test `tag` in --dir, open for writing (*fd), and a buffer of
+ * n random bytes (*buf); test_file_done closes, removes and frees them. */
+static char *test_file(const char *tag, size_t n, uint64_t seed, int *fd, unsigned char **buf)
+{
+    char *path = tmp_path(tag);
+    *fd = open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+    if (*fd < 0)
+        die("open", path);
+    *buf = malloc(n);
+    fill_random(*buf, n, seed);
+    return path;
+}
+
+static void test_file_done(char *path, int fd, unsigned char *buf)
+{
+    free(buf);
+    close(fd);
+    unlink(path);
+    free(path);
+}
+
+/* Ends a test's JSON object with its latency histogram, which it frees. */
+static void put_latency(hdr_t *h, FILE *out)
+{
+    hdr_json(h, out);
+    fprintf(out, "}");
+    hdr_destroy(h);
+}
+
 /* 4 KiB write + fdatasync; `prealloc` first writes and syncs the whole file. */
 static void run_small(const char *name, int prealloc, FILE *out)
 {
-    char *path = tmp_path(name);
-    int fd = open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
-    if (fd < 0)
-        die("open", path);
-    unsigned char *buf = malloc((size_t)block);
-    fill_random(buf, (size_t)block, 0x5eed);
+    int fd;
+    unsigned char *buf;
+    char *path = test_file(name, (size_t)block, 0x5eed, &fd, &buf);
     if (prealloc) {
         size_t chunk = 1 << 20;
         unsigned char *z = malloc(chunk);
@@ -151,23 +187,15 @@ static void run_small(const char *name, int prealloc, FILE *out)
     double secs = (double)(now_ns() - start) / 1e9;
     fprintf(out, "\"%s\":{\"iterations\":%ld,\"bytes\":%ld,\"seconds\":%.3f,\"latency\":",
             name, i, block, secs);
-    hdr_json(h, out);
-    fprintf(out, "}");
-    hdr_destroy(h);
-    free(buf);
-    close(fd);
-    unlink(path);
-    free(path);
+    put_latency(h, out);
+    test_file_done(path, fd, buf);
 }
 
 static void run_seq(FILE *out)
 {
-    char *path = tmp_path("seq");
-    int fd = open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
-    if (fd < 0)
-        die("open", path);
-    unsigned char *buf = malloc((size_t)seq_write);
-    fill_random(buf, (size_t)seq_write, 0xbeef);
+    int fd;
+    unsigned char *buf;
+    char *path = test_file("seq", (size_t)seq_write, 0xbeef, &fd, &buf);
     long writes = (seq_mib << 20) / seq_write;
     if (writes < 1)
         writes = 1;
@@ -221,13 +249,15 @@ static void run_seq(FILE *out)
             "\"window_mib\":%ld,\"window_min_mb_s\":%.1f,\"window_max_mb_s\":%.1f,\"latency\":",
             seq_write, i, bytes, secs, mbs, bytes / secs / 1048576.0, sustained,
             per_window * seq_write >> 20, wmin, wmax);
-    hdr_json(h, out);
-    fprintf(out, "}");
-    hdr_destroy(h);
-    free(buf);
-    close(fd);
-    unlink(path);
-    free(path);
+    put_latency(h, out);
+    test_file_done(path, fd, buf);
+}
+
+static void sleep_until(int64_t due)
+{
+    struct timespec ts = {.tv_sec = due / 1000000000LL, .tv_nsec = due % 1000000000LL};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+        ;
 }
 
 static void run_wakeup(FILE *out)
@@ -237,9 +267,7 @@ static void run_wakeup(FILE *out)
     long i;
     for (i = 0; i < wakeups; i++) {
         int64_t due = start + (i + 1) * 1000000LL;
-        struct timespec ts = {.tv_sec = due / 1000000000LL, .tv_nsec = due % 1000000000LL};
-        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
-            ;
+        sleep_until(due);
         int64_t t = now_ns();
         hdr_record(h, (t - due) / 1000);
         if (t > limit) {
@@ -248,9 +276,41 @@ static void run_wakeup(FILE *out)
         }
     }
     fprintf(out, "\"wakeup\":{\"iterations\":%ld,\"interval_ms\":1,\"latency\":", i);
-    hdr_json(h, out);
-    fprintf(out, "}");
-    hdr_destroy(h);
+    put_latency(h, out);
+}
+
+static void run_paced(FILE *out)
+{
+    int fd;
+    unsigned char *buf;
+    char *path = test_file("paced", (size_t)block, 0xface, &fd, &buf);
+    hdr_t *h = hdr_new();
+    double step = 1e9 / rate;
+    int64_t start = now_ns(), until = start + (int64_t)(paced_seconds * 1e9);
+    int64_t limit = start + (int64_t)(max_seconds * 1e9);
+    long next = 0, rounds = 0;
+    for (;;) {
+        int64_t due = start + (int64_t)((double)next * step);
+        if (due >= until || now_ns() > limit)
+            break;
+        sleep_until(due);
+        /* Everything due by now goes into this round, as in a group commit. */
+        long last = next + (long)((double)(now_ns() - due) / step);
+        memcpy(buf, &rounds, sizeof(rounds));
+        write_all(fd, buf, (size_t)block, (off_t)rounds * block, path);
+        if (fdatasync(fd) < 0)
+            die("fdatasync", path);
+        int64_t t = now_ns();
+        for (long i = next; i <= last; i++)
+            hdr_record(h, (t - (start + (int64_t)((double)i * step))) / 1000);
+        next = last + 1;
+        rounds++;
+    }
+    fprintf(out, "\"paced\":{\"rate\":%.1f,\"records\":%ld,\"rounds\":%ld,\"bytes\":%ld,"
+                 "\"seconds\":%.3f,\"latency\":",
+            rate, next, rounds, block, (double)(now_ns() - start) / 1e9);
+    put_latency(h, out);
+    test_file_done(path, fd, buf);
 }
 
 static void usage(int rc)
@@ -265,7 +325,10 @@ static void usage(int rc)
             "  --seq-write BYTES    size of each sequential write (default 1048576)\n"
             "  --max-seconds S      time bound of each test (default 60)\n"
             "  --wakeups N          timed 1 ms sleeps of the wakeup test (default 2000)\n"
-            "  --tests LIST         comma list of append,overwrite,seq,wakeup (default all)\n");
+            "  --tests LIST         comma list of append,overwrite,seq,wakeup (default),\n"
+            "                       paced (only when named)\n"
+            "  --rate N             records/s of the paced test (default 2000)\n"
+            "  --paced-seconds S    duration of the paced test (default 10)\n");
     exit(rc);
 }
 
@@ -281,11 +344,13 @@ int main(int argc, char **argv)
         {"max-seconds", required_argument, 0, 't'},
         {"tests", required_argument, 0, 'T'},
         {"wakeups", required_argument, 0, 'W'},
+        {"rate", required_argument, 0, 'r'},
+        {"paced-seconds", required_argument, 0, 'P'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
     int c;
-    while ((c = getopt_long(argc, argv, "d:n:b:m:S:w:t:T:W:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "d:n:b:m:S:w:t:T:W:r:P:h", opts, NULL)) != -1) {
         switch (c) {
         case 'd': dir = optarg; break;
         case 'n': iterations = atol(optarg); break;
@@ -296,12 +361,14 @@ int main(int argc, char **argv)
         case 't': max_seconds = atof(optarg); break;
         case 'T': tests = optarg; break;
         case 'W': wakeups = atol(optarg); break;
+        case 'r': rate = atof(optarg); break;
+        case 'P': paced_seconds = atof(optarg); break;
         case 'h': usage(0); break;
         default: usage(2);
         }
     }
     if (!dir || iterations < 1 || block < 1 || seq_mib < 1 || seq_write < 1 || max_seconds <= 0 ||
-        seq_seconds <= 0)
+        seq_seconds <= 0 || rate <= 0 || paced_seconds <= 0)
         usage(2);
 
     prctl(PR_SET_TIMERSLACK, 1000UL); /* as skload's sender: measure the kernel, not the slack */
@@ -325,6 +392,10 @@ int main(int argc, char **argv)
     if (strstr(tests, "wakeup") && wakeups > 0) {
         printf(",");
         run_wakeup(stdout);
+    }
+    if (strstr(tests, "paced")) {
+        printf(",");
+        run_paced(stdout);
     }
     printf("}\n");
     return 0;

@@ -42,6 +42,22 @@ status_kib() { # PID FIELD -> kB value of FIELD in /proc/PID/status, or empty
 
 loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
 
+dirty_kib() { awk '/^(Dirty|Writeback):/ { s += $2 } END { print s + 0 }' /proc/meminfo; }
+
+# The value of metric NAME (an unlabelled series) on the metrics listener of a
+# skiffd at 127.0.0.1:PORT, as an integer; 0 when absent.
+skiffd_metric() { # PORT NAME
+  "$PY" - "$1" "$2" <<'EOF'
+import sys, urllib.request
+port, name = sys.argv[1:3]
+v = 0
+for ln in urllib.request.urlopen("http://127.0.0.1:%s/metrics" % port, timeout=10).read().decode().splitlines():
+    if ln.startswith(name + " "):
+        v = float(ln.split()[1])
+print("%d" % v)
+EOF
+}
+
 bench_build() { # LOG TARGET... : configure when needed, build TARGETs (unless BENCH_NOBUILD)
   [ -z "${BENCH_NOBUILD:-}" ] || return 0
   log=$1

@@ -12,7 +12,10 @@
 #      (b) acks=all 1 KiB records as fast as possible: throughput;
 #   5. prints the figures side by side and the targets as PASS/MISS labels (not
 #      assertions): produce p99 <= 2 x raw 4 KiB WRITE+COMMIT p99, throughput >=
-#      0.7 x sequential 1 MiB WRITE+COMMIT;
+#      0.7 x sequential 1 MiB WRITE+COMMIT; beside (a), the broker's own view
+#      of it from its metrics endpoint (bench/promhist.py over scrapes before
+#      and after): its produce latency and its WAL's group commits (WRITEs +
+#      COMMIT), which tell the server's share of the tail from the rest;
 #   6. stops skiffd and Ganesha (by their PIDs), whatever happened.
 #
 # Exit status: 0 when measured (whatever the figures), 1 when the harness failed,
@@ -87,18 +90,27 @@ say "NFS floor: $NFS_ITER x 4 KiB WRITE+COMMIT and WRITE FILE_SYNC, ${NFS_SEQ} s
 
 # ---------------------------------------------------------------- 4. broker, workloads
 WAL_URL="$(url_of wal)${BENCH_NFS_URL_EXTRA:-}"
+MPORT=$(free_port)
 # shellcheck disable=SC2086
 skiffd_start "$OUT/skiffd.log" "$(free_port)" --override "data.dir=$DATA" \
-    --override "wal.url=$WAL_URL" ${BENCH_NFS_SKIFFD_ARGS:-}
+    --override "wal.url=$WAL_URL" --override "metrics.listener=127.0.0.1:$MPORT" \
+    ${BENCH_NFS_SKIFFD_ARGS:-}
 say "skiffd pid $SKIFFD_PID on $BOOT, WAL $WAL_URL"
 
 stamp=$(date +%s)
 common="-b $BOOT -p $PARTITIONS -s $SIZE -a all --warmup $WARMUP -d $DURATION --json"
 bound=$("$PY" -c "print(int(float('$DURATION') + float('$WARMUP') + 120))")
 say "(a) acks=all ${SIZE} B records at $RATE rec/s, linger.ms=0"
+scrape() { "$PY" -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(
+  "http://127.0.0.1:%s/metrics" % sys.argv[1], timeout=10).read().decode())' "$MPORT" > "$1" || true; }
+scrape "$OUT/a_metrics_before.txt"
 # shellcheck disable=SC2086
 timeout -k 30 "$bound" "$SKLOAD" $common -t "skiff-nfs-latency-$stamp" -P "$PRODUCERS" -r "$RATE" \
     --linger-ms 0 --max-inflight "$INFLIGHT" > "$OUT/a.json" 2> "$OUT/a.log" || true
+scrape "$OUT/a_metrics_after.txt"
+"$PY" "$ROOT/bench/promhist.py" "$OUT/a_metrics_before.txt" "$OUT/a_metrics_after.txt" \
+  skiff_produce_latency_seconds skiff_wal_commit_latency_seconds > "$OUT/a_broker.json" 2>/dev/null \
+  || echo '{}' > "$OUT/a_broker.json"
 skiffd_alive || { SKIFFD_PID=""; fail "skiffd died during (a) (log: $OUT/skiffd.log)"; }
 say "(b) acks=all ${SIZE} B records, max throughput, $TP_PRODUCERS producers, linger.ms=$LINGER"
 # shellcheck disable=SC2086
@@ -123,6 +135,7 @@ def load(name):
         return None
 
 floor, a, b = load("nfsfloor.json"), load("a.json"), load("b.json")
+broker_a = load("a_broker.json") or {}
 lb = open(os.path.join(out, "load_before.txt")).read().strip()
 la = open(os.path.join(out, "load_after.txt")).read().strip()
 
@@ -158,6 +171,12 @@ p("(a) latency: acks=all, %s B records, %s rec/s fixed rate, %s partitions, %s p
 if a:
     p("  produce latency   %s" % lat(a["latency"]))
     p("  achieved          %.0f rec/s, %.2f MB/s; %d acked, %s" % (a["records_s"], a["mb_s"], a["acked"], errors(a)))
+    for name, what in (("skiff_produce_latency_seconds", "broker: produce  "),
+                       ("skiff_wal_commit_latency_seconds", "broker: WAL commit")):
+        h = broker_a.get(name)
+        if h and h["count"]:
+            p("  %s p50 <= %s  p99 <= %s  p999 <= %s ms (its histogram's buckets, n=%d)" % (
+                what, h["p50_ms"], h["p99_ms"], h["p999_ms"], h["count"]))
 else:
     p("  NO RESULT (see %s/a.log)" % out)
 p("(b) throughput: acks=all, %s B records, as fast as possible (max in-flight %s), %s partitions, "
@@ -194,7 +213,8 @@ print(text)
 with open(os.path.join(out, "report.txt"), "w") as f:
     f.write(text + "\n")
 with open(os.path.join(out, "report.json"), "w") as f:
-    json.dump({"url": url, "floor": floor, "a": a, "b": b, "load_before": lb, "load_after": la,
+    json.dump({"url": url, "floor": floor, "a": a, "a_broker": broker_a, "b": b,
+               "load_before": lb, "load_after": la,
                "targets": [dict(zip(("name", "measured", "target", "label"), t)) for t in targets]},
               f, indent=1)
 sys.exit(0 if (a and a.get("measured") and b and b.get("measured")) else 3)

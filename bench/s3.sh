@@ -58,17 +58,7 @@ SKLOAD=$BUILD/bench/skload
 trap 'rc=$?; bench_stop_all; exit $rc' EXIT
 trap 'exit 130' INT TERM
 
-metric() { # NAME -> value from skiffd's metrics (0 when absent)
-  "$PY" - "$MPORT" "$1" <<'EOF'
-import sys, urllib.request
-port, name = sys.argv[1:3]
-v = 0
-for ln in urllib.request.urlopen("http://127.0.0.1:%s/metrics" % port, timeout=10).read().decode().splitlines():
-    if ln.startswith(name + " "):
-        v = float(ln.split()[1])
-print("%d" % v)
-EOF
-}
+metric() { skiffd_metric "$MPORT" "$1"; } # NAME -> value from skiffd's metrics (0 when absent)
 
 # ---------------------------------------------------------------- 1. build
 bench_build "$WORK.build.log" skload skiffd

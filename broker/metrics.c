@@ -87,16 +87,29 @@ static void put_request_latency(sk_node *n, struct evbuffer *b)
     }
 }
 
-static void put_wal_commit_latency(struct evbuffer *b, const wal_stats *ws)
+static void put_wal_hist(struct evbuffer *b, const char *name, const char *help,
+                         const uint64_t *counts, uint64_t sum_us)
 {
     int64_t bounds[WAL_COMMIT_BUCKETS];
     for (int i = 0; i < WAL_COMMIT_BUCKETS; i++)
         bounds[i] = wal_commit_bucket_us(i);
-    const char *name = "skiff_wal_commit_latency_seconds";
-    evbuffer_add_printf(b, "# HELP %s Duration of group commits (one write and one sync).\n"
-                           "# TYPE %s histogram\n", name, name);
-    hist_series(b, name, "", ws->commit_hist, bounds, WAL_COMMIT_BUCKETS,
-                (double)ws->commit_us_sum / 1e6);
+    evbuffer_add_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    hist_series(b, name, "", counts, bounds, WAL_COMMIT_BUCKETS, (double)sum_us / 1e6);
+}
+
+/* A commit's latency, and the parts of it the storage backend can tell
+ * (docs/operations.md): the rest is the loop's wake-up. */
+static void put_wal_commit_latency(struct evbuffer *b, const wal_stats *ws)
+{
+    put_wal_hist(b, "skiff_wal_commit_latency_seconds",
+                 "Duration of group commits (one write and one sync), as the loop sees them.",
+                 ws->commit_hist, ws->commit_us_sum);
+    put_wal_hist(b, "skiff_wal_io_wait_seconds",
+                 "Time group commits waited in the WAL's I/O queue before their write began.",
+                 ws->io_wait_hist, ws->io_wait_us_sum);
+    put_wal_hist(b, "skiff_wal_io_latency_seconds",
+                 "Duration of group commits' write and sync on the WAL's I/O thread.",
+                 ws->io_hist, ws->io_us_sum);
 }
 
 static void counter(struct evbuffer *b, const char *name, const char *help, uint64_t v)

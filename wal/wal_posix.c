@@ -25,6 +25,7 @@
 
 #include "sk_err.h"
 #include "sk_log.h"
+#include "sk_time.h"
 #include "sk_workq.h"
 #include "wal_storage.h"
 
@@ -71,6 +72,7 @@ struct posix {
     uint64_t tail_at;      /* UINT64_MAX: none */
     size_t tail_len;       /* its bytes of data; the rest of it is zeros */
     uint8_t tail[DIO_ALIGN];
+    const struct op *done_op; /* loop thread: the op whose callback runs now */
 };
 
 struct op {
@@ -82,6 +84,7 @@ struct op {
     wal_io_cb cb;
     void *arg;
     int err;
+    int64_t queued_us, began_us, ended_us; /* writes: submitted, I/O began, synced */
 };
 
 char *wal_segment_name(uint64_t seg, char *buf, size_t len)
@@ -518,7 +521,9 @@ static void removed_purge(struct posix *p)
 static void op_done(void *arg)
 {
     struct op *o = arg;
+    o->p->done_op = o;
     o->cb(o->arg, o->err);
+    o->p->done_op = NULL;
     free(o->iov);
     free(o);
 }
@@ -695,6 +700,7 @@ static void write_work(void *arg)
     struct op *o = arg;
     struct posix *p = o->p;
     struct segfd *e;
+    o->began_us = sk_mono_us();
     o->err = seg_get(p, o->seg, false, &e);
     if (o->err)
         return;
@@ -706,7 +712,18 @@ static void write_work(void *arg)
                  strerror(errno));
         o->err = SK_ERR_IO;
     }
+    o->ended_us = sk_mono_us();
     seg_put(p, e);
+}
+
+static bool px_write_timing(wal_storage *s, int64_t *wait_us, int64_t *io_us)
+{
+    const struct op *o = ((struct posix *)s->impl)->done_op;
+    if (!o || !o->ended_us)
+        return false;
+    *wait_us = o->began_us - o->queued_us;
+    *io_us = o->ended_us - o->began_us;
+    return true;
 }
 
 static void remove_work(void *arg)
@@ -802,6 +819,7 @@ static void px_write(wal_storage *s, uint64_t seg, uint64_t off, const struct io
         abort();
     if (iovcnt > 0)
         memcpy(o->iov, iov, (size_t)iovcnt * sizeof *iov);
+    o->queued_us = sk_mono_us();
     op_submit(p, o, write_work);
 }
 
@@ -1058,6 +1076,7 @@ static const wal_storage_ops posix_ops = {
     .renew = px_renew,
     .lock = px_lock,
     .sole_owner = px_sole_owner,
+    .write_timing = px_write_timing,
     .destroy = px_destroy,
 };
 

@@ -119,6 +119,13 @@ typedef struct wal_storage_ops {
      * complete them in any order (the WAL may write a later range of a
      * segment while an earlier one is still in flight). */
     int (*max_writes)(wal_storage *s);
+    /* Optional, for metrics: called by the WAL inside a write's callback,
+     * where that write's time in the backend went. *wait_us: queued before
+     * its I/O began (behind other operations of the same thread, or its
+     * thread waiting for a CPU); *io_us: the write and its sync themselves,
+     * as the thread that issued them saw them. False (or NULL): not known.
+     * A group commit's latency minus these two is the wake-up of the loop. */
+    bool (*write_timing)(wal_storage *s, int64_t *wait_us, int64_t *io_us);
 
     void (*destroy)(wal_storage *s);
 } wal_storage_ops;

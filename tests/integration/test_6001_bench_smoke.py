@@ -64,6 +64,15 @@ def test_bench_compare_smoke(tmp_path):
         assert "tail_cpu_gb" in s, (target, sorted(s))
     for target in ("skiff-s3", "skiff"):
         assert summary["summary"][target]["rss_bound"]["median"] > 0
+    # (l) ran after the harness waited for a quiet broker and disk, and said what it saw:
+    # Skiff's upload lag read from its metrics endpoint, the page cache for every target.
+    for target in ("skiff-s3", "skiff", "kafka", "kafka-fsync"):
+        q = (out / "runs" / "r1" / target / "quiesce_l.txt").read_text().split()
+        assert q[0] == "waited_s" and int(q[1]) >= 0 and "dirty_kib" in q, (target, q)
+        lag = q[q.index("upload_lag_bytes") + 1]
+        assert (lag != "na") == target.startswith("skiff"), (target, q)
+        assert "quiesce_s" in summary["summary"][target], target
+    assert "(l) ran on a quiesced broker and disk" in report
     for sec, keys in (("nfs", ("p99", "raw_p99", "mbs", "seq_mbs")),
                       ("s3", ("catchup_mbs", "raw_best_mbs"))):
         fig = summary["sections"][sec]["r1"]
