@@ -1,0 +1,3 @@
+module skiff/tools/s3emu
+
+go 1.19
