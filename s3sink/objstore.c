@@ -519,15 +519,46 @@ static int run_sync(objstore *s, struct os_op *op)
 
 int objstore_put_sync(objstore *s, const char *key, const struct iovec *iov, int iovcnt)
 {
-    struct os_op *op = op_new(s, OS_PUT, key, false);
-    if (!op)
+    objstore_put_req r = {key, iov, iovcnt};
+    return objstore_put_many_sync(s, &r, 1, NULL);
+}
+
+/* Every op is started before the first wait: the backend has them all. */
+int objstore_put_many_sync(objstore *s, const objstore_put_req *reqs, size_t n, int *errs)
+{
+    struct os_op **ops = calloc(n ? n : 1, sizeof *ops);
+    if (!ops)
         return SK_ERR_NOMEM;
-    if (put_prepare(op, iov, iovcnt) != 0) {
-        op_free(op);
-        return SK_ERR_NOMEM;
+    int rc = 0;
+    size_t started = 0;
+    for (; started < n; started++) {
+        const objstore_put_req *r = &reqs[started];
+        struct os_op *op = op_new(s, OS_PUT, r->key, false);
+        if (op && put_prepare(op, r->iov, r->iovcnt) != 0) {
+            op_free(op);
+            op = NULL;
+        }
+        if (!op) {
+            rc = SK_ERR_NOMEM;
+            break;
+        }
+        op->sync = true;
+        op_start(s, op);
+        ops[started] = op;
     }
-    int rc = run_sync(s, op);
-    op_free(op);
+    for (size_t i = 0; i < n; i++) {
+        int err = SK_ERR_NOMEM; /* never started */
+        if (i < started) {
+            op_wait(s, ops[i]);
+            err = ops[i]->err;
+            op_free(ops[i]);
+        }
+        if (errs)
+            errs[i] = err;
+        if (rc == 0)
+            rc = err;
+    }
+    free(ops);
     return rc;
 }
 

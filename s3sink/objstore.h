@@ -142,6 +142,16 @@ void objstore_list(objstore *s, const char *prefix, const char *token, int max_k
 /* ---- blocking operations (any thread but the loop thread) ---- */
 
 int objstore_put_sync(objstore *s, const char *key, const struct iovec *iov, int iovcnt);
+/* Several puts in flight together (within opts.max_inflight requests), each as
+ * objstore_put_sync; returns once all are done: 0, or the first failure in
+ * the order given. errs (n entries, or NULL) gets each put's result. */
+typedef struct objstore_put_req {
+    const char *key;
+    const struct iovec *iov;
+    int iovcnt;
+} objstore_put_req;
+int objstore_put_many_sync(objstore *s, const objstore_put_req *reqs, size_t n, int *errs)
+    __attribute__((warn_unused_result));
 /* As objstore_get; *data is buf or an allocation the caller frees. */
 int objstore_get_sync(objstore *s, const char *key, uint64_t off, size_t len, void *buf,
                       uint8_t **data, size_t *got, uint64_t *obj_size);

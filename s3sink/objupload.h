@@ -8,6 +8,9 @@
  *  - a StreamObject for each stream with at least p->split_bytes bytes
  *    (every stream when split_bytes is 0), in stream order,
  *  - then one StreamSetObject for all the other streams, if any.
+ * Every object is written before the first PUT, and all are PUT together
+ * (objstore_put_many_sync: the store keeps opts.max_inflight requests going);
+ * `out` gets them in the order above.
  * The split rule alone is objup_split, a pure function. For each object put
  * it gives the key, kind, size, creation time and one objreg_range per
  * stream (offsets, bytes, records, largest timestamp): what the caller
@@ -34,9 +37,9 @@
  *
  * Errors: SK_ERR_NOMEM (allocation, or a full set), SK_ERR_INVAL (batches
  * that objfmt refuses, such as overlapping offsets in one stream), and the
- * objstore's errors of a failed PUT. Objects put before a failure stay in
- * `out` (they are in the store, but nobody registers them: the orphan GC
- * collects them).
+ * objstore's errors of a failed PUT (the first in the order above). Objects
+ * put despite a failure stay in `out` (they are in the store, but nobody
+ * registers them: the orphan GC collects them).
  */
 #ifndef OBJUPLOAD_H
 #define OBJUPLOAD_H

@@ -491,6 +491,19 @@ static void *sync_thread(void *arg)
     CHECK(objstore_delete_sync(s, "sync/a") == 0);
     CHECK(objstore_head_sync(s, "sync/a", &size, &mt) == SK_ERR_NOENT);
     CHECK(objstore_get_sync(s, "sync/a", 0, 10, NULL, &data, &got, &size) == SK_ERR_NOENT);
+    /* several puts at once: each one's result, the first failure in order */
+    struct iovec half = {p + 1000, 35000};
+    objstore_put_req reqs[4] = {{"sync/m1", &v, 1}, {"sync//bad", &v, 1}, {"sync/m2", &half, 1},
+                                {"sync/m3", &v, 1}};
+    int errs[4] = {1, 1, 1, 1};
+    CHECK(objstore_put_many_sync(s, reqs, 4, errs) == SK_ERR_INVAL);
+    CHECK(errs[0] == 0 && errs[1] == SK_ERR_INVAL && errs[2] == 0 && errs[3] == 0);
+    CHECK(objstore_head_sync(s, "sync/m2", &size, &mt) == 0 && size == 35000);
+    CHECK(objstore_get_sync(s, "sync/m3", 69000, sizeof buf, buf, &data, &got, &size) == 0 &&
+          got == 64 && memcmp(buf, p + 69000, 64) == 0);
+    CHECK(objstore_put_many_sync(s, reqs + 2, 2, NULL) == 0);
+    for (int i = 0; i < 4; i++)
+        CHECK(i == 1 || objstore_delete_sync(s, reqs[i].key) == 0);
 #undef CHECK
     free(p);
     return NULL;
@@ -941,6 +954,10 @@ static void test_s3_sync(void **state)
     s3_opts(&o);
     objstore *s = s3_open(f, "sync", &o);
     scenario_sync(s);
+    /* objstore_put_many_sync had its puts in flight together */
+    objstore_stats st;
+    objstore_stats_get(s, &st);
+    assert_true(st.inflight_peak >= 2);
     objstore_destroy(s);
 }
 
