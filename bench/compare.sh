@@ -6,8 +6,9 @@
 #   1. builds skload, diskfloor, nfsfloor and skiffd; fetches Kafka 4.3.1 from
 #      Maven Central (tools/kafka-ref.sh, cached after the first run);
 #   2. describes the machine and measures the disk floor (diskfloor); starts the
-#      S3 emulator (tools/s3rver.sh) with its data directory on a tmpfs (mounted
-#      by root under BENCH_WORK, else in /dev/shm) for the production-shaped target;
+#      S3 emulator (BENCH_S3_EMULATOR: tools/s3emu.sh, or tools/s3rver.sh) with its
+#      data directory on a tmpfs (mounted by root under BENCH_WORK, else in /dev/shm)
+#      for the production-shaped target;
 #   3. BENCH_REPEATS times (the order of the targets rotates from one
 #      repetition to the next, so that none always runs first on a rested
 #      disk), for each target:
@@ -85,6 +86,10 @@
 #   BENCH_RSS_SLACK_MIB=n    [64] the configured memory bound of skiffd is its idle
 #                            RSS + wal.cache.bytes + s3.block.cache.bytes + an
 #                            upload in flight (the size that starts one) + this
+#   BENCH_S3_EMULATOR=name   [s3emu] the emulator of skiff-s3: s3emu (Go, concurrent,
+#                            2.5-3x s3rver's PUT floor here; s3rver when Go is
+#                            missing) or s3rver (Node.js, the tests'); both verify
+#                            SigV4 (bench/README.md)
 #   BENCH_S3_TMPFS=dir       [BENCH_WORK/s3tmpfs, a tmpfs mounted there by root
 #                            (size BENCH_S3_TMPFS_SIZE, 16g); else /dev/shm/...]
 #                            the emulator's data directory of skiff-s3
@@ -229,6 +234,7 @@ say "disk floor in $WORK/floor"
 # The emulator of the production-shaped target, its data on a tmpfs so that the
 # uploads do not compete with the WAL for the disk.
 S3_BUCKET=bench
+S3_EMULATOR=${BENCH_S3_EMULATOR:-s3emu}
 case " $TARGETS " in
   *" skiff-s3 "*)
     TMPFS=${BENCH_S3_TMPFS:-$WORK/s3tmpfs}
@@ -241,8 +247,17 @@ case " $TARGETS " in
       TMPFS=/dev/shm/skiff-bench-compare-$$
       mkdir -p "$TMPFS"
     fi
-    s3_start "$TMPFS/s3rver" "$OUT/s3rver_start.log" "$S3_BUCKET" \
-      || fail "the production-shaped target needs the S3 emulator (node, npm)"
+    set +e
+    s3_start "$TMPFS/$S3_EMULATOR" "$OUT/${S3_EMULATOR}_start.log" "$S3_BUCKET"
+    rc=$?
+    set -e
+    if [ $rc -eq 77 ] && [ "$S3_EMULATOR" = s3emu ]; then
+      say "s3emu cannot run here (no Go): s3rver instead, whose PUT floor may cap skiff-s3"
+      S3_EMULATOR=s3rver
+      rc=0
+      s3_start "$TMPFS/$S3_EMULATOR" "$OUT/${S3_EMULATOR}_start.log" "$S3_BUCKET" || rc=$?
+    fi
+    [ $rc -eq 0 ] || fail "the production-shaped target needs the S3 emulator (tools/$S3_EMULATOR.sh)"
     echo "$(stat -f -c %T "$TMPFS") $TMPFS" > "$OUT/s3_fs.txt"
     say "S3 emulator on $S3_ENDPOINT, data on $(cat "$OUT/s3_fs.txt")" ;;
 esac
@@ -491,7 +506,7 @@ cat > "$OUT/params.json" <<EOF
  "slow_rate": $SLOW_RATE, "quiesce_s": $QUIESCE_S, "quiesce_dirty_mib": $QUIESCE_DIRTY_MIB,
  "tail_readers": $TAIL_READERS, "rss_slack_mib": $RSS_SLACK, "sections": "$(echo $SECTIONS)",
  "section_repeats": $SECTION_REPEATS, "nfs_duration_s": $NFS_DURATION, "s3_bytes": $S3_BYTES,
- "s3_size": $S3_SIZE, "s3_fs": "$(cat "$OUT/s3_fs.txt" 2>/dev/null || true)",
+ "s3_size": $S3_SIZE, "s3_fs": "$(cat "$OUT/s3_fs.txt" 2>/dev/null || true)", "s3_emulator": "$S3_EMULATOR",
  "kafka_props": "$(printf '%s' "${BENCH_KAFKA_PROPS:-}" | tr '\n' ' ')",
  "skiffd_args": "${BENCH_SKIFFD_ARGS:-}"}
 EOF

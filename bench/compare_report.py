@@ -459,7 +459,7 @@ class Report:
                               self.machine.get("librdkafka", "?")))
         w("- Brokers: **Skiff production-shaped** (`skiff-s3`): skiffd with the WAL in `data.dir` "
           "on the local ext4 disk (acknowledged after write + fdatasync, group commit) and "
-          "`objects.url` on the S3 emulator (s3rver, loopback) whose data directory is on %s, so "
+          "`objects.url` on the S3 emulator (%s, loopback) whose data directory is on %s, so "
           "that the object uploads do not compete with the WAL for the disk, as in production "
           "(WAL on FSx, objects in S3); the emulator's own CPU is not the broker's and is not "
           "counted, but it shares the cores. **Skiff all on one disk** (`skiff`): skiffd's "
@@ -469,6 +469,7 @@ class Report:
           "**Kafka flush.messages=1**: the same node; the benchmark topics are created with "
           "`flush.messages=1`, so that Kafka fsyncs the log (and msyncs its indexes) after every "
           "append, before it acknowledges: the durability Skiff gives.%s" % (
+              p.get("s3_emulator") or "s3rver",
               "a `%s` (%s)" % tuple(p["s3_fs"].split(" ", 1)) if " " in (p.get("s3_fs") or "") else "a tmpfs",
               " (both Skiff targets add `%s`)" % p["skiffd_args"] if p.get("skiffd_args") else "",
               " Extra Kafka properties: `%s`." % p["kafka_props"] if p.get("kafka_props") else ""))

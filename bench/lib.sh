@@ -110,22 +110,25 @@ skiffd_stop() { stop_pid "$SKIFFD_PID" skiffd; SKIFFD_PID=""; }
 
 skiffd_alive() { [ -n "$SKIFFD_PID" ] && kill -0 "$SKIFFD_PID" 2>/dev/null; }
 
-# The S3 emulator (tools/s3rver.sh) on a free loopback port, data in DIR/data,
-# buckets BUCKET...; sets S3_DIR, S3_PORT, S3_ENDPOINT and the credentials.
-# Returns 77 (after saying why) when it cannot run here; fails otherwise.
+# The S3 emulator on a free loopback port, data in DIR/data, buckets BUCKET...:
+# tools/$S3_EMULATOR.sh, s3rver (the tests') unless the caller chose s3emu (the
+# production-shaped target's, bench/README.md); sets S3_DIR, S3_PORT, S3_ENDPOINT and
+# the credentials (both take the same). Returns 77 (after saying why) when it cannot
+# run here; fails otherwise.
+S3_EMULATOR=${S3_EMULATOR:-s3rver}
 s3_start() { # DIR LOG BUCKET...
   dir=$1 log=$2
   shift 2
   S3_PORT=$(free_port)
   set +e
-  SKIFF_S3RVER_OWNER_PID=$$ "$ROOT/tools/s3rver.sh" start "$dir" "$S3_PORT" "$@" > "$log" 2>&1
+  SKIFF_S3RVER_OWNER_PID=$$ "$ROOT/tools/$S3_EMULATOR.sh" start "$dir" "$S3_PORT" "$@" > "$log" 2>&1
   rc=$?
   set -e
   if [ $rc -eq 77 ]; then
     say "the S3 emulator cannot run here: $(cat "$log")"
     return 77
   fi
-  [ $rc -eq 0 ] || { cat "$log" >&2; fail "tools/s3rver.sh start (exit $rc)"; }
+  [ $rc -eq 0 ] || { cat "$log" >&2; fail "tools/$S3_EMULATOR.sh start (exit $rc)"; }
   S3_DIR=$dir
   S3_ENDPOINT=http://127.0.0.1:$S3_PORT
   export AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER
@@ -136,7 +139,7 @@ s3_url() { # BUCKET PREFIX -> objects.url of that prefix on the emulator
 }
 
 s3_stop() {
-  [ -z "$S3_DIR" ] || "$ROOT/tools/s3rver.sh" stop "$S3_DIR" > /dev/null 2>&1 || true
+  [ -z "$S3_DIR" ] || "$ROOT/tools/$S3_EMULATOR.sh" stop "$S3_DIR" > /dev/null 2>&1 || true
   S3_DIR=""
 }
 

