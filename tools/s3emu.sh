@@ -47,58 +47,14 @@ install() {
   ) 9>"$(dirname "$bin")/.build.lock"
 }
 
-start() {
-  [ $# -ge 2 ] || die "usage: $0 start DIR PORT [BUCKET...]"
-  dir=$1 port=$2
+server() { # DATADIR PORT BUCKET...
+  d=$1 port=$2
   shift 2
-  [ $# -gt 0 ] || set -- test
-  install
-  mkdir -p "$dir/data"
-  dir=$(cd "$dir" && pwd)
-  if [ -f "$dir/s3emu.pid" ] && kill -0 "$(cat "$dir/s3emu.pid")" 2>/dev/null; then
-    die "a server is already running from $dir (PID $(cat "$dir/s3emu.pid"))"
-  fi
-  "$(binary)" -dir "$dir/data" -addr "127.0.0.1:$port" -secret "${SKIFF_S3EMU_SECRET:-S3RVER}" "$@" \
-    >"$dir/s3emu.log" 2>&1 </dev/null &
-  pid=$!
-  echo "$pid" >"$dir/s3emu.pid"
-  i=0
-  while [ $i -lt 200 ]; do
-    grep -q "^ready" "$dir/s3emu.log" 2>/dev/null && return 0
-    if ! kill -0 "$pid" 2>/dev/null; then
-      cat "$dir/s3emu.log" >&2
-      rm -f "$dir/s3emu.pid"
-      die "the server exited during start-up"
-    fi
-    sleep 0.1
-    i=$((i + 1))
-  done
-  kill "$pid" 2>/dev/null || true
-  rm -f "$dir/s3emu.pid"
-  die "the server did not become ready on port $port within 20 s"
+  exec "$(binary)" -dir "$d" -addr "127.0.0.1:$port" -secret "${SKIFF_S3EMU_SECRET:-S3RVER}" "$@"
 }
 
-stop() {
-  [ $# -eq 1 ] || die "usage: $0 stop DIR"
-  pidf=$1/s3emu.pid
-  [ -f "$pidf" ] || return 0
-  pid=$(cat "$pidf")
-  if kill "$pid" 2>/dev/null; then
-    i=0
-    while kill -0 "$pid" 2>/dev/null && [ $i -lt 50 ]; do
-      sleep 0.1
-      i=$((i + 1))
-    done
-    kill -KILL "$pid" 2>/dev/null || true
-  fi
-  rm -f "$pidf"
-}
-
-cmd=${1:-}
-[ $# -gt 0 ] && shift
-case "$cmd" in
-  start) start "$@" ;;
-  stop) stop "$@" ;;
-  install) install ;;
-  *) echo "usage: $0 start DIR PORT [BUCKET...] | stop DIR | install" >&2; exit 2 ;;
-esac
+# shellcheck disable=SC2034 # read by tools/svc.sh
+SVC=s3emu
+# shellcheck source=tools/svc.sh
+. "$HERE/svc.sh"
+svc_main "$@"

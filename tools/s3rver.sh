@@ -50,64 +50,16 @@ install() {
   ) 9>"$CACHE/.install.lock"
 }
 
-start() {
-  [ $# -ge 2 ] || die "usage: $0 start DIR PORT [BUCKET...]"
-  dir=$1 port=$2
-  shift 2
-  [ $# -gt 0 ] || set -- test
-  install
-  mkdir -p "$dir/data"
-  dir=$(cd "$dir" && pwd)
-  if [ -f "$dir/s3rver.pid" ] && kill -0 "$(cat "$dir/s3rver.pid")" 2>/dev/null; then
-    die "a server is already running from $dir (PID $(cat "$dir/s3rver.pid"))"
-  fi
-  # s3rver encrypts list continuation tokens with DES, which OpenSSL 3 keeps
-  # in its legacy provider: without it every truncated listing fails (500).
-  NODE_PATH="$CACHE/node_modules" node --openssl-legacy-provider "$HERE/s3rver/server.js" "$dir/data" "$port" "$@" \
-    >"$dir/s3rver.log" 2>&1 </dev/null &
-  pid=$!
-  echo "$pid" >"$dir/s3rver.pid"
-  # Ready once the server said so (it listens by then); give up after 20 s.
-  i=0
-  while [ $i -lt 200 ]; do
-    if grep -q "^ready" "$dir/s3rver.log" 2>/dev/null; then
-      return 0
-    fi
-    if ! kill -0 "$pid" 2>/dev/null; then
-      cat "$dir/s3rver.log" >&2
-      rm -f "$dir/s3rver.pid"
-      die "the server exited during start-up"
-    fi
-    sleep 0.1
-    i=$((i + 1))
-  done
-  kill "$pid" 2>/dev/null || true
-  rm -f "$dir/s3rver.pid"
-  cat "$dir/s3rver.log" >&2
-  die "the server did not become ready on port $port within 20 s"
+# s3rver encrypts list continuation tokens with DES, which OpenSSL 3 keeps in its
+# legacy provider: without it every truncated listing fails (500).
+server() { # DATADIR PORT BUCKET...
+  NODE_PATH="$CACHE/node_modules"
+  export NODE_PATH
+  exec node --openssl-legacy-provider "$HERE/s3rver/server.js" "$@"
 }
 
-stop() {
-  [ $# -eq 1 ] || die "usage: $0 stop DIR"
-  pidf=$1/s3rver.pid
-  [ -f "$pidf" ] || return 0
-  pid=$(cat "$pidf")
-  if kill "$pid" 2>/dev/null; then
-    i=0
-    while kill -0 "$pid" 2>/dev/null && [ $i -lt 50 ]; do
-      sleep 0.1
-      i=$((i + 1))
-    done
-    kill -KILL "$pid" 2>/dev/null || true
-  fi
-  rm -f "$pidf"
-}
-
-cmd=${1:-}
-[ $# -gt 0 ] && shift
-case "$cmd" in
-  start) start "$@" ;;
-  stop) stop "$@" ;;
-  install) install ;;
-  *) echo "usage: $0 start DIR PORT [BUCKET...] | stop DIR | install" >&2; exit 2 ;;
-esac
+# shellcheck disable=SC2034 # read by tools/svc.sh
+SVC=s3rver
+# shellcheck source=tools/svc.sh
+. "$HERE/svc.sh"
+svc_main "$@"
