@@ -46,8 +46,9 @@ int sk_append_check(sk_part *p, const kb_header *h, const sk_pbatch **dup)
     return sk_pstate_check(ps, h->producer_epoch, h->base_sequence, last_seq, dup);
 }
 
-/* Effects that follow a successful append (see node.h). */
-static void after_append(sk_node *n, sk_part *p, sk_cbatch *cb, const kb_header *h,
+/* Effects that follow a successful append (see node.h); false when the
+ * cache could not take the batch (out of memory: cb is gone). */
+static bool after_append(sk_node *n, sk_part *p, sk_cbatch *cb, const kb_header *h,
                          int64_t append_ts, wal_lsn lsn_end)
 {
     p->next_offset = cb->last + 1;
@@ -71,23 +72,39 @@ static void after_append(sk_node *n, sk_part *p, sk_cbatch *cb, const kb_header 
                        (h->attributes & KB_ATTR_CONTROL) ? sk_txidx_control_type(cb->data, cb->len)
                                                          : -1) != 0)
         SK_WARN("append", "%s-%d: transaction index out of memory", p->topic->name, p->index);
-    sk_cache_add(n, p, cb);
     n->n_produced_batches++;
     n->n_produced_bytes += cb->len;
+    return sk_cache_add(n, p, cb);
+}
+
+/* The cache entry of a batch: the bytes in place when the caller lends
+ * them (backing), else a copy after the struct. Holds nothing yet. */
+static sk_cbatch *cbatch_new(const uint8_t *batch, uint32_t len, sk_ref *backing)
+{
+    sk_cbatch *cb = malloc(sizeof *cb + (backing ? 0 : len));
+    if (!cb)
+        return NULL;
+    if (backing) {
+        cb->data = (uint8_t *)batch;
+    } else {
+        cb->data = (uint8_t *)(cb + 1);
+        memcpy(cb->data, batch, len);
+    }
+    cb->backing = NULL;
+    cb->len = len;
+    return cb;
 }
 
 int sk_append(sk_node *n, sk_part *p, const uint8_t *batch, uint32_t len, kb_header *h,
-              sk_link *link, sk_durable_fn fn, void *arg, sk_append_res *out)
+              sk_link *link, sk_ref *backing, sk_durable_fn fn, void *arg, sk_append_res *out)
 {
-    sk_cbatch *cb = malloc(sizeof *cb + len);
+    sk_cbatch *cb = cbatch_new(batch, len, backing);
     struct durable *d = malloc(sizeof *d);
     if (!cb || !d) {
         free(cb);
         free(d);
         return SK_ERR_NOMEM;
     }
-    memcpy(cb->data, batch, len);
-    cb->len = len;
     int64_t base = p->next_offset;
     kb_set_base_offset(cb->data, base);
     kb_set_leader_epoch(cb->data, p->leader_epoch);
@@ -116,7 +133,11 @@ int sk_append(sk_node *n, sk_part *p, const uint8_t *batch, uint32_t len, kb_hea
     }
     cb->lsn = lsn;
     cb->linked = link != NULL;
-    after_append(n, p, cb, h, append_ts, lsn_end);
+    if (backing) {
+        sk_ref_hold(backing);
+        cb->backing = backing;
+    }
+    out->cached = after_append(n, p, cb, h, append_ts, lsn_end) ? cb : NULL;
     out->base = base;
     out->append_ts = append_ts;
     out->lsn = lsn;

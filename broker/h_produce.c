@@ -49,6 +49,10 @@ struct pctx {
     struct event *timer;
     struct pappend **waits;
     int nwaits, capwaits;
+    /* Batches cached in place in the request frame (append.h): the last
+     * of them, and their bytes. */
+    sk_cbatch *last_in_place;
+    size_t in_place;
 };
 
 static void pctx_cleanup(sk_req *r)
@@ -227,6 +231,26 @@ static bool answer_duplicate(sk_req *r, int16_t acks, kp_ProduceResponse_Partiti
     return true;
 }
 
+/* The batch still lies in the request frame (not recompressed into the
+ * arena): the cache may keep it there instead of copying it. */
+static bool lendable(const sk_req *r, const kp_ProduceRequest_PartitionProduceData *pd)
+{
+    const uint8_t *b = pd->records.p;
+    return r->frame_ref && b >= r->frame && b + pd->records.len <= r->frame + r->frame_len;
+}
+
+/* Batches cached in place keep the whole frame in memory: the cache counts
+ * what of it they do not cover (headers, batches refused or proxied) on the
+ * last of them, which leaves the cache after the others. */
+static void charge_frame(sk_req *r)
+{
+    struct pctx *c = r->hctx;
+    if (c && c->last_in_place && r->frame_len > c->in_place)
+        sk_cache_charge(r->node, c->last_in_place, (uint32_t)(r->frame_len - c->in_place));
+    if (c)
+        c->last_in_place = NULL;
+}
+
 static bool append(sk_req *r, int16_t acks, sk_topic *t, sk_part *p,
                    kp_ProduceRequest_PartitionProduceData *pd, kb_header *h,
                    kp_ProduceResponse_PartitionProduceResponse *pr)
@@ -247,7 +271,8 @@ static bool append(sk_req *r, int16_t acks, sk_topic *t, sk_part *p,
         pa->part = p->index;
     }
     sk_append_res res;
-    int rc = sk_append(r->node, p, pd->records.p, (uint32_t)pd->records.len, h, NULL,
+    sk_ref *backing = lendable(r, pd) ? r->frame_ref : NULL;
+    int rc = sk_append(r->node, p, pd->records.p, (uint32_t)pd->records.len, h, NULL, backing,
                        pa ? append_durable : NULL, pa, &res);
     if (rc != 0) {
         if (pa)
@@ -257,6 +282,11 @@ static bool append(sk_req *r, int16_t acks, sk_topic *t, sk_part *p,
                   rc == SK_ERR_AGAIN ? SK_KAFKA_REQUEST_TIMED_OUT : SK_KAFKA_KAFKA_STORAGE_ERROR,
                   "the write-ahead log cannot take the batch");
         return false;
+    }
+    if (backing && res.cached) {
+        struct pctx *c = r->hctx;
+        c->last_in_place = res.cached;
+        c->in_place += (size_t)pd->records.len;
     }
     sk_xzone_produced(r->node, false, (size_t)pd->records.len);
     pr->base_offset = res.base;
@@ -561,6 +591,7 @@ void h_produce(sk_req *r)
         tr->partition_responses.v =
             sk_req_array(r, &kp_ProduceResponse_PartitionProduceResponse_desc, np);
         if (np && !tr->partition_responses.v) {
+            charge_frame(r);
             sk_req_close(r, "out of memory");
             return;
         }
@@ -589,6 +620,7 @@ void h_produce(sk_req *r)
             produce_partition(r, acks, t, pd, pr);
         }
     }
+    charge_frame(r);
     if (acks == 0 && !bad_acks) {
         /* With acks=0 the producer learns of an error only from a closed
          * connection, as with Kafka. */

@@ -319,7 +319,7 @@ static void link_one(sk_links *l, sk_part *p, lent *e)
     sk_link lk = {.id = e->b.topic_id, .part = e->b.partition, .plog = e->plog,
                   .plsn = (wal_lsn)e->b.lsn, .len = (uint32_t)e->b.length};
     sk_append_res res;
-    rc = sk_append(l->n, p, e->bytes, (uint32_t)e->b.length, &h, &lk, linked_durable, e, &res);
+    rc = sk_append(l->n, p, e->bytes, (uint32_t)e->b.length, &h, &lk, NULL, linked_durable, e, &res);
     if (rc) {
         fail(e, rc == SK_ERR_AGAIN ? SK_KAFKA_REQUEST_TIMED_OUT : SK_KAFKA_KAFKA_STORAGE_ERROR,
              "the main's write-ahead log cannot take the link");

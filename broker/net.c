@@ -158,13 +158,25 @@ int sk_conn_queue_answer(struct evbuffer *out, sk_req *r, size_t *bytes)
     return evbuffer_add(out, r->out + from, r->out_len - from);
 }
 
+/* A request's bytes. Produce may keep batches of it in the WAL cache in
+ * place (append.h): the frame then outlives its request. */
+struct frame {
+    sk_ref ref; /* first */
+    uint8_t bytes[];
+};
+
+static void frame_drop(sk_ref *ref)
+{
+    free((struct frame *)ref);
+}
+
 static void req_free(sk_req *r)
 {
     sk_conn *c = r->conn;
     if (r->cleanup)
         r->cleanup(r);
     sk_req_drop_pieces(r);
-    free(r->frame);
+    sk_ref_put(r->frame_ref);
     free(r->out);
     sk_arena_destroy(r->arena);
     free(r);
@@ -298,15 +310,17 @@ static void process_input(sk_conn *c)
             break;
         }
         bufferevent_setwatermark(c->bev, EV_READ, 0, 0);
-        uint8_t *frame = malloc((size_t)size);
+        struct frame *f = malloc(sizeof *f + (size_t)size);
         sk_req *r = calloc(1, sizeof *r);
-        if (!frame || !r) {
-            free(frame);
+        if (!f || !r) {
+            free(f);
             free(r);
             SK_ERROR("net", "%s: out of memory for a %d-byte request; closing", c->peer, size);
             conn_close(c);
             return;
         }
+        sk_ref_init(&f->ref, frame_drop);
+        uint8_t *frame = f->bytes;
         evbuffer_drain(in, 4);
         evbuffer_remove(in, frame, (size_t)size);
         if (size >= MIN_FRAME)
@@ -315,6 +329,7 @@ static void process_input(sk_conn *c)
         r->node = n;
         r->frame = frame;
         r->frame_len = (size_t)size;
+        r->frame_ref = &f->ref;
         r->state = SK_REQ_RUNNING;
         r->start_us = sk_mono_us();
         c->refs++;

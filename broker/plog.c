@@ -108,7 +108,7 @@ void sk_topic_remove(sk_node *n, sk_topic *t)
         sk_cbatch *b = *pp;
         if (b->part->topic == t) {
             *pp = b->gnext;
-            n->cache_bytes -= b->len;
+            n->cache_bytes -= b->cost;
             sk_ref_put(&b->ref);
         } else {
             prev = b;
@@ -166,7 +166,7 @@ static void cache_drop(sk_node *n, sk_part *p)
         sk_cbatch *b = *pp;
         if (b->part == p) {
             *pp = b->gnext;
-            n->cache_bytes -= b->len;
+            n->cache_bytes -= b->cost;
             sk_ref_put(&b->ref);
         } else {
             prev = b;
@@ -222,10 +222,12 @@ static sk_cbatch *cq_at(const sk_part *p, uint32_t i)
 
 static void cbatch_free(sk_ref *ref)
 {
-    free((sk_cbatch *)ref); /* ref is its first member */
+    sk_cbatch *b = (sk_cbatch *)ref; /* ref is its first member */
+    sk_ref_put(b->backing);
+    free(b);
 }
 
-void sk_cache_add(sk_node *n, sk_part *p, sk_cbatch *b)
+bool sk_cache_add(sk_node *n, sk_part *p, sk_cbatch *b)
 {
     if (p->cq_len == p->cq_cap) {
         uint32_t ncap = p->cq_cap ? p->cq_cap * 2 : 16;
@@ -238,8 +240,8 @@ void sk_cache_add(sk_node *n, sk_part *p, sk_cbatch *b)
              * for everything older. */
             SK_WARN("cache", "out of memory growing the cache of %s-%d", p->topic->name,
                     p->index);
-            free(b);
-            return;
+            cbatch_free(&b->ref);
+            return false;
         }
         for (uint32_t i = 0; i < p->cq_len; i++)
             nq[i] = cq_at(p, i);
@@ -258,7 +260,15 @@ void sk_cache_add(sk_node *n, sk_part *p, sk_cbatch *b)
     else
         n->cache_head = b;
     n->cache_tail = b;
-    n->cache_bytes += b->len;
+    b->cost = b->len;
+    n->cache_bytes += b->cost;
+    return true;
+}
+
+void sk_cache_charge(sk_node *n, sk_cbatch *b, uint32_t extra)
+{
+    b->cost += extra;
+    n->cache_bytes += extra;
 }
 
 void sk_cache_evict(sk_node *n)
@@ -277,7 +287,7 @@ void sk_cache_evict(sk_node *n)
         n->cache_head = b->gnext;
         if (!n->cache_head)
             n->cache_tail = NULL;
-        n->cache_bytes -= b->len;
+        n->cache_bytes -= b->cost;
         sk_ref_put(&b->ref);
     }
 }
@@ -291,7 +301,7 @@ void sk_cache_drop_below(sk_node *n, sk_part *p, int64_t below)
         if (b->part == p && b->last < below && b->lsn < n->store_applied &&
             dropped < p->cq_len && cq_at(p, dropped) == b) { /* p's oldest, in order */
             *pp = b->gnext;
-            n->cache_bytes -= b->len;
+            n->cache_bytes -= b->cost;
             sk_ref_put(&b->ref); /* a response or an upload may still hold it */
             dropped++;
         } else {

@@ -57,8 +57,13 @@ void sk_parts_view_applied(sk_node *n, wal_lsn before);
  * batches, producers and offsets; parked fetches are woken to find it gone. */
 void sk_part_release(sk_node *n, sk_part *p);
 
-/* Adds an appended batch at the end of the partition's cache. */
-void sk_cache_add(sk_node *n, sk_part *p, sk_cbatch *b);
+/* Adds an appended batch at the end of the partition's cache, which then
+ * owns it; it counts b->len bytes. False when out of memory: b (and its
+ * hold on b->backing) is freed then. */
+bool sk_cache_add(sk_node *n, sk_part *p, sk_cbatch *b) __attribute__((warn_unused_result));
+/* b, cached and not yet evicted, counts `extra` more bytes: the part of the
+ * request frame it keeps in place that no other cached batch covers. */
+void sk_cache_charge(sk_node *n, sk_cbatch *b, uint32_t extra);
 /* Evicts the oldest batches while over the limit and covered by the view.
  * An evicted batch a response still holds (sk_ref) leaves the cache and its
  * byte count at once, and is freed when the last response lets go. */

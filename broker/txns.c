@@ -455,7 +455,7 @@ int sk_txns_append_marker(sk_node *n, sk_part *p, int64_t pid, int16_t epoch, bo
     if (len < 0 || kb_parse_header(buf, (size_t)len, &h) != 0)
         return SK_ERR_INVAL;
     sk_append_res res;
-    return sk_append(n, p, buf, (uint32_t)len, &h, NULL, fn, arg, &res);
+    return sk_append(n, p, buf, (uint32_t)len, &h, NULL, NULL, fn, arg, &res);
 }
 
 static bool remote(sk_node *n, const sk_part *p)

@@ -81,8 +81,14 @@ struct sk_cbatch {
     int64_t max_ts;
     wal_lsn lsn;   /* of its record in the own WAL */
     uint32_t len;
+    uint32_t cost; /* bytes it counts in the cache's size: len, plus what of its
+                      request frame it alone keeps in memory (sk_cache_charge) */
     bool linked;   /* that record is a LINK (docs/zones.md), not the batch's bytes */
-    uint8_t data[];
+    /* The bytes: right after this struct (backing NULL), or in place in the
+     * request frame that carried them, which the entry holds (backing, put
+     * when the entry is freed). */
+    sk_ref *backing;
+    uint8_t *data;
 };
 
 /* Idempotent producer state of one producer id on one partition: its epoch
@@ -181,8 +187,10 @@ struct sk_req {
     int16_t version;
     bool flexible;
     sk_req_state state;
-    uint8_t *frame; /* the request bytes (header + body), owned */
+    uint8_t *frame; /* the request bytes (header + body), inside frame_ref */
     size_t frame_len;
+    sk_ref *frame_ref; /* held: by the request, and by cache entries that keep
+                          batches of the frame in place (append.h) */
     sk_arena *arena; /* everything decoded and built for this request */
     void *body;      /* decoded request struct */
     void *resp;      /* response struct, encoded by sk_req_respond */

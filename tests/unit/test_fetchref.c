@@ -54,8 +54,9 @@ static sk_cbatch *add(fixture *f, int64_t base, uint32_t len, uint8_t fill)
     b->last = base;
     b->lsn = (wal_lsn)base + 1;
     b->len = len;
+    b->data = (uint8_t *)(b + 1);
     memset(b->data, fill, len);
-    sk_cache_add(&f->n, p, b);
+    assert_true(sk_cache_add(&f->n, p, b));
     b->ref.drop = counting_free;
     p->next_offset = p->hw = base + 1;
     return b;

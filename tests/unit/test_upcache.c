@@ -44,8 +44,9 @@ static sk_cbatch *add(fixture *f, int32_t part, int64_t base, wal_lsn lsn, uint3
     b->lsn = lsn;
     b->len = len;
     b->linked = linked;
+    b->data = (uint8_t *)(b + 1);
     memset(b->data, (int)(lsn & 0xff), len);
-    sk_cache_add(&f->n, p, b);
+    assert_true(sk_cache_add(&f->n, p, b));
     b->ref.drop = counting_free;
     p->next_offset = p->hw = base + 1;
     return b;
