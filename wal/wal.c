@@ -76,7 +76,10 @@ struct batch {
     wal_lsn lsn;  /* LSN of buf[0] */
     int state;    /* B_*: past B_OPEN nothing more may join it */
     int64_t issued_us; /* when its write was issued */
-    uint8_t *buf;
+    /* buf lies in mem (WAL_WRITE_ROOM-aligned, cap bytes) at the offset its
+     * first byte has in its block of the segment, so that the backend may
+     * write it in place with direct I/O (wal_storage.h, write_placed). */
+    uint8_t *mem, *buf;
     size_t len, cap;
     struct waiter *wt;
     size_t nwt, capwt;
@@ -296,7 +299,7 @@ static void batch_free(struct batch *b)
 {
     if (!b)
         return;
-    free(b->buf);
+    free(b->mem);
     free(b->wt);
     free(b);
 }
@@ -313,18 +316,36 @@ static void batch_recycle(wal *w, struct batch *b)
         batch_free(b);
 }
 
+/* Room for `bytes` more in b's buffer (b->seg and b->lsn set), laid out as
+ * struct batch says: the block offset before it, whole blocks to its end. */
+static int batch_room(struct batch *b, size_t bytes)
+{
+    size_t head = (size_t)((b->lsn - b->seg) % WAL_WRITE_ROOM);
+    if (b->len == 0 && b->mem)
+        b->buf = b->mem + head; /* a recycled batch, at a new position */
+    size_t need = head + b->len + bytes;
+    need = (need + WAL_WRITE_ROOM - 1) / WAL_WRITE_ROOM * WAL_WRITE_ROOM;
+    if (need <= b->cap)
+        return 0;
+    size_t ncap = b->cap ? b->cap : 64 * 1024;
+    while (ncap < need)
+        ncap *= 2;
+    void *n = NULL;
+    if (posix_memalign(&n, WAL_WRITE_ROOM, ncap) != 0)
+        return SK_ERR_NOMEM;
+    if (b->len)
+        memcpy((uint8_t *)n + head, b->buf, b->len);
+    free(b->mem);
+    b->mem = n;
+    b->buf = b->mem + head;
+    b->cap = ncap;
+    return 0;
+}
+
 static int batch_reserve(struct batch *b, size_t bytes, size_t waiters)
 {
-    if (b->len + bytes > b->cap) {
-        size_t ncap = b->cap ? b->cap : 64 * 1024;
-        while (ncap < b->len + bytes)
-            ncap *= 2;
-        uint8_t *n = realloc(b->buf, ncap);
-        if (!n)
-            return SK_ERR_NOMEM;
-        b->buf = n;
-        b->cap = ncap;
-    }
+    if (batch_room(b, bytes) != 0)
+        return SK_ERR_NOMEM;
     if (b->nwt + waiters > b->capwt) {
         size_t ncap = b->capwt ? b->capwt * 2 : 64;
         struct waiter *n = realloc(b->wt, ncap * sizeof *n);
@@ -610,6 +631,10 @@ static void issue_write(wal *w, struct batch *b)
     b->state = B_FLYING;
     b->issued_us = sk_mono_us();
     w->nflying++;
+    if (w->st->ops->write_placed) {
+        w->st->ops->write_placed(w->st, b->seg, b->lsn - b->seg, b->buf, b->len, write_done, f);
+        return;
+    }
     struct iovec iov = {.iov_base = b->buf, .iov_len = b->len};
     w->st->ops->write(w->st, b->seg, b->lsn - b->seg, &iov, 1, true, write_done, f);
 }
@@ -865,7 +890,11 @@ int wal_appendv(wal *w, uint8_t type, const struct iovec *iov, int iovcnt, wal_d
     }
     struct batch *b = w->tail;
     bool nb = !b || b->state != B_OPEN || b->seg != seg;
-    if (nb && !(b = batch_new(w)))
+    if (nb && (b = batch_new(w))) {
+        b->seg = seg;
+        b->lsn = w->end;
+    }
+    if (!b)
         rc = SK_ERR_NOMEM;
     else
         rc = batch_reserve(b, need, 1);
@@ -879,8 +908,6 @@ int wal_appendv(wal *w, uint8_t type, const struct iovec *iov, int iovcnt, wal_d
     }
 
     if (nb) {
-        b->seg = seg;
-        b->lsn = w->end;
         if (w->tail)
             w->tail->next = b;
         else

@@ -34,9 +34,11 @@
 /* Zeroed at the start of a spare: the segment header and then some. */
 #define SPARE_ZERO_BYTES 4096
 /* Direct I/O: offsets, lengths and buffers aligned to this (the largest
- * logical block size in use), written through a bounce buffer this large. */
+ * logical block size in use), written in place when the WAL laid the
+ * buffer out for it (write_placed), else through a bounce buffer this large. */
 #define DIO_ALIGN 4096
 #define BOUNCE_BYTES (1u << 20)
+_Static_assert(DIO_ALIGN == WAL_WRITE_ROOM, "write_placed lays buffers out for these blocks");
 
 struct segfd {
     uint64_t seg;
@@ -81,6 +83,7 @@ struct op {
     struct iovec *iov;
     int iovcnt;
     bool sync;
+    bool placed; /* one buffer laid out for direct I/O (write_placed) */
     wal_io_cb cb;
     void *arg;
     int err;
@@ -618,15 +621,15 @@ static bool direct_open(struct posix *p, struct segfd *e)
 
 /* The bytes of [at, off) that the next direct write must write again: the
  * kept block when it is that one, else read back from the file. */
-static int direct_prefix(struct posix *p, struct segfd *e, uint64_t at, size_t pre)
+static int direct_prefix(struct posix *p, struct segfd *e, uint64_t at, size_t pre, uint8_t *dst)
 {
     if (p->tail_seg == e->seg && p->tail_at == at && p->tail_len == pre) {
-        memcpy(p->bounce, p->tail, pre);
+        memcpy(dst, p->tail, pre);
         return 0;
     }
     size_t done = 0;
     while (done < pre) {
-        ssize_t n = pread(e->fd, p->bounce + done, pre - done, (off_t)(at + done));
+        ssize_t n = pread(e->fd, dst + done, pre - done, (off_t)(at + done));
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0) {
@@ -643,12 +646,64 @@ static int direct_prefix(struct posix *p, struct segfd *e, uint64_t at, size_t p
  * holding off, the partial block at the end padded with zeros (recovery
  * reads zeros as the end of the log) and written again, completed, by the
  * next write. */
+/* Writes whole blocks buf[0, len) at `at`, both DIO_ALIGN-aligned. */
+static int direct_pwrite(struct segfd *e, const uint8_t *buf, size_t len, uint64_t at)
+{
+    for (size_t done = 0; done < len;) {
+        ssize_t n = pwrite(e->dfd, buf + done, len - done, (off_t)(at + done));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0 || n % DIO_ALIGN) {
+            SK_ERROR("wal_posix", "direct write segment %llu at %llu: %s",
+                     (unsigned long long)e->seg, (unsigned long long)(at + done),
+                     n < 0 ? strerror(errno) : "short write");
+            return SK_ERR_IO;
+        }
+        done += (size_t)n;
+    }
+    return 0;
+}
+
+/* Keeps the partial last block of a direct write (`keep` bytes at `at`),
+ * which the next write starts with. */
+static void direct_keep(struct posix *p, struct segfd *e, uint64_t at, const uint8_t *b,
+                        size_t keep)
+{
+    p->tail_seg = e->seg;
+    p->tail_at = at;
+    p->tail_len = keep;
+    memcpy(p->tail, b, keep);
+}
+
+/* direct_write of a buffer laid out for it (wal_storage.h, write_placed):
+ * the partial block before it and the zeros after it go into its own room,
+ * and it is written from there, not copied. */
+static int direct_write_placed(struct posix *p, struct segfd *e, uint64_t off,
+                               const struct iovec *iov)
+{
+    size_t fill = (size_t)(off % DIO_ALIGN);
+    uint64_t at = off - fill;
+    uint8_t *start = (uint8_t *)iov->iov_base - fill;
+    int rc = direct_prefix(p, e, at, fill, start);
+    p->tail_at = UINT64_MAX;
+    size_t end = fill + iov->iov_len;
+    size_t len = (end + DIO_ALIGN - 1) & ~(size_t)(DIO_ALIGN - 1);
+    if (!rc) {
+        memset(start + end, 0, len - end);
+        rc = direct_pwrite(e, start, len, at);
+    }
+    if (!rc && end % DIO_ALIGN)
+        direct_keep(p, e, at + end - end % DIO_ALIGN, start + end - end % DIO_ALIGN,
+                    end % DIO_ALIGN);
+    return rc;
+}
+
 static int direct_write(struct posix *p, struct segfd *e, uint64_t off, const struct iovec *iov,
                         int cnt)
 {
     uint64_t at = off & ~(uint64_t)(DIO_ALIGN - 1);
     size_t fill = (size_t)(off - at);
-    int rc = direct_prefix(p, e, at, fill);
+    int rc = direct_prefix(p, e, at, fill, p->bounce);
     p->tail_at = UINT64_MAX;
     int i = 0;
     size_t in = 0; /* bytes of iov[i] already copied */
@@ -667,26 +722,11 @@ static int direct_write(struct posix *p, struct segfd *e, uint64_t off, const st
         }
         size_t len = (fill + DIO_ALIGN - 1) & ~(size_t)(DIO_ALIGN - 1);
         memset(p->bounce + fill, 0, len - fill);
-        for (size_t done = 0; done < len && !rc;) {
-            ssize_t n = pwrite(e->dfd, p->bounce + done, len - done, (off_t)(at + done));
-            if (n < 0 && errno == EINTR)
-                continue;
-            if (n <= 0 || n % DIO_ALIGN) {
-                SK_ERROR("wal_posix", "direct write segment %llu at %llu: %s",
-                         (unsigned long long)e->seg, (unsigned long long)(at + done),
-                         n < 0 ? strerror(errno) : "short write");
-                rc = SK_ERR_IO;
-            }
-            done += n > 0 ? (size_t)n : 0;
-        }
+        rc = direct_pwrite(e, p->bounce, len, at);
         if (rc || i == cnt) {
             size_t keep = fill % DIO_ALIGN;
-            if (!rc && keep) {
-                p->tail_seg = e->seg;
-                p->tail_at = at + fill - keep;
-                p->tail_len = keep;
-                memcpy(p->tail, p->bounce + fill - keep, keep);
-            }
+            if (!rc && keep)
+                direct_keep(p, e, at + fill - keep, p->bounce + fill - keep, keep);
             break;
         }
         at += fill; /* fill == BOUNCE_BYTES: aligned */
@@ -705,8 +745,12 @@ static void write_work(void *arg)
     if (o->err)
         return;
     bool direct = p->direct && (e->dfd >= 0 || direct_open(p, e));
-    o->err = direct ? direct_write(p, e, o->off, o->iov, o->iovcnt)
-                    : buffered_write(e, o->off, o->iov, o->iovcnt);
+    if (!direct)
+        o->err = buffered_write(e, o->off, o->iov, o->iovcnt);
+    else if (o->placed)
+        o->err = direct_write_placed(p, e, o->off, o->iov);
+    else
+        o->err = direct_write(p, e, o->off, o->iov, o->iovcnt);
     if (!o->err && o->sync && do_fsync(direct ? e->dfd : e->fd, true) != 0) {
         SK_ERROR("wal_posix", "fdatasync segment %llu: %s", (unsigned long long)o->seg,
                  strerror(errno));
@@ -804,8 +848,8 @@ static void px_create(wal_storage *s, uint64_t seg, uint64_t size_hint, wal_io_c
     op_submit(p, o, create_work);
 }
 
-static void px_write(wal_storage *s, uint64_t seg, uint64_t off, const struct iovec *iov,
-                     int iovcnt, bool sync, wal_io_cb cb, void *arg)
+static void write_submit(wal_storage *s, uint64_t seg, uint64_t off, const struct iovec *iov,
+                         int iovcnt, bool sync, bool placed, wal_io_cb cb, void *arg)
 {
     struct posix *p = s->impl;
     struct op *o = op_new(p, seg, cb, arg);
@@ -813,6 +857,7 @@ static void px_write(wal_storage *s, uint64_t seg, uint64_t off, const struct io
         abort();
     o->off = off;
     o->sync = sync;
+    o->placed = placed;
     o->iovcnt = iovcnt;
     o->iov = malloc((size_t)(iovcnt > 0 ? iovcnt : 1) * sizeof *iov);
     if (!o->iov)
@@ -821,6 +866,19 @@ static void px_write(wal_storage *s, uint64_t seg, uint64_t off, const struct io
         memcpy(o->iov, iov, (size_t)iovcnt * sizeof *iov);
     o->queued_us = sk_mono_us();
     op_submit(p, o, write_work);
+}
+
+static void px_write(wal_storage *s, uint64_t seg, uint64_t off, const struct iovec *iov,
+                     int iovcnt, bool sync, wal_io_cb cb, void *arg)
+{
+    write_submit(s, seg, off, iov, iovcnt, sync, false, cb, arg);
+}
+
+static void px_write_placed(wal_storage *s, uint64_t seg, uint64_t off, void *buf, size_t len,
+                            wal_io_cb cb, void *arg)
+{
+    struct iovec iov = {.iov_base = buf, .iov_len = len};
+    write_submit(s, seg, off, &iov, 1, true, true, cb, arg);
 }
 
 static void px_remove(wal_storage *s, uint64_t seg, wal_io_cb cb, void *arg)
@@ -1065,6 +1123,7 @@ static const wal_storage_ops posix_ops = {
     .truncate = px_truncate,
     .create = px_create,
     .write = px_write,
+    .write_placed = px_write_placed,
     .remove = px_remove,
     .discard = px_discard,
     .purge = px_purge,

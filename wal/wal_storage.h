@@ -64,6 +64,9 @@ struct event_base;
 typedef struct wal_storage wal_storage;
 typedef void (*wal_io_cb)(void *arg, int err);
 
+/* The block size write_placed lays buffers out for (direct I/O). */
+#define WAL_WRITE_ROOM 4096
+
 typedef struct wal_storage_ops {
     const char *name;
     /* Segment start LSNs, ascending, in a malloc'd array the caller frees. */
@@ -76,6 +79,14 @@ typedef struct wal_storage_ops {
     void (*create)(wal_storage *s, uint64_t seg, uint64_t size_hint, wal_io_cb cb, void *arg);
     void (*write)(wal_storage *s, uint64_t seg, uint64_t off, const struct iovec *iov, int iovcnt,
                   bool sync, wal_io_cb cb, void *arg);
+    /* Optional: a synced write of one buffer the WAL laid out for direct
+     * I/O, which a backend may then write in place instead of copying it
+     * into a bounce buffer: buf - off % WAL_WRITE_ROOM is WAL_WRITE_ROOM-
+     * aligned, and the bytes from there to buf and from buf + len to the
+     * next multiple of WAL_WRITE_ROOM (counted from that aligned start) are
+     * the backend's to overwrite until the callback. Otherwise as write. */
+    void (*write_placed)(wal_storage *s, uint64_t seg, uint64_t off, void *buf, size_t len,
+                         wal_io_cb cb, void *arg);
     void (*remove)(wal_storage *s, uint64_t seg, wal_io_cb cb, void *arg);
     /* Blocking remove of a segment (recovery drops segments a fenced owner
      * left behind); a missing file is not an error. */
