@@ -125,7 +125,10 @@ int sk_append(sk_node *n, sk_part *p, const uint8_t *batch, uint32_t len, kb_hea
         memcpy(link->head, cb->data, KB_HEADER_SIZE);
     *d = (struct durable){n, p->topic->id, p->index, cb->last, fn, arg};
     wal_lsn lsn, lsn_end;
-    int rc = sk_node_append_data(n, p, cb->data, cb->len, h, link, durable_cb, d, &lsn, &lsn_end);
+    /* A lent batch is the request's, validated just now: its CRC field
+     * is right (LogAppendTime above set it again). */
+    int rc = sk_node_append_data(n, p, cb->data, cb->len, h, link, backing != NULL, durable_cb, d,
+                                 &lsn, &lsn_end);
     if (rc != 0) {
         free(cb);
         free(d);

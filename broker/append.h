@@ -41,7 +41,9 @@ typedef struct sk_append_res {
  * copy is filled here. `backing`, when given, holds the memory of `batch`
  * and lends it: the offsets are then written into those very bytes, and
  * the cache entry keeps them in place (holding backing) instead of a copy;
- * nobody else may write them from then on. Without it the batch is copied.
+ * nobody else may write them from then on. A lent batch must have been
+ * validated (its CRC field checked): the WAL record's CRC is derived from
+ * that field. Without backing the batch is copied and its CRC computed.
  * fn may be NULL. Returns 0, or (nothing appended, nothing held)
  * SK_ERR_AGAIN (the WAL is busy), SK_ERR_IO, SK_ERR_NOMEM. */
 int sk_append(sk_node *n, sk_part *p, const uint8_t *batch, uint32_t len, struct kb_header *h,

@@ -81,10 +81,10 @@ int sk_node_append(sk_node *n, uint8_t type, const struct iovec *iov, int iovcnt
 }
 
 int sk_node_append_data(sk_node *n, sk_part *p, const uint8_t *batch, uint32_t len,
-                        const kb_header *h, const sk_link *link, sk_durable_fn fn, void *arg,
-                        wal_lsn *lsn, wal_lsn *lsn_end)
+                        const kb_header *h, const sk_link *link, bool crc_known,
+                        sk_durable_fn fn, void *arg, wal_lsn *lsn, wal_lsn *lsn_end)
 {
-    int rc = sk_vlog_append_data(n->log, p, batch, len, h, link, fn, arg, lsn, lsn_end);
+    int rc = sk_vlog_append_data(n->log, p, batch, len, h, link, crc_known, fn, arg, lsn, lsn_end);
     if (rc == 0)
         check_pending(n);
     return rc;

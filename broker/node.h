@@ -46,13 +46,13 @@ typedef void (*sk_durable_fn)(void *arg, int err);
 int sk_node_append(sk_node *n, uint8_t type, const struct iovec *iov, int iovcnt,
                    sk_durable_fn fn, void *arg, wal_lsn *lsn_end);
 /* Appends a partition's batch (final offsets already written in it), as a
- * DATA record or as a LINK to a payload log (sk_vlog_append_data). *lsn is
- * where the record starts, *lsn_end where it ends. */
+ * DATA record or as a LINK to a payload log (sk_vlog_append_data, crc_known
+ * as there). *lsn is where the record starts, *lsn_end where it ends. */
 struct kb_header;
 struct sk_link;
 int sk_node_append_data(sk_node *n, sk_part *p, const uint8_t *batch, uint32_t len,
-                        const struct kb_header *h, const struct sk_link *link, sk_durable_fn fn,
-                        void *arg, wal_lsn *lsn, wal_lsn *lsn_end);
+                        const struct kb_header *h, const struct sk_link *link, bool crc_known,
+                        sk_durable_fn fn, void *arg, wal_lsn *lsn, wal_lsn *lsn_end);
 /* Runs fn once the WAL is durable up to `end` (at once if it already is). */
 void sk_node_wait_durable(sk_node *n, wal_lsn end, sk_durable_fn fn, void *arg);
 

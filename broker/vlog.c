@@ -233,14 +233,18 @@ static void append_done(void *arg, int err, wal_lsn lsn)
         v->hooks.fenced(v->hooks.arg);
 }
 
+/* last_crc: the CRC of the last piece, when known (wal_appendv_known). */
 static int append_pend(sk_vlog *v, uint8_t type, const struct iovec *iov, int iovcnt,
-                       struct pend *pe, sk_vlog_fn fn, void *arg, wal_lsn *lsn_end)
+                       const uint32_t *last_crc, struct pend *pe, sk_vlog_fn fn, void *arg,
+                       wal_lsn *lsn_end)
 {
     size_t len = 0;
     for (int i = 0; i < iovcnt; i++)
         len += iov[i].iov_len;
     wal_lsn lsn;
-    int rc = wal_appendv(v->wal, type, iov, iovcnt, append_done, pe, &lsn);
+    int rc = last_crc ? wal_appendv_known(v->wal, type, iov, iovcnt, *last_crc, append_done, pe,
+                                          &lsn)
+                      : wal_appendv(v->wal, type, iov, iovcnt, append_done, pe, &lsn);
     if (rc != 0) {
         sk_store_rec_free(&pe->rec);
         free(pe);
@@ -288,12 +292,12 @@ int sk_vlog_append(sk_vlog *v, uint8_t type, const struct iovec *iov, int iovcnt
         free(pe);
         return rc;
     }
-    return append_pend(v, type, iov, iovcnt, pe, fn, arg, lsn_end);
+    return append_pend(v, type, iov, iovcnt, NULL, pe, fn, arg, lsn_end);
 }
 
 int sk_vlog_append_data(sk_vlog *v, sk_part *p, const uint8_t *batch, uint32_t len,
-                        const kb_header *h, const sk_link *link, sk_vlog_fn fn, void *arg,
-                        wal_lsn *lsn, wal_lsn *lsn_end)
+                        const kb_header *h, const sk_link *link, bool crc_known, sk_vlog_fn fn,
+                        void *arg, wal_lsn *lsn, wal_lsn *lsn_end)
 {
     struct pend *pe = calloc(1, sizeof *pe);
     if (!pe)
@@ -313,8 +317,12 @@ int sk_vlog_append_data(sk_vlog *v, sk_part *p, const uint8_t *batch, uint32_t l
         iov[1] = (struct iovec){(void *)batch, len};
         iovcnt = 2;
     }
+    uint32_t crc = 0;
+    if (crc_known && !link)
+        crc = kb_whole_crc32c(batch, len);
     wal_lsn end;
-    int rc = append_pend(v, link ? SK_WAL_LINK : SK_WAL_DATA, iov, iovcnt, pe, fn, arg, &end);
+    int rc = append_pend(v, link ? SK_WAL_LINK : SK_WAL_DATA, iov, iovcnt,
+                         crc_known && !link ? &crc : NULL, pe, fn, arg, &end);
     if (rc == 0) {
         size_t rlen = link ? sizeof lrec : sizeof head + len;
         if (lsn)

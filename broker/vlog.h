@@ -67,12 +67,14 @@ int sk_vlog_append(sk_vlog *v, uint8_t type, const struct iovec *iov, int iovcnt
                    void *arg, wal_lsn *lsn_end) __attribute__((warn_unused_result));
 /* Appends a partition's batch (final offsets written in it): a DATA record,
  * or, when `link` is given, a LINK record to the batch in a payload log
- * (link->head holds the batch's header). */
+ * (link->head holds the batch's header). crc_known: the batch's CRC field
+ * is known right (validated just now), and the DATA record's CRC is derived
+ * from it instead of reading the batch again (wal_appendv_known). */
 struct kb_header;
 struct sk_link;
 int sk_vlog_append_data(sk_vlog *v, sk_part *p, const uint8_t *batch, uint32_t len,
-                        const struct kb_header *h, const struct sk_link *link, sk_vlog_fn fn,
-                        void *arg, wal_lsn *lsn, wal_lsn *lsn_end)
+                        const struct kb_header *h, const struct sk_link *link, bool crc_known,
+                        sk_vlog_fn fn, void *arg, wal_lsn *lsn, wal_lsn *lsn_end)
     __attribute__((warn_unused_result));
 
 /* Runs fn once the WAL is durable up to `end` (at once if it is). */

@@ -13,6 +13,21 @@
 #define POLY 0x82f63b78u /* Castagnoli, reflected */
 
 static uint32_t table[8][256];
+static uint32_t x2n[32]; /* x^(2^k) modulo the polynomial */
+
+/* a * b modulo the polynomial, both reflected (x^0 is the top bit). */
+static uint32_t multmodp(uint32_t a, uint32_t b)
+{
+    uint32_t p = 0;
+    for (uint32_t m = 1u << 31; m && a; m >>= 1) {
+        if (a & m) {
+            p ^= b;
+            a &= ~m;
+        }
+        b = (b & 1) ? (b >> 1) ^ POLY : b >> 1;
+    }
+    return p;
+}
 #ifdef HAVE_X86
 /* The hardware path runs three streams at once (the crc32 instruction's
  * latency is three times its issue rate), over blocks of LONG, then SHORT
@@ -27,20 +42,6 @@ static bool have_hw;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 #ifdef HAVE_X86
-/* a * b modulo the polynomial, both reflected (x^0 is the top bit). */
-static uint32_t multmodp(uint32_t a, uint32_t b)
-{
-    uint32_t p = 0;
-    for (uint32_t m = 1u << 31; m && a; m >>= 1) {
-        if (a & m) {
-            p ^= b;
-            a &= ~m;
-        }
-        b = (b & 1) ? (b >> 1) ^ POLY : b >> 1;
-    }
-    return p;
-}
-
 /* The tables that move a register past n zero bytes. */
 static void shift_tables(uint32_t t[4][256], size_t n)
 {
@@ -60,6 +61,9 @@ static uint32_t shifted(uint32_t t[4][256], uint32_t c)
 
 static void init(void)
 {
+    x2n[0] = 1u << 30; /* x^1 */
+    for (int k = 1; k < 32; k++)
+        x2n[k] = multmodp(x2n[k - 1], x2n[k - 1]);
     for (uint32_t n = 0; n < 256; n++) {
         uint32_t c = n;
         for (int k = 0; k < 8; k++)
@@ -158,6 +162,17 @@ uint32_t sk_crc32c_extend(uint32_t crc, const void *buf, size_t len)
         return ~crc_hw(crc, buf, len);
 #endif
     return ~crc_sw(crc, buf, len);
+}
+
+uint32_t sk_crc32c_combine(uint32_t crc_a, uint32_t crc_b, size_t len_b)
+{
+    pthread_once(&once, init);
+    /* crc_a's register moved past len_b zero bytes: times x^(8 len_b). */
+    uint32_t xn = 1u << 31; /* x^0 */
+    for (unsigned k = 3; len_b; len_b >>= 1, k++)
+        if (len_b & 1)
+            xn = multmodp(x2n[k & 31], xn);
+    return multmodp(xn, crc_a) ^ crc_b;
 }
 
 /* Exposed for the unit test that checks both paths agree. */

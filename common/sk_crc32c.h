@@ -3,7 +3,8 @@
  *
  * Contract: pure functions, any thread. Uses the SSE4.2 crc32 instruction when
  * the CPU has it (checked once), else a table. sk_crc32c_extend continues a
- * running CRC so that split buffers give the same result as one.
+ * running CRC so that split buffers give the same result as one;
+ * sk_crc32c_combine joins the CRCs of two adjacent buffers.
  */
 #ifndef SK_CRC32C_H
 #define SK_CRC32C_H
@@ -12,6 +13,10 @@
 #include <stdint.h>
 
 uint32_t sk_crc32c_extend(uint32_t crc, const void *buf, size_t len);
+/* The CRC of a then b, from the CRC of each and b's length, without
+ * reading either (a checksum established already need not be computed
+ * again over the same bytes): O(log len_b). */
+uint32_t sk_crc32c_combine(uint32_t crc_a, uint32_t crc_b, size_t len_b);
 
 static inline uint32_t sk_crc32c(const void *buf, size_t len)
 {

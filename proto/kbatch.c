@@ -811,6 +811,11 @@ void kb_update_crc(uint8_t *p)
     wr32(p + OFF_CRC, sk_crc32c(p + OFF_ATTR, total - OFF_ATTR));
 }
 
+uint32_t kb_whole_crc32c(const uint8_t *p, size_t len)
+{
+    return sk_crc32c_combine(sk_crc32c(p, OFF_ATTR), rd32(p + OFF_CRC), len - OFF_ATTR);
+}
+
 void kb_set_log_append_time(uint8_t *p, int64_t now_ms)
 {
     wr16(p + OFF_ATTR, (uint16_t)(rd16(p + OFF_ATTR) | KB_ATTR_LOG_APPEND_TIME));

@@ -159,6 +159,11 @@ void kb_set_leader_epoch(uint8_t *p, int32_t epoch);
 void kb_set_log_append_time(uint8_t *p, int64_t now_ms);
 /* Recomputes and stores the CRC of the whole batch at p. */
 void kb_update_crc(uint8_t *p);
+/* CRC-32C of all len (>= KB_HEADER_SIZE) bytes of the batch at p, from its
+ * CRC field (which covers everything after the field) and the bytes before
+ * it: for a batch whose field is known right (validated, or set by
+ * kb_update_crc since), without reading the records again. */
+uint32_t kb_whole_crc32c(const uint8_t *p, size_t len);
 
 typedef struct kb_record {
     int64_t offset;    /* base offset + offset delta */

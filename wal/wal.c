@@ -221,14 +221,19 @@ static int64_t boot_us(void)
 }
 
 /* crc32c(lsn LE || type || payload pieces) */
-static uint32_t record_crc(wal_lsn lsn, uint8_t type, const struct iovec *iov, int iovcnt)
+/* last_crc, when given, is the CRC of the last piece (wal_appendv_known). */
+static uint32_t record_crc(wal_lsn lsn, uint8_t type, const struct iovec *iov, int iovcnt,
+                           const uint32_t *last_crc)
 {
     uint8_t pre[9];
     put64(pre, lsn);
     pre[8] = type;
     uint32_t c = sk_crc32c_extend(0, pre, sizeof pre);
-    for (int i = 0; i < iovcnt; i++)
+    int n = last_crc && iovcnt > 0 ? iovcnt - 1 : iovcnt;
+    for (int i = 0; i < n; i++)
         c = sk_crc32c_extend(c, iov[i].iov_base, iov[i].iov_len);
+    if (n < iovcnt)
+        c = sk_crc32c_combine(c, *last_crc, iov[n].iov_len);
     return c;
 }
 
@@ -359,12 +364,12 @@ static int batch_reserve(struct batch *b, size_t bytes, size_t waiters)
 
 /* Places one record at the end of b, whose LSN is b->lsn + b->len. */
 static void batch_put_record(struct batch *b, uint8_t type, const struct iovec *iov, int iovcnt,
-                             uint32_t len)
+                             uint32_t len, const uint32_t *last_crc)
 {
     wal_lsn lsn = b->lsn + b->len;
     uint8_t *p = b->buf + b->len;
     put32(p, len);
-    put32(p + 4, record_crc(lsn, type, iov, iovcnt));
+    put32(p + 4, record_crc(lsn, type, iov, iovcnt, last_crc));
     p[8] = type;
     p += WAL_RECORD_HEADER;
     for (int i = 0; i < iovcnt; i++) {
@@ -844,8 +849,23 @@ static void lease_cb(evutil_socket_t fd, short what, void *arg)
 
 /* ---- append ---- */
 
+static int appendv(wal *w, uint8_t type, const struct iovec *iov, int iovcnt,
+                   const uint32_t *last_crc, wal_done_fn done, void *arg, wal_lsn *lsn);
+
 int wal_appendv(wal *w, uint8_t type, const struct iovec *iov, int iovcnt, wal_done_fn done,
                 void *arg, wal_lsn *lsn)
+{
+    return appendv(w, type, iov, iovcnt, NULL, done, arg, lsn);
+}
+
+int wal_appendv_known(wal *w, uint8_t type, const struct iovec *iov, int iovcnt,
+                      uint32_t last_crc, wal_done_fn done, void *arg, wal_lsn *lsn)
+{
+    return appendv(w, type, iov, iovcnt, &last_crc, done, arg, lsn);
+}
+
+static int appendv(wal *w, uint8_t type, const struct iovec *iov, int iovcnt,
+                   const uint32_t *last_crc, wal_done_fn done, void *arg, wal_lsn *lsn)
 {
     if (w->closing)
         return SK_ERR_CLOSED;
@@ -923,12 +943,12 @@ int wal_appendv(wal *w, uint8_t type, const struct iovec *iov, int iovcnt, wal_d
         header_encode(b->buf + b->len, &w->o, seg);
         b->len += WAL_SEGMENT_HEADER;
         struct iovec piov = {.iov_base = pre, .iov_len = prelen};
-        batch_put_record(b, WAL_T_PREAMBLE, &piov, 1, prelen);
+        batch_put_record(b, WAL_T_PREAMBLE, &piov, 1, prelen, NULL);
         free(pre);
         w->cur_fresh = false;
     }
     wal_lsn at = b->lsn + b->len;
-    batch_put_record(b, type, iov, iovcnt, (uint32_t)plen);
+    batch_put_record(b, type, iov, iovcnt, (uint32_t)plen, last_crc);
     b->wt[b->nwt++] = (struct waiter){.done = done, .arg = arg, .lsn = at};
     w->end = b->lsn + b->len;
     w->pending += need;
@@ -1098,7 +1118,7 @@ int wal_read_at(wal_storage *st, wal_lsn seg, wal_lsn lsn, wal_lsn bound, uint8_
     if (rc)
         return rc;
     struct iovec iov = {.iov_base = buf, .iov_len = plen};
-    if (got < plen || record_crc(lsn, h[8], &iov, 1) != get32(h + 4))
+    if (got < plen || record_crc(lsn, h[8], &iov, 1, NULL) != get32(h + 4))
         return SK_ERR_CORRUPT;
     return 0;
 }
@@ -1207,7 +1227,7 @@ static int parse_record(struct reader *r, uint64_t off, uint8_t *type, const uin
         return REC_TORN;
     }
     struct iovec iov = {.iov_base = (void *)(p + WAL_RECORD_HEADER), .iov_len = plen};
-    if (record_crc(r->seg + off, t, &iov, 1) != crc) {
+    if (record_crc(r->seg + off, t, &iov, 1, NULL) != crc) {
         *why = "CRC mismatch";
         return REC_BAD;
     }

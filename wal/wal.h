@@ -134,6 +134,13 @@ int wal_append(wal *w, uint8_t type, const void *payload, uint32_t len, wal_done
 /* Same, payload gathered from several pieces. */
 int wal_appendv(wal *w, uint8_t type, const struct iovec *iov, int iovcnt, wal_done_fn done,
                 void *arg, wal_lsn *lsn);
+/* Same, where last_crc is the CRC-32C of the last piece's bytes, which the
+ * caller established already (a checksum it verified): the record's CRC is
+ * derived from it (sk_crc32c_combine) instead of reading those bytes again.
+ * A wrong last_crc makes a record that recovery rejects as torn. */
+int wal_appendv_known(wal *w, uint8_t type, const struct iovec *iov, int iovcnt,
+                      uint32_t last_crc, wal_done_fn done, void *arg, wal_lsn *lsn)
+    __attribute__((warn_unused_result));
 
 /* The owner's second lease, when it has one (cluster membership): nothing
  * is written or acknowledged at or after `deadline_us` on the clock of

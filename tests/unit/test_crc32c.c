@@ -141,6 +141,31 @@ static void test_extend_split(void **state)
     }
 }
 
+/* The CRC of two joined buffers from the CRCs of each, at every split of
+ * buffers of many lengths (the empty one included), equals the CRC of the
+ * whole. */
+static void test_combine(void **state)
+{
+    (void)state;
+    size_t total = 70000;
+    uint8_t *buf = malloc(total);
+    assert_non_null(buf);
+    for (size_t i = 0; i < total; i++)
+        buf[i] = (uint8_t)(i * 2654435761u >> 11);
+    size_t lens[] = {0, 1, 2, 21, 100, 4095, 4096, 8193, 65536, 70000};
+    for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++) {
+        size_t len = lens[l];
+        uint32_t whole = sk_crc32c(buf, len);
+        size_t splits[] = {0, 1, 21, len / 2, len ? len - 1 : 0, len};
+        for (size_t k = 0; k < sizeof splits / sizeof splits[0]; k++) {
+            size_t at = splits[k] <= len ? splits[k] : len;
+            uint32_t a = sk_crc32c(buf, at), b = sk_crc32c(buf + at, len - at);
+            assert_int_equal(sk_crc32c_combine(a, b, len - at), whole);
+        }
+    }
+    free(buf);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -149,6 +174,7 @@ int main(void)
         cmocka_unit_test(test_paths_agree),
         cmocka_unit_test(test_three_streams),
         cmocka_unit_test(test_extend_split),
+        cmocka_unit_test(test_combine),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1777,6 +1777,27 @@ static void test_header_fields(void **state)
     free(sec.p);
 }
 
+/* The CRC of a whole batch from its CRC field equals the CRC of its bytes,
+ * for real clients' batches and after the rewrites the broker makes
+ * (offsets and leader epoch, outside the field's cover; LogAppendTime,
+ * which sets the field again). */
+static void test_whole_crc(void **state)
+{
+    (void)state;
+    const uint8_t *real[] = {rdk_none, rdk_gzip, rdk_zstd, java_snappy};
+    size_t lens[] = {sizeof rdk_none, sizeof rdk_gzip, sizeof rdk_zstd, sizeof java_snappy};
+    for (size_t i = 0; i < sizeof real / sizeof real[0]; i++) {
+        uint8_t *b = dup_bytes(real[i], lens[i]);
+        assert_int_equal(kb_whole_crc32c(b, lens[i]), sk_crc32c(b, lens[i]));
+        kb_set_base_offset(b, 123456789);
+        kb_set_leader_epoch(b, 42);
+        assert_int_equal(kb_whole_crc32c(b, lens[i]), sk_crc32c(b, lens[i]));
+        kb_set_log_append_time(b, NOW + 5);
+        assert_int_equal(kb_whole_crc32c(b, lens[i]), sk_crc32c(b, lens[i]));
+        free(b);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1796,6 +1817,7 @@ int main(void)
         cmocka_unit_test(test_rewrites),
         cmocka_unit_test(test_recompress),
         cmocka_unit_test(test_header_fields),
+        cmocka_unit_test(test_whole_crc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
