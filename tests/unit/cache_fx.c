@@ -28,6 +28,14 @@ static __attribute__((unused)) void counting_free(sk_ref *ref)
     free(ref); /* the entry; its ref is its first member */
 }
 
+/* Evicts every entry the cache may let go of. */
+static __attribute__((unused)) void evict_all(fixture *f)
+{
+    f->cfg.wal_cache_bytes = 0;
+    f->n.store_applied = 1 << 30;
+    sk_cache_evict(&f->n);
+}
+
 static __attribute__((unused)) int cache_fx_setup(void **state, int32_t nparts)
 {
     fixture *f = calloc(1, sizeof *f);

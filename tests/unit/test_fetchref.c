@@ -62,13 +62,6 @@ static sk_cbatch *add(fixture *f, int64_t base, uint32_t len, uint8_t fill)
     return b;
 }
 
-static void evict_all(fixture *f)
-{
-    f->cfg.wal_cache_bytes = 0;
-    f->n.store_applied = 1 << 30;
-    sk_cache_evict(&f->n);
-}
-
 /* Held by a response, an evicted entry leaves the cache but keeps its bytes;
  * the last hold frees it. */
 static void test_fetchref_evicted_entry_lives_until_released(void **state)

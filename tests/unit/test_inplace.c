@@ -78,11 +78,25 @@ static sk_cbatch *add_in_place(fixture *f, tframe *fr, int32_t part, int64_t bas
     return b;
 }
 
-static void evict_all(fixture *f)
+/* The oldest cached batch of partition `part`. */
+static sk_cbatch *cq_first(fixture *f, int32_t part)
 {
-    f->cfg.wal_cache_bytes = 0;
-    f->n.store_applied = 1 << 30;
-    sk_cache_evict(&f->n);
+    sk_part *p = f->t->parts[part];
+    assert_true(p->cq_len > 0);
+    return p->cq[p->cq_head];
+}
+
+/* A request whose frame carried two batches, both cached in place (the
+ * first partition 0's offset 0 at LSN 100, frame bytes [0, 512); the second
+ * as given, right after it), then answered and freed: only the entries hold
+ * the frame now. */
+static tframe *answered(fixture *f, int32_t part, int64_t base, wal_lsn lsn, uint32_t len)
+{
+    tframe *fr = tframe_new();
+    add_in_place(f, fr, 0, 0, 100, 0, 512);
+    add_in_place(f, fr, part, base, lsn, 512, len);
+    sk_ref_put(&fr->ref);
+    return fr;
 }
 
 static void assert_frame_bytes(const uint8_t *p, uint32_t at, uint32_t len)
@@ -96,13 +110,10 @@ static void assert_frame_bytes(const uint8_t *p, uint32_t at, uint32_t len)
 static void test_inplace_frame_outlives_request(void **state)
 {
     fixture *f = *state;
-    tframe *fr = tframe_new();
-    sk_cbatch *a = add_in_place(f, fr, 0, 0, 100, 64, 1000);
-    sk_cbatch *b = add_in_place(f, fr, 1, 0, 200, 1064, 2000);
-    sk_ref_put(&fr->ref); /* the request is gone */
+    answered(f, 1, 0, 200, 2000);
     assert_int_equal(frames_freed, 0);
-    assert_frame_bytes(a->data, 64, 1000);
-    assert_frame_bytes(b->data, 1064, 2000);
+    assert_frame_bytes(cq_first(f, 0)->data, 0, 512);
+    assert_frame_bytes(cq_first(f, 1)->data, 512, 2000);
     evict_all(f);
     assert_int_equal(frames_freed, 1);
     assert_int_equal(f->n.cache_bytes, 0);
@@ -113,10 +124,7 @@ static void test_inplace_frame_outlives_request(void **state)
 static void test_inplace_fetch_hold_keeps_frame(void **state)
 {
     fixture *f = *state;
-    tframe *fr = tframe_new();
-    add_in_place(f, fr, 0, 0, 100, 0, 512);
-    add_in_place(f, fr, 0, 1, 200, 512, 512);
-    sk_ref_put(&fr->ref);
+    answered(f, 0, 1, 200, 512);
     kc_bytes segs[2];
     sk_ref *refs[2];
     int64_t bytes;
@@ -135,10 +143,7 @@ static void test_inplace_fetch_hold_keeps_frame(void **state)
 static void test_inplace_upload_hold_keeps_frame(void **state)
 {
     fixture *f = *state;
-    tframe *fr = tframe_new();
-    add_in_place(f, fr, 0, 0, 100, 100, 700);
-    add_in_place(f, fr, 1, 0, 900, 800, 900);
-    sk_ref_put(&fr->ref);
+    answered(f, 1, 0, 900, 900);
     sk_upcache c;
     assert_int_equal(sk_upcache_collect(&f->n, 0, 10000, UINT64_MAX, &c), 0);
     assert_int_equal(c.n, 2);
@@ -146,7 +151,7 @@ static void test_inplace_upload_hold_keeps_frame(void **state)
     assert_int_equal(frames_freed, 0);
     const sk_upbatch *u = sk_upcache_at(&c, 900);
     assert_non_null(u);
-    assert_frame_bytes(u->data, 800, 900);
+    assert_frame_bytes(u->data, 512, 900);
     sk_upcache_release(&c);
     assert_int_equal(frames_freed, 1);
 }

@@ -1310,13 +1310,36 @@ static void expect_file(struct fx *f, const uint8_t *want, size_t len, bool padd
     free(b);
 }
 
+/* 3 MiB of a pattern that repeats nowhere a block apart. */
+static uint8_t *direct_data(void)
+{
+    size_t total = 3u << 20;
+    uint8_t *data = malloc(total);
+    assert_non_null(data);
+    for (size_t i = 0; i < total; i++)
+        data[i] = (uint8_t)(i * 2654435761u >> 13);
+    return data;
+}
+
+typedef int (*st_writer)(struct fx *f, wal_storage *st, const uint8_t *data, uint64_t off,
+                         size_t len);
+
+/* A new instance has no block kept: it reads the partial one back. */
+static uint64_t write_fresh_instance(struct fx *f, const uint8_t *data, uint64_t off,
+                                     st_writer wr)
+{
+    wal_storage *st = st_sole(f, true);
+    assert_int_equal(wr(f, st, data, off, 5000), 0);
+    off += 5000;
+    expect_file(f, data, off, true);
+    st->ops->destroy(st);
+    return off;
+}
+
 static void test_posix_direct_io(void **state)
 {
     struct fx *f = *state;
-    size_t total = 3u << 20;
-    uint8_t *data = malloc(total);
-    for (size_t i = 0; i < total; i++)
-        data[i] = (uint8_t)(i * 2654435761u >> 13);
+    uint8_t *data = direct_data();
     wal_storage *st = st_sole(f, true);
     struct iow w = {0};
     st->ops->create(st, 0, 0, iow_cb, &w);
@@ -1338,12 +1361,7 @@ static void test_posix_direct_io(void **state)
         expect_file(f, data, off, true);
     }
     st->ops->destroy(st);
-    /* A new instance has no block kept: it reads the partial one back. */
-    st = st_sole(f, true);
-    assert_int_equal(st_write(f, st, data, off, 5000), 0);
-    off += 5000;
-    expect_file(f, data, off, true);
-    st->ops->destroy(st);
+    off = write_fresh_instance(f, data, off, st_write);
     /* Without direct I/O the same writes go through the page cache. */
     reset_dir(f);
     st = st_sole(f, false);
@@ -1434,10 +1452,7 @@ static int st_write_placed(struct fx *f, wal_storage *st, const uint8_t *data, u
 static void test_posix_direct_io_placed(void **state)
 {
     struct fx *f = *state;
-    size_t total = 3u << 20;
-    uint8_t *data = malloc(total);
-    for (size_t i = 0; i < total; i++)
-        data[i] = (uint8_t)(i * 2654435761u >> 13);
+    uint8_t *data = direct_data();
     for (int direct = 1; direct >= 0; direct--) {
         reset_dir(f);
         wal_storage *st = st_sole(f, direct);
@@ -1458,14 +1473,8 @@ static void test_posix_direct_io_placed(void **state)
             expect_file(f, data, off, direct);
         }
         st->ops->destroy(st);
-        if (direct) {
-            /* A new instance has no block kept: it reads the partial one back. */
-            st = st_sole(f, true);
-            assert_int_equal(st_write_placed(f, st, data, off, 5000), 0);
-            off += 5000;
-            expect_file(f, data, off, true);
-            st->ops->destroy(st);
-        }
+        if (direct)
+            write_fresh_instance(f, data, off, st_write_placed);
     }
     free(data);
 }
