@@ -82,6 +82,8 @@ static void conn_close(sk_conn *c)
         return;
     c->closed = true;
     SK_DEBUG("net", "closing connection from %s", c->peer);
+    free(c->pend); /* a frame still being read */
+    c->pend = NULL;
     if (c->bev) {
         /* Unsent answers hold cached memory by reference (WAL cache
          * entries, block cache blocks): let go now. bufferevent_free may
@@ -279,15 +281,101 @@ static void frame_in(sk_conn *c, const uint8_t *frame, size_t len)
     sk_xzone_conn_bytes(c, SK_ZA_IN, (int16_t)(frame[0] << 8 | frame[1]), 4 + len);
 }
 
+/* Frames this large, on a plain TCP connection, are read with recv()
+ * straight into their buffer once their size is known: libevent reads at
+ * most 4 KiB per call, with an ioctl and a wake-up each (some 400 system
+ * calls per 600 KiB produce batch), and the frame was then copied out of
+ * its input buffer. */
+#define DIRECT_FRAME_MIN (64 * 1024)
+
+static struct frame *frame_new(sk_conn *c, int32_t size)
+{
+    struct frame *f = malloc(sizeof *f + (size_t)size);
+    if (!f) {
+        SK_ERROR("net", "%s: out of memory for a %d-byte request; closing", c->peer, size);
+        conn_close(c);
+        return NULL;
+    }
+    sk_ref_init(&f->ref, frame_drop);
+    return f;
+}
+
+/* Queues and dispatches the request of a whole frame (which it takes). */
+static void frame_dispatch(sk_conn *c, struct frame *f, int32_t size)
+{
+    sk_node *n = c->node;
+    sk_req *r = calloc(1, sizeof *r);
+    if (!r) {
+        free(f);
+        SK_ERROR("net", "%s: out of memory for a %d-byte request; closing", c->peer, size);
+        conn_close(c);
+        return;
+    }
+    if (size >= MIN_FRAME)
+        frame_in(c, f->bytes, (size_t)size);
+    r->conn = c;
+    r->node = n;
+    r->frame = f->bytes;
+    r->frame_len = (size_t)size;
+    r->frame_ref = &f->ref;
+    r->state = SK_REQ_RUNNING;
+    r->start_us = sk_mono_us();
+    c->refs++;
+    if (c->tail)
+        c->tail->next = r;
+    else
+        c->head = r;
+    c->tail = r;
+    c->ninflight++;
+    c->last_active_ms = sk_mono_ms();
+    n->n_requests++;
+    sk_dispatch(r);
+}
+
+/* Fills the frame being read directly: what the bufferevent already read
+ * first, then from the socket until it would block. True once whole; the
+ * connection is closed when the peer closes or fails inside the frame. */
+static bool pend_fill(sk_conn *c, struct evbuffer *in)
+{
+    uint8_t *b = c->pend->bytes;
+    int got = evbuffer_remove(in, b + c->pend_have, (size_t)c->pend_size - c->pend_have);
+    c->pend_have += got > 0 ? (size_t)got : 0;
+    evutil_socket_t fd = bufferevent_getfd(c->bev);
+    while (c->pend_have < (size_t)c->pend_size) {
+        ssize_t r = recv(fd, b + c->pend_have, (size_t)c->pend_size - c->pend_have, 0);
+        if (r > 0) {
+            c->pend_have += (size_t)r;
+        } else if (r < 0 && errno == EINTR) {
+            continue;
+        } else if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            return false;
+        } else {
+            SK_DEBUG("net", "%s: %s inside a %d-byte request", c->peer,
+                     r == 0 ? "closed" : strerror(errno), c->pend_size);
+            conn_close(c);
+            return false;
+        }
+    }
+    return true;
+}
+
 static void process_input(sk_conn *c)
 {
     sk_node *n = c->node;
     while (!c->closed) {
+        struct evbuffer *in = bufferevent_get_input(c->bev);
+        if (c->pend) {
+            if (!pend_fill(c, in))
+                break;
+            struct frame *f = c->pend;
+            c->pend = NULL;
+            frame_dispatch(c, f, c->pend_size);
+            continue;
+        }
         if (!may_read(c)) {
             set_reading(c, false);
             return;
         }
-        struct evbuffer *in = bufferevent_get_input(c->bev);
         size_t avail = evbuffer_get_length(in);
         if (avail < 4)
             break;
@@ -304,44 +392,25 @@ static void process_input(sk_conn *c)
             conn_close(c);
             return;
         }
-        if (avail < 4 + (size_t)size) {
+        bool whole = avail >= 4 + (size_t)size;
+        if (!whole && (size < DIRECT_FRAME_MIN || c->tls)) {
             /* Wake up only once the whole frame is here. */
             bufferevent_setwatermark(c->bev, EV_READ, 4 + (size_t)size, 0);
             break;
         }
         bufferevent_setwatermark(c->bev, EV_READ, 0, 0);
-        struct frame *f = malloc(sizeof *f + (size_t)size);
-        sk_req *r = calloc(1, sizeof *r);
-        if (!f || !r) {
-            free(f);
-            free(r);
-            SK_ERROR("net", "%s: out of memory for a %d-byte request; closing", c->peer, size);
-            conn_close(c);
+        struct frame *f = frame_new(c, size);
+        if (!f)
             return;
-        }
-        sk_ref_init(&f->ref, frame_drop);
-        uint8_t *frame = f->bytes;
         evbuffer_drain(in, 4);
-        evbuffer_remove(in, frame, (size_t)size);
-        if (size >= MIN_FRAME)
-            frame_in(c, frame, (size_t)size);
-        r->conn = c;
-        r->node = n;
-        r->frame = frame;
-        r->frame_len = (size_t)size;
-        r->frame_ref = &f->ref;
-        r->state = SK_REQ_RUNNING;
-        r->start_us = sk_mono_us();
-        c->refs++;
-        if (c->tail)
-            c->tail->next = r;
-        else
-            c->head = r;
-        c->tail = r;
-        c->ninflight++;
-        c->last_active_ms = sk_mono_ms();
-        n->n_requests++;
-        sk_dispatch(r);
+        if (!whole) {
+            c->pend = f;
+            c->pend_have = 0;
+            c->pend_size = size;
+            continue;
+        }
+        evbuffer_remove(in, f->bytes, (size_t)size);
+        frame_dispatch(c, f, size);
     }
     if (!c->closed && may_read(c))
         set_reading(c, true);

@@ -5,7 +5,11 @@
  * socket.request.max.bytes before anything is allocated), turns each into an
  * sk_req handed to the dispatcher, and writes responses strictly in request
  * order, whatever order handlers finish in. Requests that end without a
- * response (acks=0 produce) are skipped in that order.
+ * response (acks=0 produce) are skipped in that order. A frame of 64 KiB or
+ * more on a plain TCP connection is allocated once its size is read and
+ * filled with recv() straight from the socket, not through libevent's input
+ * buffer (4 KiB per read, and a copy out of it); the frame is reference-
+ * counted (sk_req.frame_ref), as produce may keep batches of it cached.
  *
  * Back-pressure: a connection stops being read while it has
  * socket.max.inflight.requests requests in flight or more than
@@ -58,6 +62,11 @@ struct sk_conn {
     char principal[256];  /* User:ANONYMOUS, User:CN=... or User:alice */
     struct sk_sasl *sasl; /* the SASL exchange under way (sasl.h), NULL: none */
     int64_t session_end_ms; /* connections.max.reauth.ms: monotonic end, 0: none */
+    /* A large request frame read straight from the socket (net.c): its
+     * bytes so far, of pend_size; NULL when none is under way. */
+    struct frame *pend;
+    size_t pend_have;
+    int32_t pend_size;
 };
 
 int sk_net_listen(sk_node *n, char *why, size_t whylen);

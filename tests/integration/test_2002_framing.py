@@ -217,6 +217,39 @@ def test_frame_larger_than_sent_waits(broker):
         assert c.recv()["ErrorCode"] == k.NONE
 
 
+def test_large_produce_frame_in_pieces(broker, witness, topic_name):
+    """Frames of 64 KiB and more are read straight from the socket into their buffer
+    (net.c): one arriving in pieces, with pauses, and a small request pipelined right
+    behind it in the same write, are answered in order, and the batch reads back
+    byte for byte; one cut short by a close costs nothing to other connections."""
+    with k.Conn(broker.bootstrap) as c:
+        k.create_topic(c, topic_name, 1)
+        values = [bytes([i % 251]) * 1000 for i in range(200)]
+        f, _ = c.build(0, 7, k.produce_body(topic_name, 0, k.batch(values)))
+        tail, _ = c.build(18, 0, {})
+        assert len(f) > 128 * 1024
+        cuts = [0, 3, 4, 5000, 70000, 70001, 150000, len(f)]
+        for a, b in zip(cuts, cuts[1:]):
+            c.send_raw(f[a:b] if b < len(f) else f[a:] + tail)
+            time.sleep(0.02)
+        r = c.recv()["Responses"][0]["PartitionResponses"][0]
+        assert r["ErrorCode"] == k.NONE and r["BaseOffset"] == 0
+        assert c.recv()["ErrorCode"] == k.NONE
+        got = []
+        while len(got) < len(values):
+            _, part = k.fetch(c, topic_name, 0, len(got))
+            batches = k.parse_batches(part["Records"])
+            assert all(b.crc_ok for b in batches)
+            got += [rec.value for b in batches for rec in b.records]
+        assert got == values
+    c = k.Conn(broker.bootstrap)
+    f, _ = c.build(0, 7, k.produce_body(topic_name, 0, k.batch(values)))
+    c.send_raw(f[:100000])
+    time.sleep(0.05)
+    c.close()
+    assert_serving(broker, witness)
+
+
 @pytest.mark.parametrize("garbage", [
     b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n",
     b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 64,   # TLS ClientHello
