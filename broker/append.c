@@ -136,6 +136,7 @@ int sk_append(sk_node *n, sk_part *p, const uint8_t *batch, uint32_t len, kb_hea
     }
     cb->lsn = lsn;
     cb->linked = link != NULL;
+    cb->crc_checked = backing != NULL;
     if (backing) {
         sk_ref_hold(backing);
         cb->backing = backing;

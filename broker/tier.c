@@ -264,9 +264,11 @@ static const struct smap *find_stream(const struct job *j, const kc_uuid *id, in
 /* Adds a partition's batch to the set: copied, or by reference when its
  * bytes outlive the set's use (the WAL cache's, held by the job). Batches of
  * topics deleted since the job started, and batches that do not parse, are
- * not uploaded. */
+ * not uploaded. crc_checked: the batch was validated on its way in, so its
+ * CRC field is right and the object's block CRC is combined from it
+ * instead of reading the batch again. */
 static int add_batch(const struct job *j, objup_set *set, const kc_uuid *id, int32_t part,
-                     const uint8_t *batch, size_t blen, bool by_ref)
+                     const uint8_t *batch, size_t blen, bool by_ref, bool crc_checked)
 {
     kb_header h;
     const struct smap *m = find_stream(j, id, part);
@@ -278,7 +280,9 @@ static int add_batch(const struct job *j, objup_set *set, const kc_uuid *id, int
                      h.max_timestamp,
                      (uint32_t)h.records_count,
                      (uint32_t)blen,
-                     batch};
+                     batch,
+                     crc_checked,
+                     crc_checked ? kb_whole_crc32c(batch, blen) : 0};
     return by_ref ? objup_set_add_ref(set, &b) : objup_set_add(set, &b, batch);
 }
 
@@ -291,7 +295,7 @@ static int add_data(const struct job *j, objup_set *set, const uint8_t *rec, uin
     size_t blen;
     if (sk_data_decode(rec, len, &id, &part, &batch, &blen) != 0)
         return 0;
-    return add_batch(j, set, &id, part, batch, blen, false);
+    return add_batch(j, set, &id, part, batch, blen, false, false);
 }
 
 /* A LINK record's batch (docs/zones.md): read where the link says, then
@@ -331,7 +335,7 @@ static int next_record(struct job *j, objup_set *set, wal_lsn lsn, uint8_t **rec
     if (c) {
         *len = sk_upcache_record_len(c);
         j->cached_bytes += c->len;
-        return add_batch(j, set, &c->id, c->part, c->data, c->len, true);
+        return add_batch(j, set, &c->id, c->part, c->data, c->len, true, c->crc_checked);
     }
     uint8_t type;
     int rc = read_record(j->t->n->wal, lsn, &type, rec, cap, len);

@@ -84,6 +84,7 @@ struct sk_cbatch {
     uint32_t cost; /* bytes it counts in the cache's size: len, plus what of its
                       request frame it alone keeps in memory (sk_cache_charge) */
     bool linked;   /* that record is a LINK (docs/zones.md), not the batch's bytes */
+    bool crc_checked; /* validated on its way in: its CRC field is right */
     /* The bytes: right after this struct (backing NULL), or in place in the
      * request frame that carried them, which the entry holds (backing, put
      * when the entry is freed). */

@@ -30,7 +30,7 @@ int sk_upcache_collect(sk_node *n, wal_lsn from, wal_lsn to, uint64_t max_bytes,
         }
         sk_ref_hold(&b->ref);
         out->v[out->n++] = (sk_upbatch){b->lsn, b->part->topic->id, b->part->index, b->len,
-                                        b->data, &b->ref};
+                                        b->data, &b->ref, b->crc_checked};
         out->bytes += b->len;
     }
     return 0;

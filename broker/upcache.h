@@ -40,6 +40,7 @@ typedef struct sk_upbatch {
     uint32_t len;
     const uint8_t *data;
     sk_ref *ref;
+    bool crc_checked; /* the batch's CRC field is right (sk_cbatch) */
 } sk_upbatch;
 
 typedef struct sk_upcache {

@@ -139,8 +139,7 @@ static int keep_block(const objcompact_env *env, const objreg_range *live, size_
                           (int64_t)b.last_offset,
                           env->ts ? env->ts(bytes, b.size) : -1,
                           b.record_count,
-                          b.size,
-                          0};
+                          b.size, 0, false, 0};
         rc = objup_set_add(set, &ub, bytes);
         free(rew);
     }

@@ -104,8 +104,23 @@ void objfmt_writer_destroy(objfmt_writer *w)
     free(w);
 }
 
+static int writer_add(objfmt_writer *w, uint64_t stream, const objfmt_batch *b,
+                      const void *payload, const uint32_t *payload_crc);
+
 int objfmt_writer_add(objfmt_writer *w, uint64_t stream, const objfmt_batch *b,
                       const void *payload)
+{
+    return writer_add(w, stream, b, payload, NULL);
+}
+
+int objfmt_writer_add_crc(objfmt_writer *w, uint64_t stream, const objfmt_batch *b,
+                          const void *payload, uint32_t payload_crc)
+{
+    return writer_add(w, stream, b, payload, &payload_crc);
+}
+
+static int writer_add(objfmt_writer *w, uint64_t stream, const objfmt_batch *b,
+                      const void *payload, const uint32_t *payload_crc)
 {
     if (w->finished || b->size > OBJFMT_MAX_BATCH_SIZE || b->last_offset < b->base_offset ||
         (b->size > 0 && !payload))
@@ -156,7 +171,9 @@ int objfmt_writer_add(objfmt_writer *w, uint64_t stream, const objfmt_batch *b,
     put32(h + 20, b->size);
     w->payloads[w->nbatches++] = payload;
     blk->crc = sk_crc32c_extend(blk->crc, h, OBJFMT_BATCH_HEADER);
-    if (b->size)
+    if (payload_crc)
+        blk->crc = sk_crc32c_combine(blk->crc, *payload_crc, b->size);
+    else if (b->size)
         blk->crc = sk_crc32c_extend(blk->crc, payload, b->size);
     blk->size += (uint32_t)bytes;
     blk->end_offset = b->last_offset;

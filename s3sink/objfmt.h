@@ -105,6 +105,12 @@ objfmt_writer *objfmt_writer_new(objfmt_kind kind, uint32_t block_size, int64_t 
  * increasing id. payload: b->size bytes, borrowed until destroy. */
 int objfmt_writer_add(objfmt_writer *w, uint64_t stream, const objfmt_batch *b,
                       const void *payload);
+/* Same, with the payload's CRC-32C known to the caller (a checksum it
+ * verified already): the block's CRC is combined from it instead of
+ * reading the payload again. A wrong one makes a block that reads as
+ * corrupt. */
+int objfmt_writer_add_crc(objfmt_writer *w, uint64_t stream, const objfmt_batch *b,
+                          const void *payload, uint32_t payload_crc);
 /* Object size if finished now. */
 uint64_t objfmt_writer_size(const objfmt_writer *w);
 /* Writes index and footer; *iov covers the whole object in order (owned by

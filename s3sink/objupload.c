@@ -264,7 +264,8 @@ static int write_batches(objfmt_writer *w, const objup_batch *b, size_t n)
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
         objfmt_batch ob = {(uint64_t)b[i].base, (uint64_t)b[i].last, b[i].records, b[i].size};
-        rc = objfmt_writer_add(w, b[i].stream, &ob, b[i].data);
+        rc = b[i].has_crc ? objfmt_writer_add_crc(w, b[i].stream, &ob, b[i].data, b[i].crc)
+                          : objfmt_writer_add(w, b[i].stream, &ob, b[i].data);
     }
     return rc;
 }

@@ -58,6 +58,8 @@ typedef struct objup_batch {
     uint32_t records;
     uint32_t size;         /* payload bytes */
     const uint8_t *data;   /* the bytes: the set's copy, or the caller's (objup_set_add*) */
+    bool has_crc;          /* crc is data's CRC-32C, which the caller knows (objfmt_batch) */
+    uint32_t crc;
 } objup_batch;
 
 typedef struct objup_params {

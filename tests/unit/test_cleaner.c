@@ -207,7 +207,8 @@ static void put_log(fx *f, int nbatches, int per, int nkeys, objreg_object *objs
             int64_t n = kb_build(buf, sizeof buf, r, 4, -1, -1, -1, 0);
             assert_true(n > 0);
             kb_set_base_offset(buf, bi * 4);
-            objup_batch b = {STREAM, bi * 4, bi * 4 + 3, NOW - 100000, 4, (uint32_t)n, 0};
+            objup_batch b = {STREAM, bi * 4, bi * 4 + 3, NOW - 100000, 4, (uint32_t)n, 0, false,
+                             0};
             assert_int_equal(objup_set_add(s, &b, buf), 0);
         }
         objup_params p = {0, 256, 1};
@@ -462,7 +463,8 @@ static void put_batch(objup_set *s, int64_t off, const char *const *keys, int n,
                            txn ? (int32_t)off : -1, attrs);
     assert_true(len > 0);
     kb_set_base_offset(buf, off);
-    objup_batch b = {STREAM, off, off + n - 1, NOW - 100000, (uint32_t)n, (uint32_t)len, 0};
+    objup_batch b = {STREAM, off, off + n - 1, NOW - 100000, (uint32_t)n, (uint32_t)len,
+                     0, false, 0};
     assert_int_equal(objup_set_add(s, &b, buf), 0);
 }
 

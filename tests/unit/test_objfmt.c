@@ -270,6 +270,53 @@ static void test_so_and_big_batches(void **state)
     free(p);
 }
 
+/* The index of a finished writer (its block entries, CRCs included). */
+static uint8_t *finished_index(objfmt_writer *w, size_t *n)
+{
+    const objfmt_entry *e = objfmt_writer_blocks(w, n);
+    uint8_t *copy = malloc(*n * sizeof *e);
+    assert_non_null(copy);
+    memcpy(copy, e, *n * sizeof *e);
+    return copy;
+}
+
+/* A payload CRC the caller gives (objfmt_writer_add_crc) makes the very
+ * blocks a computed one does, batches of every size, empty ones included,
+ * across block boundaries. */
+static void test_writer_known_crc(void **state)
+{
+    (void)state;
+    uint32_t sizes[] = {0, 1, 21, 700, 5000, 3, 1200};
+    objfmt_writer *w[2] = {objfmt_writer_new(OBJFMT_SSO, 2048, 0),
+                           objfmt_writer_new(OBJFMT_SSO, 2048, 0)};
+    uint8_t *p[7];
+    for (int i = 0; i < 7; i++) {
+        p[i] = payload_for((uint64_t)i, 0, sizes[i]);
+        objfmt_batch b = {.base_offset = (uint64_t)i * 10, .last_offset = (uint64_t)i * 10 + 9,
+                          .record_count = 10, .size = sizes[i]};
+        assert_int_equal(objfmt_writer_add(w[0], 7, &b, p[i]), 0);
+        assert_int_equal(objfmt_writer_add_crc(w[1], 7, &b, p[i], sk_crc32c(p[i], sizes[i])), 0);
+    }
+    size_t n[2];
+    uint8_t *idx[2];
+    for (int k = 0; k < 2; k++) {
+        const struct iovec *iov;
+        int cnt;
+        uint64_t size;
+        assert_int_equal(objfmt_writer_finish(w[k], &iov, &cnt, &size), 0);
+        idx[k] = finished_index(w[k], &n[k]);
+    }
+    assert_int_equal(n[0], n[1]);
+    assert_true(n[0] > 2);
+    assert_memory_equal(idx[0], idx[1], n[0] * sizeof(objfmt_entry));
+    for (int k = 0; k < 2; k++) {
+        free(idx[k]);
+        objfmt_writer_destroy(w[k]);
+    }
+    for (int i = 0; i < 7; i++)
+        free(p[i]);
+}
+
 static void test_large_index_needs_second_read(void **state)
 {
     (void)state;
@@ -545,6 +592,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sso_roundtrip),
         cmocka_unit_test(test_so_and_big_batches),
+        cmocka_unit_test(test_writer_known_crc),
         cmocka_unit_test(test_large_index_needs_second_read),
         cmocka_unit_test(test_corruption),
         cmocka_unit_test(test_random_damage),

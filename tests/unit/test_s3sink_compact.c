@@ -201,7 +201,7 @@ static objreg_object put_src(fx *f, objfmt_kind kind, const uint64_t *streams, s
         for (int64_t off = 0; off < 50; off += 10) {
             uint32_t size = (uint32_t)(100 + streams[i] * 10 + (uint64_t)off);
             uint8_t *pl = fx_payload(streams[i], off, size);
-            objup_batch b = {streams[i], off, off + 9, 0, 10, size, 0};
+            objup_batch b = {streams[i], off, off + 9, 0, 10, size, 0, false, 0};
             assert_int_equal(objup_set_add(s, &b, pl), 0);
             free(pl);
         }

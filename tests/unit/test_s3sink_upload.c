@@ -23,7 +23,7 @@
 
 static objup_batch mk(uint64_t stream, int64_t base, uint32_t size)
 {
-    return (objup_batch){stream, base, base + 9, base * 10, 10, size, 0};
+    return (objup_batch){stream, base, base + 9, base * 10, 10, size, 0, false, 0};
 }
 
 static void test_split_rule(void **state)
@@ -230,7 +230,7 @@ static objup_set *sample_set(void)
         uint8_t *p = fx_payload(10 + 10 * (uint64_t)k, next[k], size);
         /* timestamps peak in the middle: the largest is not the last */
         int64_t ts = 1000 + (i < 30 ? i : 60 - i);
-        objup_batch b = {10 + 10 * (uint64_t)k, next[k], next[k] + 4, ts, 5, size, 0};
+        objup_batch b = {10 + 10 * (uint64_t)k, next[k], next[k] + 4, ts, 5, size, 0, false, 0};
         assert_int_equal(objup_set_add(s, &b, p), 0);
         next[k] += 5;
         free(p);
@@ -308,7 +308,7 @@ static void test_put_by_ref_and_reuse(void **state)
             uint32_t size = k == 0 ? 4000 : 300;
             kept[i] = fx_payload(10 + 10 * (uint64_t)k, next[k], size);
             objup_batch b = {10 + 10 * (uint64_t)k, next[k], next[k] + 4, 1000 + i, 5, size,
-                             kept[i]};
+                             kept[i], false, 0};
             assert_int_equal(i % 2 ? objup_set_add(s, &b, kept[i]) : objup_set_add_ref(s, &b), 0);
             next[k] += 5;
         }

@@ -44,6 +44,7 @@ static sk_cbatch *add(fixture *f, int32_t part, int64_t base, wal_lsn lsn, uint3
     b->lsn = lsn;
     b->len = len;
     b->linked = linked;
+    b->crc_checked = lsn % 200 == 0; /* as if validated on the way in */
     b->data = (uint8_t *)(b + 1);
     memset(b->data, (int)(lsn & 0xff), len);
     assert_true(sk_cache_add(&f->n, p, b));
@@ -79,6 +80,9 @@ static void test_upcache_collects_the_range(void **state)
     assert_int_equal(c.v[2].lsn, 500);
     assert_int_equal(c.v[0].part, 1);
     assert_int_equal(c.v[1].part, 0);
+    /* whether validation checked the batch's CRC field goes with it */
+    assert_true(c.v[0].crc_checked);
+    assert_false(c.v[1].crc_checked);
     assert_memory_equal(c.v[0].id.b, f->t->id.b, 16);
     assert_int_equal(c.bytes, 51 + 52 + 54);
     assert_int_equal(sk_upcache_record_len(&c.v[0]), SK_DATA_HEADER + 51);
