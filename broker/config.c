@@ -442,8 +442,10 @@ const sk_prop sk_props[] = {
      NULL, false},
     {"wal.max.retained.bytes", SK_PROP_LONG, OFF(wal_max_retained_bytes), "2147483648",
      1048576, I64MAX, "Storage",
-     "Most WAL bytes kept on the volume: past it (uploads failing or slow) the node stops "
-     "reading requests until uploads catch up.",
+     "Most WAL bytes kept on the volume. Past half of it (uploads slower than produce), "
+     "what producers send is metered to the upload rate, so that intake settles below it; "
+     "past it (uploads failing), produce is refused with NOT_ENOUGH_REPLICAS (retriable) "
+     "until uploads catch up.",
      NULL, false},
     {"wal.direct.io", SK_PROP_BOOL, OFF(wal_direct_io), "true", 0, 0, "Storage",
      "Write a WAL on a local file system with O_DIRECT: no copy into the page cache, a "

@@ -537,6 +537,7 @@ static bool produce_partition(sk_req *r, int16_t acks, sk_topic *t,
             SK_WARN("produce", "refusing produce: the WAL holds more than wal.max.retained.bytes "
                     "(uploads to the object store are behind)");
         }
+        n->n_wal_full_refusals++;
         set_error(r, pr, SK_KAFKA_NOT_ENOUGH_REPLICAS,
                   "the WAL is full: uploads to the object store are behind");
         return false;
@@ -578,6 +579,10 @@ void h_produce(sk_req *r)
     }
     r->hctx = ctx;
     r->cleanup = pctx_cleanup;
+    /* A client's connection that produces is paced as the WAL fills
+     * (pace.h); other nodes' connections never are. */
+    if (!r->conn->unordered && r->conn->from_node < 0)
+        r->conn->producer = true;
     /* Hold the response until every partition is handled, even when the
      * WAL answers synchronously. */
     r->pending = 1;

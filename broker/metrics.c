@@ -13,6 +13,7 @@
 #include "groups.h"
 #include "kc.h"
 #include "net.h"
+#include "node.h"
 #include "sk_log.h"
 #include "sk_map.h"
 #include "objfmt.h"
@@ -248,6 +249,28 @@ static void render_objects(struct evbuffer *b, const sk_tier_stats *ts)
                             (unsigned long long)ts->object_bytes[k]);
 }
 
+/* Producers slowed down as the WAL fills (pace.h). */
+static void render_pace(const sk_node *n, struct evbuffer *b)
+{
+    const sk_pace *p = &n->pace;
+    gauge(b, "skiff_wal_fill_ratio",
+          "WAL bytes retained as a share of wal.max.retained.bytes (the fuller of the own "
+          "and the payload log).", sk_node_wal_fill(n));
+    if (n->tier)
+        gauge(b, "skiff_s3_upload_rate_bytes_per_second",
+              "WAL bytes per second recent uploads took, from start to registration; 0 "
+              "before the first and while uploads fail.", sk_tier_upload_rate(n->tier));
+    gauge(b, "skiff_produce_pace_bytes_per_second",
+          "Request bytes per second producers may send while the WAL fills past half of "
+          "wal.max.retained.bytes; 0 when not paced.", p->active ? p->rate * 1000.0 : 0.0);
+    counter_s(b, "skiff_produce_paced_seconds_total",
+              "Time connections which produce were not read because the WAL was filling.",
+              (uint64_t)sk_pace_held_ms(p, sk_mono_ms()) * 1000);
+    counter(b, "skiff_produce_wal_full_refusals_total",
+            "Partition batches refused with NOT_ENOUGH_REPLICAS because the WAL held "
+            "wal.max.retained.bytes.", n->n_wal_full_refusals);
+}
+
 static void render_blockcache(sk_node *n, struct evbuffer *b)
 {
     blockcache_stats bs;
@@ -461,6 +484,7 @@ void sk_metrics_render(sk_node *n, struct evbuffer *b)
     gauge(b, "skiff_cache_bytes", "Bytes of recent batches held in memory.", (double)n->cache_bytes);
     gauge(b, "skiff_back_pressure", "1 while the node has stopped reading requests.",
           n->paused ? 1 : 0);
+    render_pace(n, b);
 
     size_t ntopics = sk_map_count(n->topics_by_id), nparts = 0;
     size_t it = 0;

@@ -22,6 +22,7 @@
 #include "config.h"
 #include "dispatch.h"
 #include "peer.h"
+#include "node.h"
 #include "pmap.h"
 #include "sasl.h"
 #include "sk_arena.h"
@@ -112,6 +113,8 @@ static bool may_read(const sk_conn *c)
 {
     const sk_config *cfg = c->node->cfg;
     if (c->closed || c->close_after || c->node->paused || c->node->stopping)
+        return false;
+    if (c->producer && c->node->pace.holding)
         return false;
     if (c->ninflight >= cfg->max_inflight_requests_per_connection)
         return false;
@@ -402,6 +405,8 @@ static void process_input(sk_conn *c)
         struct frame *f = frame_new(c, size);
         if (!f)
             return;
+        if (c->producer)
+            sk_node_pace_take(n, (uint32_t)size);
         evbuffer_drain(in, 4);
         if (!whole) {
             c->pend = f;
@@ -843,6 +848,18 @@ void sk_net_resume(sk_node *n)
     for (sk_conn *c = n->conns; c; c = c->next)
         if (!c->closed && may_read(c))
             event_active(c->kick_ev, EV_TIMEOUT, 0);
+}
+
+void sk_net_pace(sk_node *n)
+{
+    for (sk_conn *c = n->conns; c; c = c->next) {
+        if (!c->producer || c->closed)
+            continue;
+        if (n->pace.holding)
+            set_reading(c, false);
+        else if (!c->read_enabled && may_read(c))
+            event_active(c->kick_ev, EV_TIMEOUT, 0);
+    }
 }
 
 void sk_net_reap_idle(sk_node *n)

@@ -15,7 +15,10 @@
  * socket.max.inflight.requests requests in flight or more than
  * socket.max.output.bytes of replies its client has not taken, and every
  * connection stops being read while the WAL holds more than
- * wal.max.pending.bytes not yet durable (sk_net_pause/resume).
+ * wal.max.pending.bytes not yet durable (sk_net_pause/resume). As the WAL
+ * fills towards wal.max.retained.bytes, what connections that produce send
+ * is metered, and they are not read while out of their share (pace.h,
+ * sk_net_pace).
  *
  * Responses go out without copying their record bytes: the pieces the
  * encoder left out (cache entries, storage read buffers) are added to the
@@ -44,6 +47,7 @@ struct sk_conn {
     bool closed;       /* no more reading or writing; waits for refs to drop */
     bool close_after;  /* close once the output buffer drains */
     bool read_enabled;
+    bool producer;     /* a client's that sent a Produce: paced (pace.h) */
     sk_req *head, *tail; /* requests in arrival order */
     bool unordered;      /* another node's: answers go out as they are ready */
     int ninflight;
@@ -99,6 +103,9 @@ bool sk_net_idle(const sk_node *n);
 /* WAL back-pressure: stop or restart reading every connection. */
 void sk_net_pause(sk_node *n);
 void sk_net_resume(sk_node *n);
+/* The pacer (pace.h) started or stopped holding producers: stop or restart
+ * reading the connections that produced. */
+void sk_net_pace(sk_node *n);
 
 /* SIGHUP: reads the TLS files again off the loop and, when they make a
  * valid context, gives it to new connections (open ones keep theirs). */

@@ -64,11 +64,69 @@ static struct event_base *new_base(void)
 
 static void begin_shutdown(sk_node *n);
 
-/* Back-pressure: stop reading requests while too much waits for the WAL. */
+/* Back-pressure: stop reading requests while too much waits for the WAL,
+ * and slow producers down as the WAL fills (pace.h). */
 static void check_pending(sk_node *n)
 {
     if (wal_pending_bytes(n->wal) > (size_t)n->cfg->wal_max_pending_bytes)
         sk_net_pause(n);
+    sk_node_pace_check(n);
+}
+
+static double log_fill(wal *w, int64_t max)
+{
+    return (double)(wal_end_lsn(w) - wal_start_lsn(w)) / (double)max;
+}
+
+double sk_node_wal_fill(const sk_node *n)
+{
+    double fill = log_fill(n->wal, n->cfg->wal_max_retained_bytes);
+    if (n->payload) {
+        double pf = log_fill(pay_wal(n->payload), n->cfg->wal_max_retained_bytes);
+        if (pf > fill)
+            fill = pf;
+    }
+    return fill;
+}
+
+static void pace_again(sk_node *n, int64_t ms);
+
+static void pace_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    sk_node *n = arg;
+    bool was = n->pace.holding;
+    double rate = !n->stopping && n->tier ? sk_tier_upload_rate(n->tier) : 0.0;
+    int64_t next = sk_pace_step(&n->pace, sk_mono_ms(), sk_node_wal_fill(n), rate);
+    if (n->pace.holding != was)
+        sk_net_pace(n);
+    if (next > 0)
+        pace_again(n, next);
+}
+
+static void pace_again(sk_node *n, int64_t ms)
+{
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    evtimer_add(n->pace_ev, &tv);
+}
+
+void sk_node_pace_check(sk_node *n)
+{
+    if (!n->pace.active && n->pace_ev && sk_node_wal_fill(n) > SK_PACE_START)
+        event_active(n->pace_ev, EV_TIMEOUT, 0);
+}
+
+void sk_node_pace_take(sk_node *n, uint32_t bytes)
+{
+    if (!n->pace.active)
+        return;
+    bool was = n->pace.holding;
+    int64_t wait = sk_pace_take(&n->pace, sk_mono_ms(), bytes);
+    if (wait > 0 && !was) {
+        sk_net_pace(n);
+        pace_again(n, wait);
+    }
 }
 
 int sk_node_append(sk_node *n, uint8_t type, const struct iovec *iov, int iovcnt,
@@ -986,6 +1044,7 @@ int sk_node_run(sk_node *n)
     n->sig_ev[2] = evsignal_new(n->base, SIGHUP, sighup_cb, n);
     event_add(n->sig_ev[2], NULL);
     sk_tier_start(n->tier);
+    n->pace_ev = evtimer_new(n->base, pace_cb, n);
     n->retention_ev = event_new(n->base, -1, EV_PERSIST, retention_cb, n);
     int64_t iv = n->cfg->log_retention_check_interval_ms;
     struct timeval tv = {iv / 1000, (iv % 1000) * 1000};
@@ -1068,6 +1127,8 @@ void sk_node_destroy(sk_node *n)
             event_free(n->sig_ev[i]);
     if (n->retention_ev)
         event_free(n->retention_ev);
+    if (n->pace_ev)
+        event_free(n->pace_ev);
     sk_net_destroy(n);
     if (n->shutdown_ev)
         event_free(n->shutdown_ev);

@@ -59,6 +59,15 @@ void sk_node_wait_durable(sk_node *n, wal_lsn end, sk_durable_fn fn, void *arg);
 /* True while the WAL holds more than wal.max.retained.bytes (uploads to the
  * object store are behind): produce is refused with a retriable error. */
 bool sk_node_wal_full(const sk_node *n);
+/* How full the WAL is, as a share of wal.max.retained.bytes: of the own log,
+ * or of the payload log when that is fuller. */
+double sk_node_wal_fill(const sk_node *n);
+/* After an append: starts pacing producers (pace.h) once the WAL is full
+ * enough; the pacer's timer takes it from there. */
+void sk_node_pace_check(sk_node *n);
+/* A connection that produces sent a request of `bytes`: takes them from the
+ * pacer's tokens, and stops reading producers when they run out. */
+void sk_node_pace_take(sk_node *n, uint32_t bytes);
 /* Reads the WAL record of a batch the view indexes: in this node's own WAL,
  * or (a cluster's adopted partitions) in the WAL of the log that holds it.
  * A LINK record is followed to its payload log: the answer is then a DATA

@@ -8,6 +8,7 @@
 #include "confirm.h"
 #include "config.h"
 #include "kbatch.h"
+#include "node.h"
 #include "payload.h"
 #include "plog.h"
 #include "route.h"
@@ -243,6 +244,7 @@ int16_t sk_proxy_produce(sk_proxy *x, sk_part *p, const uint8_t *batch, uint32_t
     e->b.lsn = (int64_t)lsn;
     x->st.batches++;
     x->st.bytes += len;
+    sk_node_pace_check(x->n);
     return 0;
 }
 

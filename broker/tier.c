@@ -57,6 +57,9 @@ struct sk_tier {
     wal_lsn snapshot_lsn; /* the newest view snapshot in the store reflects this */
     int64_t last_upload_ms;
     int64_t retry_at_ms, retry_ms; /* after a failed upload: not before retry_at_ms */
+    double upload_bps;    /* WAL bytes per second of recent uploads, start to registration */
+    int64_t snap_retry_at_ms, snap_retry_ms; /* after a failed snapshot */
+    bool upload_last;     /* the last job started was an upload */
     bool foreign;         /* adopted batches may wait for an upload */
     bool foreign_kicked;  /* ... more came while an upload ran */
     /* orphan GC: candidates of the previous pass */
@@ -125,6 +128,7 @@ struct job {
     int err;
     /* upload */
     wal_lsn from, to, end;
+    int64_t started_ms; /* monotonic: when the upload began */
     wal_lsn *segs;
     size_t nsegs;
     struct smap *map;
@@ -657,6 +661,19 @@ static void drop_cleaned(struct job *j)
     sk_map_destroy(live);
 }
 
+/* An upload's rate, from its start to its registration, averaged over the
+ * last few (what producers are paced to: pace.h). Uploads of less than a
+ * MiB say more about latency than about bandwidth, and are left out. */
+static void note_upload_rate(sk_tier *t, const struct job *j)
+{
+    uint64_t bytes = j->end - j->from;
+    int64_t ms = sk_mono_ms() - j->started_ms;
+    if (bytes < (1u << 20))
+        return;
+    double bps = (double)bytes * 1000.0 / (double)(ms > 0 ? ms : 1);
+    t->upload_bps = t->upload_bps > 0 ? 0.7 * t->upload_bps + 0.3 * bps : bps;
+}
+
 static void registered(void *arg, int err)
 {
     struct job *j = arg;
@@ -666,8 +683,10 @@ static void registered(void *arg, int err)
     if (err == 0) {
         if (j->kind == JOB_UPLOAD && j->end > t->uploaded)
             t->uploaded = j->end;
-        if (j->kind == JOB_UPLOAD)
+        if (j->kind == JOB_UPLOAD) {
             t->st.last_upload_ms = sk_now_ms();
+            note_upload_rate(t, j);
+        }
         /* The registration record lies past the upload's end: a snapshot
          * taken before the view applied it would not hold it, and the
          * retention pass that follows the snapshot would still see the
@@ -956,9 +975,16 @@ static void job_done(void *arg)
             /* The WAL may shrink now. */
             sk_node_retention(t->n);
         } else if (j->err != 0) {
-            SK_WARN("tier", "view snapshot failed: %s", sk_err_name(j->err));
+            t->snap_retry_ms = t->snap_retry_ms ? t->snap_retry_ms * 2 : UPLOAD_RETRY_MIN_MS;
+            if (t->snap_retry_ms > UPLOAD_RETRY_MAX_MS)
+                t->snap_retry_ms = UPLOAD_RETRY_MAX_MS;
+            t->snap_retry_at_ms = sk_mono_ms() + t->snap_retry_ms;
+            SK_WARN("tier", "view snapshot failed: %s; retrying in %" PRId64 " ms",
+                    sk_err_name(j->err), t->snap_retry_ms);
             t->snapshot_due = true;
         }
+        if (j->err == 0)
+            t->snap_retry_ms = t->snap_retry_at_ms = 0;
         break;
     case JOB_LIST:
         if (j->err == 0) {
@@ -1026,6 +1052,7 @@ static struct job *upload_job(sk_tier *t)
         return NULL;
     j->t = t;
     j->kind = JOB_UPLOAD;
+    j->started_ms = sk_mono_ms();
     j->from = t->uploaded;
     j->to = upload_end(t);
     /* No more than the size that starts an upload: an upload that fell
@@ -1075,7 +1102,8 @@ static struct job *upload_job(sk_tier *t)
 static bool snapshot_ready(const sk_tier *t)
 {
     const sk_node *n = t->n;
-    if (!t->snapshot_due || n->store_applied < t->snap_after)
+    if (!t->snapshot_due || n->store_applied < t->snap_after ||
+        sk_mono_ms() < t->snap_retry_at_ms)
         return false;
     /* A WAL filling up needs the trim that only a snapshot allows: no
      * waiting for the interval then. */
@@ -1090,10 +1118,13 @@ static void start_next_job(sk_tier *t)
         return;
     struct job *j = NULL;
     void (*work)(void *) = NULL;
-    if (upload_wanted(t, true)) {
-        j = upload_job(t);
-        work = upload_work;
-    } else if (snapshot_ready(t)) {
+    /* Uploads and ready snapshots take turns: behind uploads that never
+     * catch up (the WAL filling), a snapshot would wait for ever, and the
+     * WAL, trimmed only below a snapshot, would fill up to its limit; a
+     * snapshot failing again and again must not keep uploads waiting. */
+    bool up = upload_wanted(t, true);
+    if (snapshot_ready(t) && (!up || t->upload_last)) {
+        t->upload_last = false;
         t->snapshot_due = false;
         t->last_snapshot_ms = sk_mono_ms();
         j = calloc(1, sizeof *j);
@@ -1102,6 +1133,10 @@ static void start_next_job(sk_tier *t)
             j->kind = JOB_SNAPSHOT;
         }
         work = snapshot_work;
+    } else if (up) {
+        t->upload_last = true;
+        j = upload_job(t);
+        work = upload_work;
     }
     if (!j)
         return;
@@ -1117,6 +1152,11 @@ void sk_tier_kick(sk_tier *t)
     if (t && !t->busy && (upload_wanted(t, false) ||
                           snapshot_ready(t)))
         start_next_job(t);
+}
+
+double sk_tier_upload_rate(const sk_tier *t)
+{
+    return t->retry_ms != 0 ? 0.0 : t->upload_bps;
 }
 
 void sk_tier_adopted(sk_tier *t)

@@ -67,6 +67,10 @@ void sk_tier_destroy(sk_tier *t);
 wal_lsn sk_tier_trim_bound(const sk_tier *t);
 /* More of the WAL became durable: upload early past the threshold. */
 void sk_tier_kick(sk_tier *t);
+/* WAL bytes per second that recent uploads took, from start to registration
+ * (an average over the last few); 0 before the first or while uploads fail
+ * (the last one did, and the next waits out its retry pause). */
+double sk_tier_upload_rate(const sk_tier *t);
 
 /* Start-up: when `dbpath` does not exist, fetches the newest snapshot of
  * this node's view from the object store into it. Returns 0 (restored or

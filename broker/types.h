@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "kc.h"
+#include "pace.h"
 #include "progress.h"
 #include "txidx.h"
 #include "wal.h"
@@ -281,6 +282,8 @@ struct sk_node {
     bool draining; /* cluster: SIGTERM came, partitions move away first */
     int exit_code; /* of sk_node_run: 0, or 3 when the WAL was taken over */
     bool paused;   /* reading stopped: WAL back-pressure */
+    sk_pace pace;  /* producers slowed down as the WAL fills (pace.h) */
+    struct event *pace_ev;
     struct event *retention_ev;
     struct event *sig_ev[3];
     struct ssl_ctx_st *tls_ctx; /* SSL and SASL_SSL listeners' (tls.h); NULL: none */
@@ -290,6 +293,7 @@ struct sk_node {
 
     /* counters for metrics */
     uint64_t n_requests, n_produced_batches, n_produced_bytes, n_fetched_bytes;
+    uint64_t n_wal_full_refusals; /* partitions' batches refused: the WAL was full */
     struct {
         uint64_t requests[SK_METRICS_APIS];
         sk_latency produce_latency;

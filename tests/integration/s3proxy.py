@@ -12,6 +12,9 @@ leaves as the client wrote it), unless a rule says otherwise:
                                          forward the request (the object gets stored), but
                                          keep the answer from the client until release():
                                          a client killed meanwhile never learns it succeeded
+    proxy.slow(10e6, methods=("PUT",))   forward matching requests as if through one
+                                         link of 10 MB/s that they share: each waits
+                                         for the bodies before it, then its own
     proxy.passthrough()                  back to normal (held requests are let go)
 
 A rule matches on the HTTP method and a substring of the path. Counters (`seen`,
@@ -27,8 +30,10 @@ import time
 
 
 class _Rule:
-    def __init__(self, action, methods=None, key_part=None, status=503, count=None):
+    def __init__(self, action, methods=None, key_part=None, status=503, count=None,
+                 rate=None):
         self.action = action
+        self.rate = rate  # slow: bytes per second of the shared link
         self.methods = set(methods) if methods else None
         self.key_part = key_part
         self.status = status
@@ -66,6 +71,7 @@ class S3Proxy:
         self.held_total = 0
         self.held_paths = []     # every request or answer ever held, in order
         self.completed_puts = 0  # PUTs the emulator answered 2xx
+        self.link_free = 0.0     # slow: when the shared link is free again
         self.conns = set()
         self.thread = threading.Thread(target=self._accept, daemon=True)
         self.thread.start()
@@ -87,6 +93,9 @@ class S3Proxy:
 
     def stall(self, methods=None, key_part=None):
         self._set(_Rule("stall", methods, key_part))
+
+    def slow(self, bytes_per_s, methods=None, key_part=None):
+        self._set(_Rule("slow", methods, key_part, rate=float(bytes_per_s)))
 
     def hold_response(self, methods=None, key_part=None, count=None):
         self._set(_Rule("hold", methods, key_part, count=count))
@@ -280,6 +289,12 @@ def _serve(self, c):
                 h = b"\r\n".join(ln for ln in h.split(b"\r\n")
                                  if not ln.lower().startswith(b"expect:"))
             body = _read_body(cs, headers)
+            if rule is not None and rule.action == "slow":
+                with self.lock:
+                    now = time.monotonic()
+                    self.link_free = max(self.link_free, now) + len(body) / rule.rate
+                    wait = self.link_free - now
+                time.sleep(wait)
             if up is None:
                 up = socket.create_connection(self.upstream, timeout=120)
                 up.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
