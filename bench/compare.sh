@@ -422,9 +422,16 @@ run_target() { # rep target
     --max-inflight "$INFL_1K" --max-behind "$MAX_BEHIND" --tail-readers "$TAIL_READERS"
   quiesce "$dir"
   say "  (l) $SLOW_RATE records/s of 1 KiB, linger.ms=0"
+  # Skiff: what the broker did during (l), to match with its latency (l_metrics.txt)
+  TRACE_PID=""
+  if [ -n "$MPORT" ]; then
+    "$PY" "$ROOT/bench/mtrace.py" "$MPORT" 0.25 "$dir/l_metrics.txt" & TRACE_PID=$!
+    date +%s.%N > "$dir/l_start.txt"
+  fi
   # shellcheck disable=SC2086
   workload "$dir" l "$tcfg" $common -t "$topic-l" -s 1024 -P 1 -r "$SLOW_RATE" --linger-ms 0 \
     --max-inflight "$INFL_1K" --max-behind "$MAX_BEHIND"
+  [ -z "$TRACE_PID" ] || { kill "$TRACE_PID" 2>/dev/null; wait "$TRACE_PID" 2>/dev/null || true; }
   say "  (d) catch-up read of up to $CATCHUP bytes of the (b1k) topic"
   workload "$dir" d "" --consume -t "$topic-b1k" --no-create --bytes "$CATCHUP" -d 600
 

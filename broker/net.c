@@ -850,15 +850,26 @@ void sk_net_resume(sk_node *n)
             event_active(c->kick_ev, EV_TIMEOUT, 0);
 }
 
+/* Producers out of tokens: stop reading them all. Tokens back: wake them,
+ * each time starting one further down the list, so that the first to read
+ * (and take the tokens) is not always the same connection. */
 void sk_net_pace(sk_node *n)
 {
-    for (sk_conn *c = n->conns; c; c = c->next) {
-        if (!c->producer || c->closed)
-            continue;
-        if (n->pace.holding)
-            set_reading(c, false);
-        else if (!c->read_enabled && may_read(c))
-            event_active(c->kick_ev, EV_TIMEOUT, 0);
+    if (n->pace.holding) {
+        for (sk_conn *c = n->conns; c; c = c->next)
+            if (c->producer)
+                set_reading(c, false);
+        return;
+    }
+    size_t first = n->pace_turn++ % (n->nconns ? n->nconns : 1), i = 0;
+    sk_conn *start = n->conns;
+    for (; start && i < first; i++)
+        start = start->next;
+    for (int pass = 0; pass < 2; pass++) {
+        sk_conn *end = pass ? start : NULL;
+        for (sk_conn *c = pass ? n->conns : start; c != end; c = c->next)
+            if (c->producer && !c->closed && !c->read_enabled && may_read(c))
+                event_active(c->kick_ev, EV_TIMEOUT, 0);
     }
 }
 

@@ -284,6 +284,7 @@ struct sk_node {
     bool paused;   /* reading stopped: WAL back-pressure */
     sk_pace pace;  /* producers slowed down as the WAL fills (pace.h) */
     struct event *pace_ev;
+    size_t pace_turn; /* which producer wakes first when tokens are back (net.c) */
     struct event *retention_ev;
     struct event *sig_ev[3];
     struct ssl_ctx_st *tls_ctx; /* SSL and SASL_SSL listeners' (tls.h); NULL: none */
