@@ -22,7 +22,8 @@ run: build
 	./$(BUILD)/skiffd
 
 # Every test: unit tests (normal and ASan+UBSan builds), fuzz-corpus replay,
-# then the integration suites against real clients and servers.
+# the Release, MinSizeRel and Debug builds (compiled, not run), then the
+# integration suites against real clients and servers.
 test: test-deps build
 	@tests/run.sh
 
@@ -48,4 +49,4 @@ docs: build
 	./$(BUILD)/skiffd --gen-config-doc > docs/CONFIGURATION.md
 
 clean:
-	rm -rf $(BUILD) build-asan build-fuzz
+	rm -rf $(BUILD) build-asan build-fuzz build-release build-minsizerel build-debug

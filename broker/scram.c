@@ -109,11 +109,12 @@ int sk_scram_cred_format(sk_scram_mech m, const sk_scram_cred *c, char *out, siz
     return n > 0 && (size_t)n < len ? 0 : SK_ERR_NOMEM;
 }
 
-/* The value of `key=` in a comma-separated list (NULL if absent). */
+/* The value of `key=` in a comma-separated list (NULL and *vlen 0 if absent). */
 static const char *attr(const char *s, size_t len, const char *key, size_t *vlen)
 {
     size_t kl = strlen(key);
     const char *p = s, *end = s + len;
+    *vlen = 0;
     while (p < end) {
         const char *comma = memchr(p, ',', (size_t)(end - p));
         const char *e = comma ? comma : end;

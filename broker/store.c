@@ -569,10 +569,10 @@ static int by_topic(sk_store *s, int stmt, const kc_uuid *id)
 static int topic_nparts(sk_store *s, const kc_uuid *id, int32_t *n)
 {
     sqlite3_stmt *st;
+    *n = -1;
     if (sqlite3_prepare_v2(s->db, "SELECT partitions FROM topics WHERE id = ?1", -1, &st, NULL))
         return store_db_err(s->db, "prepare");
     sqlite3_bind_blob(st, 1, id->b, 16, SQLITE_STATIC);
-    *n = -1;
     if (sqlite3_step(st) == SQLITE_ROW)
         *n = sqlite3_column_int(st, 0);
     sqlite3_finalize(st);

@@ -48,9 +48,11 @@ static bool hex_uuid(const char *p, size_t n, kc_uuid *u)
     return true;
 }
 
-/* Canonical decimal only ("7", never "07" or "+7"): a key has one spelling. */
+/* Canonical decimal only ("7", never "07" or "+7"): a key has one spelling.
+ * *out is 0 when it fails. */
 static bool dec_num(const char *p, size_t n, int64_t max, int64_t *out)
 {
+    *out = 0;
     if (n == 0 || n > 19 || (p[0] == '0' && n > 1))
         return false;
     uint64_t v = 0;
@@ -270,8 +272,11 @@ static json_t *jparse(jr *r, const uint8_t *v, size_t n)
     return o;
 }
 
+/* The j* readers set *out on every path (0, "" or false when they fail), so
+ * that no caller ever reads a field that a failed read left unset. */
 static bool jint(jr *r, const json_t *o, const char *f, int64_t lo, int64_t hi, int64_t *out)
 {
+    *out = 0;
     const json_t *v = json_object_get(o, f);
     if (!v)
         return jfail(r, "\"%s\" missing", f);
@@ -287,6 +292,7 @@ static bool jint(jr *r, const json_t *o, const char *f, int64_t lo, int64_t hi, 
 /* out holds maxlen + 1 bytes. */
 static bool jstr(jr *r, const json_t *o, const char *f, size_t minlen, size_t maxlen, char *out)
 {
+    out[0] = 0;
     const json_t *v = json_object_get(o, f);
     if (!v)
         return jfail(r, "\"%s\" missing", f);
@@ -303,6 +309,7 @@ static bool jstr(jr *r, const json_t *o, const char *f, size_t minlen, size_t ma
 
 static bool jbool(jr *r, const json_t *o, const char *f, bool *out)
 {
+    *out = false;
     const json_t *v = json_object_get(o, f);
     if (!v)
         return jfail(r, "\"%s\" missing", f);
@@ -316,6 +323,7 @@ static bool jenum(jr *r, const json_t *o, const char *f, const char *const *word
                   int *out)
 {
     char w[16];
+    *out = 0;
     if (!jstr(r, o, f, 1, sizeof w - 1, w))
         return false;
     for (int i = 0; i < nwords; i++)
@@ -589,11 +597,11 @@ static bool part_fields(jr *r, const json_t *o, cm_part *out)
     out->src_log = src_log;
     out->src_lsn = src_lsn;
     /* "pref" is optional: values written before it existed have none. */
-    int64_t pref;
-    if (json_object_get(o, "pref") && !jint(r, o, "pref", 0, INT32_MAX, &pref))
-        return false;
+    int64_t pref = 0;
     out->has_pref = json_object_get(o, "pref") != NULL;
-    out->pref = out->has_pref ? (int32_t)pref : 0;
+    if (out->has_pref && !jint(r, o, "pref", 0, INT32_MAX, &pref))
+        return false;
+    out->pref = (int32_t)pref;
     return true;
 }
 
@@ -1671,10 +1679,13 @@ static bool one_segment(const char *p, size_t n)
     return memchr(p, '/', n) == NULL;
 }
 
+/* 1: *out is the number; 0: not one segment, -1: not a number (*out 0). */
 static int key_num(const char *p, size_t n, int64_t max, int64_t *out)
 {
-    if (!one_segment(p, n))
+    if (!one_segment(p, n)) {
+        *out = 0;
         return 0;
+    }
     return dec_num(p, n, max, out) ? 1 : -1;
 }
 

@@ -113,7 +113,8 @@ const char *zone_detect(const zone_map *m, const char *client_id, size_t client_
     return out;
 }
 
-/* Splits "a=b,c=d" into pairs; fn returns 0 or fails the parse. */
+/* Splits "a=b,c=d" into pairs; fn returns 0 or fails the parse. A refusal
+ * quotes at most 64 bytes of the entry (why may be short). */
 static int each_pair(const char *s, int (*fn)(void *arg, const char *k, const char *v), void *arg,
                      char *why, size_t whylen)
 {
@@ -137,21 +138,21 @@ static int each_pair(const char *s, int (*fn)(void *arg, const char *k, const ch
         if (*t) {
             char *eq = strrchr(t, '=');
             if (!eq || eq == t || !eq[1]) {
-                snprintf(why, whylen, "'%s' is not key=zone", t);
+                snprintf(why, whylen, "'%.64s' is not key=zone", t);
                 return -1;
             }
             *eq = 0;
             for (const char *z = eq + 1; *z; z++)
                 if (!zone_char(*z)) {
-                    snprintf(why, whylen, "zone '%s' has invalid characters", eq + 1);
+                    snprintf(why, whylen, "zone '%.64s' has invalid characters", eq + 1);
                     return -1;
                 }
             if (strlen(eq + 1) >= ZONE_MAX) {
-                snprintf(why, whylen, "zone '%s' is too long", eq + 1);
+                snprintf(why, whylen, "zone '%.64s' is too long", eq + 1);
                 return -1;
             }
             if (fn(arg, t, eq + 1) != 0) {
-                snprintf(why, whylen, "'%s' is not a valid address/prefix or listener name", t);
+                snprintf(why, whylen, "'%.64s' is not a valid address/prefix or listener name", t);
                 return -1;
             }
         }

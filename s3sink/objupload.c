@@ -329,11 +329,10 @@ static int put_pending(objstore *os, struct pending *x, size_t n, objreg_objects
  * are written before the first PUT and PUT together: an upload of several
  * objects takes about as long as its largest, not the sum. Memory is the
  * same (the objects' iovecs point at the set's batches). */
-static int put_runs(objstore *os, const objup_params *p, const objup_batch *b,
+static int put_runs(objstore *os, const objup_params *p, const objup_batch *b, size_t nb,
                     const objup_run *runs, size_t nruns, objreg_objects *out)
 {
-    size_t nbatches = runs[nruns - 1].first + runs[nruns - 1].n;
-    objup_batch *small = malloc(nbatches * sizeof *small);
+    objup_batch *small = malloc(nb * sizeof *small);
     struct pending *x = calloc(nruns, sizeof *x); /* at most one object per run */
     size_t nsmall = 0, nx = 0;
     int rc = small && x ? 0 : SK_ERR_NOMEM;
@@ -366,7 +365,7 @@ int objup_put(objup_set *s, objstore *os, const objup_params *p, objreg_objects 
     if (!runs)
         return SK_ERR_NOMEM;
     size_t nruns = objup_split(s->b, s->n, p->split_bytes, runs);
-    int rc = put_runs(os, p, s->b, runs, nruns, out);
+    int rc = put_runs(os, p, s->b, s->n, runs, nruns, out);
     free(runs);
     return rc;
 }

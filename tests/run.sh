@@ -3,13 +3,18 @@
 #
 #   tests/run.sh                              all phases (after `make build`)
 #   SKIFF_TEST_PHASES="unit integration" tests/run.sh
+#   SKIFF_TEST_PHASES=builds tests/run.sh     only the build-type check
 #   SKIFF_PYTEST_ARGS="-k 1001" SKIFF_TEST_PHASES=integration tests/run.sh
 #   SKIFF_TEST_AGAINST=kafka SKIFF_TEST_PHASES=integration tests/run.sh
 #
-# Phases (SKIFF_TEST_PHASES, default "unit asan integration"):
+# Phases (SKIFF_TEST_PHASES, default "unit asan builds integration"):
 #   unit         ctest in $SKIFF_BUILD (default build/); includes test_fuzz_replay, which
 #                runs the fuzz corpus (tests/fuzz/corpus) through the request codec
 #   asan         configure build-asan with -DSKIFF_SANITIZE=ON (ASan+UBSan), build, ctest
+#   builds       configure and build (no test run) build-release, build-minsizerel and
+#                build-debug: CMake's Release (-O3), MinSizeRel (-Os) and Debug (-O0) with
+#                -Werror, whose warnings differ from the default -O2's (docs/DEVELOPING.md,
+#                "Build checks"); every type is built, then the phase fails if one did
 #   integration  /usr/bin/python3 -m pytest tests/integration, each test limited to
 #                $SKIFF_TEST_TIMEOUT s (default 300, pytest-timeout); the Java client
 #                programs and kafkajs are prepared first, outside that limit
@@ -58,7 +63,7 @@ set -u
 cd "$(dirname "$0")/.." || exit 2
 ROOT=$(pwd)
 BUILD=${SKIFF_BUILD:-build}
-PHASES=${SKIFF_TEST_PHASES:-unit asan integration}
+PHASES=${SKIFF_TEST_PHASES:-unit asan builds integration}
 PYTHON=/usr/bin/python3
 GENERATOR=Ninja
 command -v ninja >/dev/null 2>&1 || GENERATOR="Unix Makefiles"
@@ -235,6 +240,20 @@ phase_asan() {
     ctest --output-on-failure --timeout 900)
 }
 
+phase_builds() {
+  rc=0
+  for type in Release MinSizeRel Debug; do
+    dir=build-$(printf '%s' "$type" | tr '[:upper:]' '[:lower:]')
+    echo "-- $type in $dir"
+    if ! cmake -S . -B "$dir" -G "$GENERATOR" -DCMAKE_BUILD_TYPE="$type" >/dev/null ||
+       ! cmake --build "$dir"; then
+      echo "the $type build failed" >&2
+      rc=1
+    fi
+  done
+  return $rc
+}
+
 start_reference() {
   KREF_DIR=$ROOT/tests/.work/kafka-ref
   port=$($PYTHON -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -289,8 +308,8 @@ phase_integration() {
 T0=$(now)
 for phase in $PHASES; do
   case "$phase" in
-    unit|asan|integration) ;;
-    *) echo "unknown phase '$phase' (known: unit asan integration)" >&2
+    unit|asan|builds|integration) ;;
+    *) echo "unknown phase '$phase' (known: unit asan builds integration)" >&2
        record "$phase" FAIL 0 "unknown phase"; continue ;;
   esac
   banner "$phase"

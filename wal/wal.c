@@ -1159,9 +1159,10 @@ struct reader {
 };
 
 /* Makes [off, off+n) available at *p. Returns 0, 1 when the file ends
- * first, or an error. */
+ * first, or a negative error; *p is NULL unless it returns 0. */
 static int reader_need(struct reader *r, uint64_t off, size_t n, const uint8_t **p)
 {
+    *p = NULL;
     if (off >= r->boff && off + n <= r->boff + r->blen) {
         *p = r->buf + (off - r->boff);
         return 0;
@@ -1176,8 +1177,8 @@ static int reader_need(struct reader *r, uint64_t off, size_t n, const uint8_t *
     }
     size_t got;
     int rc = r->st->ops->pread(r->st, r->seg, off, r->buf, want, &got);
-    if (rc)
-        return rc;
+    if (rc) /* backends return negative errors; 1 must stay "the file ends first" */
+        return rc < 0 ? rc : SK_ERR_IO;
     r->boff = off;
     r->blen = got;
     if (got < n)

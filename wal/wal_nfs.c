@@ -217,15 +217,15 @@ static nfs_fh3 fh3(const struct fh *f)
 
 /* ---- URL ---- */
 
+/* *out is lo when v is not a number in [lo, hi]. */
 static int parse_int(const char *v, long lo, long hi, long *out)
 {
     char *end;
     errno = 0;
     long x = strtol(v, &end, 10);
-    if (!*v || *end || errno || x < lo || x > hi)
-        return -1;
-    *out = x;
-    return 0;
+    bool ok = *v && !*end && !errno && x >= lo && x <= hi;
+    *out = ok ? x : lo;
+    return ok ? 0 : -1;
 }
 
 static int parse_url(struct nfsb *b, const char *url, char *why, size_t wl)

@@ -191,7 +191,7 @@ static void put_log(fx *f, int nbatches, int per, int nkeys, objreg_object *objs
     for (int o = 0; o < nbatches / per; o++) {
         objup_set *s = objup_set_new(0);
         for (int bi = o * per; bi < (o + 1) * per; bi++) {
-            char keys[4][8], vals[4][8];
+            char keys[4][16], vals[4][16]; /* room for any int */
             kb_build_rec r[4];
             for (int i = 0; i < 4; i++) {
                 int off = bi * 4 + i;

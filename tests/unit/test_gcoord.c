@@ -111,7 +111,7 @@ static void join_o(sk_gc *gc, jslot *s, jopts o, int64_t now)
         const char *comma = strchr(p, ',');
         size_t l = comma ? (size_t)(comma - p) : strlen(p);
         snprintf(pnames[n], sizeof pnames[n], "%.*s", (int)l, p);
-        snprintf(pmeta[n], sizeof pmeta[n], "%s-%s", pnames[n], o.tag ? o.tag : "x");
+        snprintf(pmeta[n], sizeof pmeta[n], "%.15s-%.15s", pnames[n], o.tag ? o.tag : "x");
         pbuf[n].name = S(pnames[n]);
         pbuf[n].metadata = (kc_bytes){(const uint8_t *)pmeta[n], (int32_t)strlen(pmeta[n])};
         n++;

@@ -131,7 +131,9 @@ static void restart(cl *c, int32_t id, int64_t now)
     pl_node *n = node_of(c, id);
     assert_non_null(n);
     n->log = ++c->next_log;
-    add_log(c, n->log, id, n->zone);
+    char zone[sizeof n->zone]; /* add_log's zone must not point into c */
+    memcpy(zone, n->zone, sizeof zone);
+    add_log(c, n->log, id, zone);
     c->changed_ms = now;
 }
 

@@ -528,6 +528,23 @@ static void test_nfs_unreachable(void **state)
     event_base_free(base);
 }
 
+/* Parameters out of range or not numbers refuse the URL; no server needed. */
+static void test_nfs_url_values(void **state)
+{
+    (void)state;
+    char why[512] = "";
+    assert_int_equal(wal_nfs_check_url("nfs://h/x?timeo=500&depth=4&pipeline=2", why, sizeof why),
+                     0);
+    const char *bad[] = {"timeo=50", "timeo=", "timeo=5x", "depth=0", "pipeline=9",
+                         "nfsport=70000", "filesync=-1", "fault_drop=0"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char url[128];
+        snprintf(url, sizeof url, "nfs://h/x?%s", bad[i]);
+        assert_int_equal(wal_nfs_check_url(url, why, sizeof why), SK_ERR_INVAL);
+        assert_non_null(strstr(why, "invalid value"));
+    }
+}
+
 /* ---- measurement (printed, never asserted) ----
  * WAL_BENCH_MS (default 0: skipped): the WAL alone on NFS, 1 KiB appends at
  * the max rate (bursts of 64 per loop turn until the staging cap pushes
@@ -666,6 +683,7 @@ int main(void)
         cmocka_unit_test(test_nfs_server_restart),
         cmocka_unit_test(test_nfs_fencing),
         cmocka_unit_test(test_nfs_unreachable),
+        cmocka_unit_test(test_nfs_url_values),
         cmocka_unit_test(test_nfs_bench),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

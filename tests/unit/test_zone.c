@@ -77,12 +77,26 @@ static void test_bad_maps(void **state)
     zone_map_destroy(ok);
 }
 
+/* A long entry is quoted in part, so that the reason still fits. */
+static void test_long_entry_keeps_reason(void **state)
+{
+    (void)state;
+    char entry[301], why[256];
+    memset(entry, 'x', sizeof entry - 1);
+    entry[sizeof entry - 1] = 0;
+    assert_null(zone_map_new(entry, "", why, sizeof why));
+    assert_non_null(strstr(why, "is not key=zone"));
+    assert_non_null(strstr(why, entry + sizeof entry - 1 - 64));
+    assert_null(strstr(why, entry + sizeof entry - 1 - 65));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_client_id),
         cmocka_unit_test(test_cidr_and_listener),
         cmocka_unit_test(test_bad_maps),
+        cmocka_unit_test(test_long_entry_keeps_reason),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
