@@ -38,6 +38,25 @@
 #define UPLOAD_RETRY_MIN_MS 200
 #define UPLOAD_RETRY_MAX_MS 5000
 
+/* A pause after a failure that doubles, from UPLOAD_RETRY_MIN_MS up to
+ * UPLOAD_RETRY_MAX_MS, until a success: nothing is tried before at_ms. */
+struct retry {
+    int64_t ms, at_ms;
+};
+
+static void retry_failed(struct retry *r)
+{
+    r->ms = r->ms ? r->ms * 2 : UPLOAD_RETRY_MIN_MS;
+    if (r->ms > UPLOAD_RETRY_MAX_MS)
+        r->ms = UPLOAD_RETRY_MAX_MS;
+    r->at_ms = sk_mono_ms() + r->ms;
+}
+
+static bool retry_waiting(const struct retry *r)
+{
+    return sk_mono_ms() < r->at_ms;
+}
+
 struct sk_tier {
     sk_node *n;
     objstore *os;
@@ -56,9 +75,9 @@ struct sk_tier {
     wal_lsn uploaded;     /* every batch below is in registered objects */
     wal_lsn snapshot_lsn; /* the newest view snapshot in the store reflects this */
     int64_t last_upload_ms;
-    int64_t retry_at_ms, retry_ms; /* after a failed upload: not before retry_at_ms */
+    struct retry up_retry;  /* after a failed upload */
     double upload_bps;    /* WAL bytes per second of recent uploads, start to registration */
-    int64_t snap_retry_at_ms, snap_retry_ms; /* after a failed snapshot */
+    struct retry snap_retry; /* after a failed snapshot */
     bool upload_last;     /* the last job started was an upload */
     bool foreign;         /* adopted batches may wait for an upload */
     bool foreign_kicked;  /* ... more came while an upload ran */
@@ -870,18 +889,15 @@ static void upload_done(struct job *j)
         t->foreign = false;
     t->foreign_kicked = false;
     if (j->err == 0)
-        t->retry_ms = t->retry_at_ms = 0;
+        t->up_retry = (struct retry){0};
     if (j->err != 0) {
         t->st.upload_failures++;
         /* The store retries each request itself; a whole upload that failed
          * is tried again after a pause that doubles up to a few seconds, not
          * at the next tick (a full disk fails at once, again and again). */
-        t->retry_ms = t->retry_ms ? t->retry_ms * 2 : UPLOAD_RETRY_MIN_MS;
-        if (t->retry_ms > UPLOAD_RETRY_MAX_MS)
-            t->retry_ms = UPLOAD_RETRY_MAX_MS;
-        t->retry_at_ms = sk_mono_ms() + t->retry_ms;
+        retry_failed(&t->up_retry);
         SK_WARN("tier", "upload of WAL %" PRIu64 "..%" PRIu64 " failed: %s; retrying in %" PRId64
-                " ms", (uint64_t)j->from, (uint64_t)j->to, sk_err_name(j->err), t->retry_ms);
+                " ms", (uint64_t)j->from, (uint64_t)j->to, sk_err_name(j->err), t->up_retry.ms);
     } else if (j->objs.n == 0) {
         t->st.last_upload_ms = sk_now_ms();
         /* Nothing but metadata: no object to register (registering would
@@ -975,16 +991,13 @@ static void job_done(void *arg)
             /* The WAL may shrink now. */
             sk_node_retention(t->n);
         } else if (j->err != 0) {
-            t->snap_retry_ms = t->snap_retry_ms ? t->snap_retry_ms * 2 : UPLOAD_RETRY_MIN_MS;
-            if (t->snap_retry_ms > UPLOAD_RETRY_MAX_MS)
-                t->snap_retry_ms = UPLOAD_RETRY_MAX_MS;
-            t->snap_retry_at_ms = sk_mono_ms() + t->snap_retry_ms;
+            retry_failed(&t->snap_retry);
             SK_WARN("tier", "view snapshot failed: %s; retrying in %" PRId64 " ms",
-                    sk_err_name(j->err), t->snap_retry_ms);
+                    sk_err_name(j->err), t->snap_retry.ms);
             t->snapshot_due = true;
         }
         if (j->err == 0)
-            t->snap_retry_ms = t->snap_retry_at_ms = 0;
+            t->snap_retry = (struct retry){0};
         break;
     case JOB_LIST:
         if (j->err == 0) {
@@ -1024,7 +1037,7 @@ static wal_lsn upload_end(const sk_tier *t)
 
 static bool upload_wanted(sk_tier *t, bool by_time)
 {
-    if (t->n->store_applied < t->reg_end || sk_mono_ms() < t->retry_at_ms)
+    if (t->n->store_applied < t->reg_end || retry_waiting(&t->up_retry))
         return false;
     /* Adopted batches keep another log's WAL alive: upload them soon. */
     if (t->foreign && sk_mono_ms() - t->last_upload_ms >= FOREIGN_UPLOAD_MS)
@@ -1103,7 +1116,7 @@ static bool snapshot_ready(const sk_tier *t)
 {
     const sk_node *n = t->n;
     if (!t->snapshot_due || n->store_applied < t->snap_after ||
-        sk_mono_ms() < t->snap_retry_at_ms)
+        retry_waiting(&t->snap_retry))
         return false;
     /* A WAL filling up needs the trim that only a snapshot allows: no
      * waiting for the interval then. */
@@ -1156,7 +1169,7 @@ void sk_tier_kick(sk_tier *t)
 
 double sk_tier_upload_rate(const sk_tier *t)
 {
-    return t->retry_ms != 0 ? 0.0 : t->upload_bps;
+    return t->up_retry.ms != 0 ? 0.0 : t->upload_bps;
 }
 
 void sk_tier_adopted(sk_tier *t)
