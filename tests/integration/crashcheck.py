@@ -236,6 +236,11 @@ def produce_through_kills(node, topic, partitions=4, kills=5, seed=None, gap=(0.
     load.start()
     progress = []
     try:
+        # the first kill falls on a producer that has started: a cold client
+        # (imports, first metadata) can take longer than the shortest gap
+        deadline = time.time() + 30
+        while load.acked_count() == 0 and time.time() < deadline:
+            time.sleep(0.05)
         for i in range(kills):
             time.sleep(rnd.uniform(*gap))
             before = load.acked_count()
