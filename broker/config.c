@@ -438,7 +438,8 @@ const sk_prop sk_props[] = {
     {"wal.max.pending.bytes", SK_PROP_LONG, OFF(wal_max_pending_bytes), "67108864", 1048576,
      I64MAX, "Storage",
      "Bytes accepted but not yet durable beyond which the node stops reading new requests "
-     "until the WAL catches up (back-pressure on a slow volume).",
+     "until the WAL catches up (back-pressure on a slow volume). The group-commit buffers "
+     "that held them are kept for reuse, up to this many bytes of them.",
      NULL, false},
     {"wal.max.retained.bytes", SK_PROP_LONG, OFF(wal_max_retained_bytes), "2147483648",
      1048576, I64MAX, "Storage",

@@ -409,6 +409,9 @@ void sk_metrics_render(sk_node *n, struct evbuffer *b)
               (double)ws.outage_ms / 1000.0);
         counter(b, "skiff_wal_retries_total",
                 "WAL operations issued again after a transient error.", ws.retries);
+        counter(b, "skiff_wal_buffers_allocated_total",
+                "Group-commit buffers allocated or grown (flat once the reused ones are warm).",
+                ws.buffers_allocated);
         counter(b, "skiff_wal_lease_lapses_total",
                 "Times acknowledgements stopped for want of a renewed lease.", ws.lease_lapses);
         gauge(b, "skiff_wal_owner_epoch", "The owner epoch this node holds the WAL with.",

@@ -102,6 +102,9 @@ struct flight {
 };
 
 #define MAX_FLYING 8
+/* Most batches kept for reuse: one per write in flight, the open one and the
+ * one completing. */
+#define SPARE_MAX (MAX_FLYING + 2)
 
 struct seg {
     wal_lsn start;
@@ -125,7 +128,13 @@ struct wal {
     wal_opts o;
     struct event *flush_ev;
 
-    struct batch *head, *tail, *spare;
+    struct batch *head, *tail;
+    /* Batches done with, kept with their buffers for the next ones
+     * (batch_recycle): a fresh buffer costs a page fault per 4 KiB and, as
+     * it grows, a copy of what it holds. */
+    struct batch *spare;
+    int nspare;
+    size_t spare_bytes;
     bool creating;     /* the head batch's segment file is being created */
     wal_lsn creating_seg;
     int nflying;       /* batches being written and synced */
@@ -290,14 +299,21 @@ static struct seg *segs_find(wal *w, wal_lsn start)
 
 /* ---- batches ---- */
 
+/* The spare with the largest buffer, so that the open batch rarely grows. */
 static struct batch *batch_new(wal *w)
 {
-    struct batch *b = w->spare;
-    if (b) {
-        w->spare = NULL;
-        return b;
-    }
-    return calloc(1, sizeof *b);
+    struct batch **best = NULL;
+    for (struct batch **pp = &w->spare; *pp; pp = &(*pp)->next)
+        if (!best || (*pp)->cap > (*best)->cap)
+            best = pp;
+    if (!best)
+        return calloc(1, sizeof(struct batch));
+    struct batch *b = *best;
+    *best = b->next;
+    b->next = NULL;
+    w->nspare--;
+    w->spare_bytes -= b->cap;
+    return b;
 }
 
 static void batch_free(struct batch *b)
@@ -309,21 +325,38 @@ static void batch_free(struct batch *b)
     free(b);
 }
 
+/* Keeps b for reuse while the spares stay within SPARE_MAX batches and
+ * wal.max.pending.bytes of buffers (what the batches in flight hold at
+ * most, so memory stays bounded by configuration); frees it otherwise. */
 static void batch_recycle(wal *w, struct batch *b)
 {
-    b->next = NULL;
     b->len = 0;
     b->nwt = 0;
     b->state = B_OPEN;
-    if (!w->spare)
-        w->spare = b;
-    else
+    if (w->nspare >= SPARE_MAX || w->spare_bytes + b->cap > w->o.max_pending_bytes) {
         batch_free(b);
+        return;
+    }
+    b->next = w->spare;
+    w->spare = b;
+    w->nspare++;
+    w->spare_bytes += b->cap;
+}
+
+static void spares_free(wal *w)
+{
+    while (w->spare) {
+        struct batch *b = w->spare;
+        w->spare = b->next;
+        batch_free(b);
+    }
+    w->nspare = 0;
+    w->spare_bytes = 0;
 }
 
 /* Room for `bytes` more in b's buffer (b->seg and b->lsn set), laid out as
  * struct batch says: the block offset before it, whole blocks to its end. */
-static int batch_room(struct batch *b, size_t bytes)
+static int batch_room(wal *w, struct batch *b, size_t bytes)
 {
     size_t head = (size_t)((b->lsn - b->seg) % WAL_WRITE_ROOM);
     if (b->len == 0 && b->mem)
@@ -338,6 +371,7 @@ static int batch_room(struct batch *b, size_t bytes)
     void *n = NULL;
     if (posix_memalign(&n, WAL_WRITE_ROOM, ncap) != 0)
         return SK_ERR_NOMEM;
+    w->stats.buffers_allocated++;
     if (b->len)
         memcpy((uint8_t *)n + head, b->buf, b->len);
     free(b->mem);
@@ -347,9 +381,9 @@ static int batch_room(struct batch *b, size_t bytes)
     return 0;
 }
 
-static int batch_reserve(struct batch *b, size_t bytes, size_t waiters)
+static int batch_reserve(wal *w, struct batch *b, size_t bytes, size_t waiters)
 {
-    if (batch_room(b, bytes) != 0)
+    if (batch_room(w, b, bytes) != 0)
         return SK_ERR_NOMEM;
     if (b->nwt + waiters > b->capwt) {
         size_t ncap = b->capwt ? b->capwt * 2 : 64;
@@ -917,7 +951,7 @@ static int appendv(wal *w, uint8_t type, const struct iovec *iov, int iovcnt,
     if (!b)
         rc = SK_ERR_NOMEM;
     else
-        rc = batch_reserve(b, need, 1);
+        rc = batch_reserve(w, b, need, 1);
     if (!rc && new_seg)
         rc = segs_reserve(w);
     if (rc) {
@@ -1818,7 +1852,7 @@ static void wal_free(wal *w)
     /* Last: from here on a restart on this host may take over at once. */
     if (w->lock_fd >= 0)
         close(w->lock_fd);
-    batch_free(w->spare);
+    spares_free(w);
     free(w->segs);
     pthread_mutex_destroy(&w->mu);
     free(w);

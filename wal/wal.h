@@ -234,6 +234,8 @@ typedef struct wal_stats {
     uint64_t owner_epoch;
     uint64_t retries;       /* operations issued again after a transient error */
     uint64_t lease_lapses;  /* times acknowledgements stopped for want of a lease */
+    uint64_t buffers_allocated; /* group-commit buffers allocated or grown: flat once
+                                   the batches kept for reuse are warm */
     bool unavailable;       /* the volume has failed to complete an operation, or
                                to renew the lease, for io_timeout_ms or more */
     int64_t outage_ms;      /* how long the current trouble lasts (0: none) */

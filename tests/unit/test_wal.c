@@ -664,6 +664,54 @@ static void test_pipelined_writes(void **state)
     expect_records(f, 6, 0);
 }
 
+/* Group-commit buffers are kept for reuse: rounds of two batches in flight
+ * and a third open allocate buffers for three batches in the first round
+ * and none after it (one kept buffer made every round allocate two). */
+static void test_batches_reused(void **state)
+{
+    struct fx *f = *state;
+    struct pre p = {0};
+    wal_opts o = opts_default(&p);
+    o.no_direct_io = true;
+    wal_faulty_ctl ctl = {.hold = true, .max_writes = 2};
+    wal_storage *st;
+    static struct dlog d;
+    wal *w = open_creating(f, &o, &ctl, &st, &d);
+    wal_faulty_release(st, 0); /* the create */
+    wait_held(f->base, st, 1);
+    wal_faulty_release(st, 0); /* record 0's write */
+    wait_done(f->base, &d, 1);
+    wal_stats s;
+    uint64_t warm = 0;
+    int i = 1;
+    for (int round = 0; round < 8; round++) {
+        if (round == 1) {
+            wal_get_stats(w, &s);
+            warm = s.buffers_allocated;
+        }
+        assert_int_equal(append_i(w, i++, &d, NULL), 0);
+        wait_held(f->base, st, 1);
+        assert_int_equal(append_i(w, i++, &d, NULL), 0);
+        wait_held(f->base, st, 2);
+        assert_int_equal(append_i(w, i++, &d, NULL), 0); /* a third batch, open */
+        spin(f->base);
+        wal_faulty_release(st, 0);
+        wal_faulty_release(st, 0);
+        wait_held(f->base, st, 1);
+        wal_faulty_release(st, 0);
+        wait_done(f->base, &d, i);
+    }
+    wal_get_stats(w, &s);
+    assert_true(warm >= 3);
+    assert_int_equal(s.buffers_allocated, warm);
+    for (int k = 0; k < d.n; k++)
+        assert_int_equal(d.err[k], 0);
+    assert_lsn_order(&d);
+    ctl.hold = false;
+    wal_close(w);
+    expect_records(f, i, 0);
+}
+
 /* The first of two writes in flight fails transiently after the second one
  * landed: it goes out again, and nothing is acknowledged before it. */
 static void test_pipelined_transient(void **state)
@@ -2679,6 +2727,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_close_drains, setup, teardown),
         cmocka_unit_test_setup_teardown(test_group_commit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pipelined_writes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_batches_reused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pipelined_transient, setup, teardown),
         cmocka_unit_test_setup_teardown(test_torn_tail_every_length, setup, teardown),
         cmocka_unit_test_setup_teardown(test_garbage_and_zero_tails, setup, teardown),
