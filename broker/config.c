@@ -432,8 +432,8 @@ const sk_prop sk_props[] = {
      "Size at which the WAL starts a new segment file. Retention deletes whole segments.", NULL, false},
     {"wal.cache.bytes", SK_PROP_LONG, OFF(wal_cache_bytes), "268435456", 0, I64MAX, "Storage",
      "Memory for recently written batches, which serve fetches without reading storage and "
-     "uploads without reading the WAL back (an upload starts once half of it is not uploaded "
-     "yet: see s3.wal.upload.threshold). Batches an upload still uses when they leave the "
+     "uploads without reading the WAL back (an upload starts once a quarter of it is not "
+     "uploaded yet: see s3.wal.upload.threshold). Batches an upload still uses when they leave the "
      "cache stay in memory until their objects are written.", NULL, false},
     {"wal.max.pending.bytes", SK_PROP_LONG, OFF(wal_max_pending_bytes), "67108864", 1048576,
      I64MAX, "Storage",
@@ -484,8 +484,8 @@ const sk_prop sk_props[] = {
      "Objects", "How often the WAL's new data is uploaded to objects.", NULL, false},
     {"s3.wal.upload.threshold", SK_PROP_LONG, OFF(s3_upload_threshold), "524288000", 4096,
      I64MAX, "Objects",
-     "Most bytes of WAL one upload takes, and how many not in objects yet start one; half of "
-     "wal.cache.bytes instead when that is less (and at least 64 MiB). An upload's batches "
+     "Most bytes of WAL one upload takes, and how many not in objects yet start one; a quarter "
+     "of wal.cache.bytes instead when that is less, but at least 64 MiB. An upload's batches "
      "are then still in the WAL cache and go into objects from memory, by reference; only the "
      "others (evicted, linked, adopted) are read from the WAL and copied, into a buffer "
      "reused from one upload to the next. An upload in flight holds at most this many bytes "

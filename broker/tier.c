@@ -1053,8 +1053,10 @@ static bool upload_wanted(sk_tier *t, bool by_time)
 
 uint64_t sk_tier_upload_trigger(const sk_config *cfg)
 {
-    uint64_t max = (uint64_t)cfg->s3_upload_threshold, half = (uint64_t)cfg->wal_cache_bytes / 2;
-    return half >= SK_UPLOAD_TRIGGER_MIN && half < max ? half : max;
+    uint64_t max = (uint64_t)cfg->s3_upload_threshold, v = (uint64_t)cfg->wal_cache_bytes / 4;
+    if (v < SK_UPLOAD_TRIGGER_MIN)
+        v = SK_UPLOAD_TRIGGER_MIN;
+    return v < max ? v : max;
 }
 
 static struct job *upload_job(sk_tier *t)

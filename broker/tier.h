@@ -114,12 +114,12 @@ void sk_tier_prefetch(sk_tier *t, const sk_obj_loc *loc, uint64_t stream);
  * before anything newer of theirs (cluster). */
 void sk_tier_adopted(sk_tier *t);
 
-/* Not-yet-uploaded WAL bytes at which an upload starts: half of
- * wal.cache.bytes, so that the batches are still in the WAL cache and go
- * into objects from memory rather than read back from the WAL (upcache.h),
- * capped by s3.wal.upload.threshold. A cache under twice
- * SK_UPLOAD_TRIGGER_MIN holds too little to be worth the extra PUTs: the
- * threshold alone decides then. */
+/* Not-yet-uploaded WAL bytes at which an upload starts (and the most one
+ * takes): a quarter of wal.cache.bytes, so that the batches are still in
+ * the WAL cache and go into objects from memory rather than read back from
+ * the WAL (upcache.h), and an upload in flight holds at most that much
+ * beyond the cache; at least SK_UPLOAD_TRIGGER_MIN (fewer, larger PUTs for
+ * a small cache), at most s3.wal.upload.threshold. */
 #define SK_UPLOAD_TRIGGER_MIN (64ull << 20)
 uint64_t sk_tier_upload_trigger(const sk_config *cfg);
 

@@ -6,7 +6,8 @@
  * count; a held batch evicted, dropped by compaction or whose topic is
  * deleted keeps its bytes until the job releases it, and is freed then,
  * exactly once; a second release does nothing; the cursor finds records by
- * LSN.
+ * LSN. And the size that starts an upload, which bounds what one holds
+ * beyond the cache.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,6 +20,7 @@
 
 #include "meta.h"
 #include "plog.h"
+#include "tier.h"
 #include "upcache.h"
 
 #include "cache_fx.c"
@@ -184,6 +186,27 @@ static void test_upcache_empty(void **state)
     sk_upcache_release(&c);
 }
 
+/* The size that starts an upload: a quarter of the cache, so that an upload
+ * in flight holds at most that much beyond it; never under 64 MiB (a small
+ * cache does not make uploads tiny), never over s3.wal.upload.threshold. */
+static void test_upload_trigger(void **state)
+{
+    (void)state;
+    const uint64_t MiB = 1 << 20;
+    sk_config cfg = {.wal_cache_bytes = 256 * MiB, .s3_upload_threshold = 500 * MiB};
+    assert_int_equal(sk_tier_upload_trigger(&cfg), 64 * MiB);
+    cfg.wal_cache_bytes = 1024 * MiB;
+    assert_int_equal(sk_tier_upload_trigger(&cfg), 256 * MiB);
+    cfg.wal_cache_bytes = 4096 * MiB;
+    assert_int_equal(sk_tier_upload_trigger(&cfg), 500 * MiB);
+    cfg.wal_cache_bytes = 0;
+    assert_int_equal(sk_tier_upload_trigger(&cfg), SK_UPLOAD_TRIGGER_MIN);
+    cfg.wal_cache_bytes = 100 * MiB;
+    assert_int_equal(sk_tier_upload_trigger(&cfg), SK_UPLOAD_TRIGGER_MIN);
+    cfg.s3_upload_threshold = 8 * MiB;
+    assert_int_equal(sk_tier_upload_trigger(&cfg), 8 * MiB);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -196,6 +219,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_upcache_max_bytes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_upcache_empty, setup, teardown),
+        cmocka_unit_test(test_upload_trigger),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
