@@ -279,6 +279,9 @@ start_skiff() { # rundir extra-args...
     ${BENCH_SKIFFD_ARGS:-}
   skiffd_start "$dir/skiffd.log" "$(free_port)" "$@"
   BROKER_PID=$SKIFFD_PID
+  # what an upload in flight may hold, for the report's memory bound
+  skiffd_metric "$MPORT" skiff_s3_upload_trigger_bytes > "$dir/upload_trigger_bytes.txt" \
+    || rm -f "$dir/upload_trigger_bytes.txt"
   echo "skiffd $BUILD/skiffd --override node.id=1 --override listeners=PLAINTEXT://$BOOT $*" > "$dir/broker.txt"
   say "  skiffd pid $SKIFFD_PID on $BOOT"
 }

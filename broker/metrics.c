@@ -457,6 +457,9 @@ void sk_metrics_render(sk_node *n, struct evbuffer *b)
                 ts.prefetches);
         counter(b, "skiff_s3_prefetch_errors_total", "Reads ahead into a next range that failed.",
                 ts.prefetch_errors);
+        gauge(b, "skiff_s3_upload_trigger_bytes",
+              "Upload lag that starts an upload, and the most one holds beyond the WAL cache.",
+              (double)sk_tier_upload_trigger(n->cfg));
         if (n->wal)
             gauge(b, "skiff_s3_upload_lag_bytes", "Durable WAL bytes not uploaded yet.",
                   (double)(wal_durable_lsn(n->wal) > ts.uploaded ? wal_durable_lsn(n->wal) - ts.uploaded

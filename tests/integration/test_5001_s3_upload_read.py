@@ -60,6 +60,8 @@ def test_upload_split_trim_and_read_back(broker_factory, s3, topic_name):
     total_bytes = sum(i["bytes"] for i in ref.values())
     m = s3env.metrics(b)
     assert m["skiff_s3_read_bytes_total"] == 0, "the reference read touched objects"
+    # a quarter of wal.cache.bytes, within [64 MiB, s3.wal.upload.threshold]
+    assert m["skiff_s3_upload_trigger_bytes"] == 64 * MiB, m["skiff_s3_upload_trigger_bytes"]
     assert m["skiff_s3_upload_bytes_total"] == total_bytes, (m["skiff_s3_upload_bytes_total"],
                                                             total_bytes)
 
