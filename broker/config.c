@@ -500,7 +500,11 @@ const sk_prop sk_props[] = {
      "Objects", "Size of the data blocks of an object: the unit of ranged reads and caching.",
      NULL, false},
     {"s3.block.cache.bytes", SK_PROP_LONG, OFF(s3_block_cache_bytes), "268435456", 0, I64MAX,
-     "Objects", "Memory for blocks read from objects.", NULL, false},
+     "Objects",
+     "Memory for blocks read from objects. Blocks that one consumer has read once (a "
+     "catch-up) keep to a quarter of it and are evicted first, so the rest holds the blocks "
+     "that several readers share.",
+     NULL, false},
     {"s3.block.readahead.bytes", SK_PROP_LONG, OFF(s3_readahead_bytes), "8388608", 0, I64MAX,
      "Objects",
      "How far a read from objects reads ahead in its partition (whole blocks of "

@@ -282,6 +282,12 @@ static void render_blockcache(sk_node *n, struct evbuffer *b)
     counter(b, "skiff_s3_block_cache_evictions_total", "Blocks evicted from the cache.",
             bs.evictions);
     gauge(b, "skiff_s3_block_cache_bytes", "Memory held by cached object blocks.", (double)bs.used);
+    gauge(b, "skiff_s3_block_cache_read_once_bytes",
+          "Cached blocks that one reader has read (the ring a catch-up cycles through).",
+          (double)bs.once_bytes);
+    counter(b, "skiff_s3_block_cache_read_once_evictions_total",
+            "Blocks read once, evicted to keep them within their share of the cache.",
+            bs.once_evictions);
     counter(b, "skiff_s3_block_gets_total",
             "Ranged GETs of object blocks (adjacent blocks merged into one GET).", bs.gets);
     counter(b, "skiff_s3_block_get_bytes_total", "Bytes asked for by those GETs.", bs.get_bytes);

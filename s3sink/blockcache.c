@@ -9,6 +9,16 @@
  * every hold on its bytes: leaving the cache drops the link, and the last
  * drop frees the block, so a held block outlives its eviction.
  *
+ * Two lists hold the ready, unpinned blocks. "once": blocks that one reader
+ * has read (its re-reads within opts.reread_us included: a consumer's next
+ * fetch starts in the block where the last one ended), in the order of
+ * their last release; it is kept within opts.once_bytes by dropping its
+ * oldest. "lru": blocks read again later (a second consumer, a retry), and
+ * blocks read ahead that nobody has read yet. Eviction takes the once
+ * list's oldest first. So a catch-up cycles through a ring of once_bytes
+ * and the pool, instead of faulting in the whole capacity and pushing out
+ * what other readers share.
+ *
  * Buffers: the last drop gives the block's buffer to the pool, which keeps
  * a few for the next fetches (fresh buffers cost a page fault per 4 KiB,
  * ~11 % of a catch-up's CPU). The pool has its own count, one per block
@@ -16,6 +26,7 @@
  */
 #include "blockcache.h"
 
+#include <assert.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,8 +72,16 @@ struct blockcache_block {
     int refs;
     bool loading;
     struct waiter *waiters;
-    struct blockcache_block *prev, *next; /* LRU */
-    bool in_lru;
+    int64_t first_read_us; /* when a read first pinned it; 0: not yet */
+    bool reread;           /* read again opts.reread_us or more after that */
+    struct bc_list *list;  /* where it waits unpinned; NULL: pinned, loading */
+    struct blockcache_block *prev, *next;
+};
+
+/* Ready, unpinned blocks, most recently released first. */
+struct bc_list {
+    blockcache_block *head, *tail;
+    size_t bytes;
 };
 
 struct bc_read {
@@ -94,7 +113,7 @@ struct blockcache {
     objstore *store;
     blockcache_opts o;
     sk_map *map;
-    blockcache_block *lru_head, *lru_tail;
+    struct bc_list lru, once;
     size_t used, loading_bytes;
     struct bc_fetch *fetches;
     size_t nfetches;
@@ -102,32 +121,42 @@ struct blockcache {
     blockcache_stats st;
 };
 
-static void lru_remove(blockcache *c, blockcache_block *b)
+static void list_remove(blockcache_block *b)
 {
-    if (!b->in_lru)
+    struct bc_list *l = b->list;
+    if (!l)
         return;
     if (b->prev)
         b->prev->next = b->next;
     else
-        c->lru_head = b->next;
+        l->head = b->next;
     if (b->next)
         b->next->prev = b->prev;
     else
-        c->lru_tail = b->prev;
+        l->tail = b->prev;
+    l->bytes -= b->e.size;
     b->prev = b->next = NULL;
-    b->in_lru = false;
+    b->list = NULL;
 }
 
-static void lru_push(blockcache *c, blockcache_block *b)
+static void list_push(struct bc_list *l, blockcache_block *b)
 {
     b->prev = NULL;
-    b->next = c->lru_head;
-    if (c->lru_head)
-        c->lru_head->prev = b;
+    b->next = l->head;
+    if (l->head)
+        l->head->prev = b;
     else
-        c->lru_tail = b;
-    c->lru_head = b;
-    b->in_lru = true;
+        l->tail = b;
+    l->head = b;
+    l->bytes += b->e.size;
+    b->list = l;
+}
+
+/* The block to evict first: the oldest read once, else the least recently
+ * used; NULL when every block is pinned or loading. */
+static blockcache_block *victim(const blockcache *c)
+{
+    return c->once.tail ? c->once.tail : c->lru.tail;
 }
 
 static void pool_drain(bc_pool *p)
@@ -204,7 +233,7 @@ static void block_free(blockcache_block *b)
  * or by the last hold on its bytes. */
 static void block_drop(blockcache *c, blockcache_block *b)
 {
-    lru_remove(c, b);
+    list_remove(b);
     sk_map_del(c->map, b->mkey, b->mklen);
     if (!b->loading)
         c->used -= b->e.size;
@@ -213,10 +242,25 @@ static void block_drop(blockcache *c, blockcache_block *b)
 
 static void evict(blockcache *c)
 {
-    while (c->used > c->o.capacity && c->lru_tail) {
-        blockcache_block *b = c->lru_tail;
+    while (c->used > c->o.capacity && victim(c)) {
         c->st.evictions++;
-        block_drop(c, b);
+        block_drop(c, victim(c));
+    }
+}
+
+/* A ready block's last pin went (or it arrived unread): onto its list. */
+static void unpinned(blockcache *c, blockcache_block *b)
+{
+    assert(b->refs == 0 && !b->loading && !b->list);
+    if (b->first_read_us == 0 || b->reread) {
+        list_push(&c->lru, b);
+        return;
+    }
+    list_push(&c->once, b);
+    while (c->once.bytes > c->o.once_bytes && c->once.tail != b) {
+        c->st.evictions++;
+        c->st.once_evictions++;
+        block_drop(c, c->once.tail);
     }
 }
 
@@ -226,9 +270,9 @@ static void evict(blockcache *c)
  * blocks read long ago would refuse every read-ahead for good. */
 static bool make_room(blockcache *c, size_t need)
 {
-    while (c->used + c->loading_bytes + need > c->o.capacity && c->lru_tail) {
+    while (c->used + c->loading_bytes + need > c->o.capacity && victim(c)) {
         c->st.evictions++;
-        block_drop(c, c->lru_tail);
+        block_drop(c, victim(c));
     }
     return c->used + c->loading_bytes + need <= c->o.capacity;
 }
@@ -250,6 +294,17 @@ blockcache *blockcache_new(objstore *store, const blockcache_opts *opts)
         c->o.capacity = 256u << 20;
     if (c->o.max_merge == 0)
         c->o.max_merge = 8u << 20;
+    if (c->o.once_bytes == 0) {
+        c->o.once_bytes = c->o.capacity / 4;
+        if (c->o.once_bytes < 2 * c->o.max_merge)
+            c->o.once_bytes = 2 * c->o.max_merge;
+    }
+    if (c->o.once_bytes > c->o.capacity)
+        c->o.once_bytes = c->o.capacity;
+    if (c->o.reread_us == 0)
+        c->o.reread_us = 1000000;
+    if (!c->o.now_us)
+        c->o.now_us = sk_mono_us;
     if (!c->o.fetch) {
         if (!store) {
             free(c);
@@ -301,11 +356,11 @@ static void block_resolved(blockcache *c, blockcache_block *b, int err)
         /* The waiters' pins go with the block. */
         for (struct waiter *x = w; x; x = x->next)
             x->rd->out[x->idx] = NULL;
-        lru_remove(c, b);
+        list_remove(b);
         sk_map_del(c->map, b->mkey, b->mklen);
         block_free(b);
     } else if (b->refs == 0) {
-        lru_push(c, b);
+        unpinned(c, b);
     }
     while (w) {
         struct waiter *n = w->next;
@@ -505,7 +560,7 @@ static void read_undo(blockcache *c, struct bc_read *rd, blockcache_block **out,
             sk_map_del(c->map, b->mkey, b->mklen);
             block_free(b);
         } else if (!b->loading && b->refs == 0) {
-            lru_push(c, b);
+            unpinned(c, b);
         }
         out[k] = NULL;
     }
@@ -533,6 +588,7 @@ int blockcache_read(blockcache *c, const char *key, const objfmt_entry *entries,
     rd->cb = cb;
     rd->arg = arg;
     rd->start_us = sk_mono_us();
+    int64_t now = c->o.now_us();
     size_t nwanted_blocks = 0;
     uint64_t hits = 0, misses = 0;
     for (size_t i = 0; i < nwant; i++) {
@@ -555,9 +611,13 @@ int blockcache_read(blockcache *c, const char *key, const objfmt_entry *entries,
             free(rd);
             return SK_ERR_NOMEM;
         }
-        lru_remove(c, b);
+        list_remove(b);
         b->refs++;
         out[i] = b;
+        if (b->first_read_us == 0)
+            b->first_read_us = now;
+        else if (now - b->first_read_us >= c->o.reread_us)
+            b->reread = true;
         if (w) {
             w->rd = rd;
             w->idx = i;
@@ -640,7 +700,7 @@ void blockcache_release(blockcache *c, blockcache_block *b)
     if (!b || b->refs <= 0)
         return;
     if (--b->refs == 0 && !b->loading) {
-        lru_push(c, b);
+        unpinned(c, b);
         evict(c);
     }
 }
@@ -674,6 +734,7 @@ void blockcache_stats_get(const blockcache *c, blockcache_stats *out)
     out->gets_in_flight = c->nfetches;
     out->buffers_reused = c->pool->reused;
     out->pool_bytes = c->pool->bytes;
+    out->once_bytes = c->once.bytes;
     out->get_bytes_in_flight = c->loading_bytes;
 }
 

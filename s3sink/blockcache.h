@@ -13,6 +13,13 @@
  * many blocks, not one per read. A block already being fetched is not
  * fetched again: later readers wait for the same GET.
  *
+ * Read once: a block that only one reader has read (its own re-reads within
+ * opts.reread_us included) is kept among the last opts.once_bytes of such
+ * blocks, and evicted before any other; a block read again later joins the
+ * LRU of shared blocks. So a catch-up reading history once cycles through a
+ * ring of once_bytes (buffers reused, no fresh pages) and leaves the rest of
+ * the cache to blocks that readers share.
+ *
  * Memory: opts.capacity bounds the bytes of cached blocks. Blocks handed to
  * readers are pinned until released and are never evicted; the cache may
  * pass its capacity by what readers pin, and it gives the excess back as
@@ -75,6 +82,11 @@ typedef struct blockcache_opts {
     size_t max_merge; /* largest merged GET; default 8 MiB (one block may be larger) */
     blockcache_fetch_fn fetch; /* NULL: objstore_getv on the store */
     void *fetch_ctx;
+    size_t once_bytes;  /* blocks read once kept; default capacity / 4, at least
+                           2 * max_merge, at most capacity */
+    int64_t reread_us;  /* a read this long after the first is another reader's;
+                           default 1 s */
+    int64_t (*now_us)(void); /* monotonic clock; NULL: sk_mono_us */
 } blockcache_opts;
 
 /* store may be NULL when opts->fetch is set. */
@@ -111,11 +123,13 @@ typedef struct blockcache_stats {
     uint64_t get_us;            /* their durations, summed (ended GETs) */
     uint64_t readahead;         /* blocks fetched ahead */
     uint64_t evictions, errors;
+    uint64_t once_evictions;    /* of them, blocks read once, for the ring's bound */
     uint64_t waits, wait_us;    /* reads that waited for a GET, and how long in all */
     size_t used, capacity, blocks;
     size_t gets_in_flight, get_bytes_in_flight; /* now */
     uint64_t buffers_reused; /* fetches that took a buffer from the pool */
     size_t pool_bytes;       /* free buffers kept for them, now */
+    size_t once_bytes;       /* blocks read once, cached now */
 } blockcache_stats;
 void blockcache_stats_get(const blockcache *c, blockcache_stats *out);
 

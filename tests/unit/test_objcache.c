@@ -1,10 +1,10 @@
 /* blockcache and objindex (the read path over objects).
  *
  * blockcache: merged GETs and read-ahead, shared fetches for several
- * waiters, LRU eviction within the capacity, pinned blocks, corrupt and
- * failed fetches, destroy with fetches in flight, all against a fake store
- * whose GETs complete when the test says so; then the real read path over
- * the file:// objstore with an event loop.
+ * waiters, LRU eviction within the capacity, the ring of blocks read once,
+ * pinned blocks, corrupt and failed fetches, destroy with fetches in flight,
+ * all against a fake store whose GETs complete when the test says so; then
+ * the real read path over the file:// objstore with an event loop.
  * objindex: tail reads (one GET, or two for a large index, HEAD when the
  * size is unknown), shared loads, LRU, missing and corrupt objects, destroy
  * with loads in flight. */
@@ -417,6 +417,81 @@ static void test_pool_hold_outlives_cache(void **state)
     free_object(&o);
 }
 
+static int64_t fake_now;
+static int64_t fake_clock(void)
+{
+    return fake_now;
+}
+
+/* Read once: a scan cycles through once_bytes of blocks (buffers reused),
+ * never the whole capacity; a block read again later stays through scans;
+ * blocks read ahead and not read yet are not the ring's to drop. */
+static void test_read_once_ring(void **state)
+{
+    (void)state;
+    struct object o;
+    make_object(&o);
+    struct fake f = {.o = &o};
+    size_t bs = o.blocks[0].size;
+    fake_now = 1000000;
+    blockcache_opts opts = {.capacity = 12 * bs, .max_merge = bs, .fetch = fake_fetch,
+                            .fetch_ctx = &f, .once_bytes = 3 * bs, .reread_us = 1000,
+                            .now_us = fake_clock};
+    blockcache *c = blockcache_new(NULL, &opts);
+    assert_non_null(c);
+    for (size_t i = 0; i < 10; i++) {
+        blockcache_release(c, read_one(c, &f, &o, i));
+        /* the reader's next fetch starts where this one ended: not a second reader */
+        blockcache_release(c, read_one(c, &f, &o, i));
+    }
+    blockcache_stats st;
+    blockcache_stats_get(c, &st);
+    assert_int_equal(st.gets, 10);
+    assert_int_equal(st.once_evictions, 7);
+    assert_int_equal(st.evictions, 7);
+    assert_int_equal(st.once_bytes, 3 * bs);
+    assert_int_equal(st.used, 3 * bs);
+    assert_true(st.buffers_reused >= 5);
+    /* a second reader, later: block 8 is shared now */
+    fake_now += 2000;
+    blockcache_release(c, read_one(c, &f, &o, 8));
+    blockcache_stats_get(c, &st);
+    assert_int_equal(st.once_bytes, 2 * bs);
+    /* another scan of the whole object passes by it */
+    for (size_t i = 0; i < o.nblocks; i++)
+        if (i != 8)
+            blockcache_release(c, read_one(c, &f, &o, i));
+    blockcache_block *out[3];
+    struct rres r = {0};
+    assert_int_equal(blockcache_read(c, "obj", o.blocks, o.nblocks, 8, 1, 0, out, read_cb, &r),
+                     BLOCKCACHE_HIT);
+    blockcache_release(c, out[0]);
+    assert_int_equal(blockcache_read(c, "obj", o.blocks, o.nblocks, 9, 1, 0, out, read_cb, &r),
+                     0); /* read once, long gone */
+    fake_complete(&f);
+    blockcache_release(c, out[0]);
+    blockcache_stats_get(c, &st);
+    assert_true(st.used <= 12 * bs);
+    assert_int_equal(st.once_bytes, 3 * bs);
+    /* read-ahead: blocks 1..5 wait unread while the ring turns over */
+    blockcache_forget(c, "obj");
+    assert_int_equal(blockcache_read(c, "obj", o.blocks, o.nblocks, 0, 1, 5, out, read_cb, &r), 0);
+    fake_complete(&f);
+    assert_int_equal(r.err, 0);
+    blockcache_release(c, out[0]);
+    for (size_t i = 10; i < o.nblocks; i++)
+        blockcache_release(c, read_one(c, &f, &o, i));
+    for (size_t i = 1; i <= 5; i++) {
+        assert_int_equal(
+            blockcache_read(c, "obj", o.blocks, o.nblocks, i, 1, 0, out, read_cb, &r),
+            BLOCKCACHE_HIT);
+        check_block(&o, out[0], i);
+        blockcache_release(c, out[0]);
+    }
+    blockcache_destroy(c);
+    free_object(&o);
+}
+
 static void test_shared_fetch(void **state)
 {
     (void)state;
@@ -821,6 +896,7 @@ int main(void)
         cmocka_unit_test(test_wait_stats),
         cmocka_unit_test(test_pool_reuse_after_hold),
         cmocka_unit_test(test_pool_hold_outlives_cache),
+        cmocka_unit_test(test_read_once_ring),
         cmocka_unit_test(test_shared_fetch),
         cmocka_unit_test(test_lru_and_pins),
         cmocka_unit_test(test_errors),
