@@ -9,7 +9,8 @@ against the metrics, that the WAL got trimmed, and that a node restarted with
 wal.cache.bytes=0 serves from objects (reading the next object ahead as a partition nears
 the end of one) every batch byte-identical, with read-ahead and without, at the same offset, as
 it served from its WAL cache before (SHA-1 per batch), every acknowledged value included,
-and answers ListOffsets by time from objects.
+cycling through a quarter of its block cache (blocks read once), and answers ListOffsets
+by time from objects.
 """
 
 import time
@@ -109,6 +110,9 @@ def test_upload_split_trim_and_read_back(broker_factory, s3, topic_name):
     assert m["skiff_s3_prefetches_total"] >= 4, m["skiff_s3_prefetches_total"]
     assert m["skiff_s3_prefetch_errors_total"] == 0, m["skiff_s3_prefetch_errors_total"]
     assert m["skiff_s3_block_gets_total"] > 0 and m["skiff_s3_block_get_bytes_total"] > 0, m
+    # Read once: the catch-up cycled through a quarter of the block cache, not all of it.
+    assert m["skiff_s3_block_cache_read_once_evictions_total"] > 0, m
+    assert m["skiff_s3_block_cache_read_once_bytes"] <= 64 * MiB, m
     a, g = s3env.hashes(ref), s3env.hashes(got)
     diff = [x for x in set(a) | set(g) if a.get(x) != g.get(x)]
     assert not diff, "%d batches differ, e.g. %r" % (len(diff), sorted(diff)[:5])
