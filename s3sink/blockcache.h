@@ -17,8 +17,9 @@
  * opts.reread_us included) is kept among the last opts.once_bytes of such
  * blocks, and evicted before any other; a block read again later joins the
  * LRU of shared blocks. So a catch-up reading history once cycles through a
- * ring of once_bytes (buffers reused, no fresh pages) and leaves the rest of
- * the cache to blocks that readers share.
+ * ring of once_bytes (its buffers reused through the pool, not fresh pages
+ * for the whole capacity) and leaves the rest of the cache to blocks that
+ * readers share.
  *
  * Memory: opts.capacity bounds the bytes of cached blocks. Blocks handed to
  * readers are pinned until released and are never evicted; the cache may
