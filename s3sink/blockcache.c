@@ -331,7 +331,7 @@ blockcache *blockcache_new(objstore *store, const blockcache_opts *opts)
 static void read_finish(struct bc_read *rd)
 {
     rd->c->st.waits++;
-    rd->c->st.wait_us += (uint64_t)(sk_mono_us() - rd->start_us);
+    rd->c->st.wait_us += (uint64_t)(rd->c->o.now_us() - rd->start_us);
     if (rd->err != 0) {
         for (size_t i = 0; i < rd->n; i++) {
             if (rd->out[i]) {
@@ -405,7 +405,7 @@ static void fetch_done(void *arg, int err, uint8_t *data, size_t len, uint64_t o
         return;
     }
     fetch_unlink(c, f);
-    c->st.get_us += (uint64_t)(sk_mono_us() - f->start_us);
+    c->st.get_us += (uint64_t)(c->o.now_us() - f->start_us);
     if (err == 0 && len != f->len) {
         SK_WARN("blockcache", "short read: %zu of %zu bytes at %llu", len, f->len,
                 (unsigned long long)f->off);
@@ -508,7 +508,7 @@ static void fetch_blocks(blockcache *c, const char *key, blockcache_block **bloc
         f->c = c;
         f->len = (size_t)len;
         f->off = blocks[i]->e.position;
-        f->start_us = sk_mono_us();
+        f->start_us = c->o.now_us();
         f->next = c->fetches;
         if (c->fetches)
             c->fetches->prev = f;
@@ -587,8 +587,8 @@ int blockcache_read(blockcache *c, const char *key, const objfmt_entry *entries,
     rd->n = nwant;
     rd->cb = cb;
     rd->arg = arg;
-    rd->start_us = sk_mono_us();
     int64_t now = c->o.now_us();
+    rd->start_us = now;
     size_t nwanted_blocks = 0;
     uint64_t hits = 0, misses = 0;
     for (size_t i = 0; i < nwant; i++) {

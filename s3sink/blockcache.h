@@ -87,7 +87,7 @@ typedef struct blockcache_opts {
                            2 * max_merge, at most capacity */
     int64_t reread_us;  /* a read this long after the first is another reader's;
                            default 1 s */
-    int64_t (*now_us)(void); /* monotonic clock; NULL: sk_mono_us */
+    int64_t (*now_us)(void); /* monotonic clock of every timing here; NULL: sk_mono_us */
 } blockcache_opts;
 
 /* store may be NULL when opts->fetch is set. */
