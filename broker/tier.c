@@ -64,6 +64,7 @@ struct sk_tier {
     blockcache *bc;
     sk_workq *q; /* the tier thread: uploads, snapshots, compaction, GC */
     objup_set *set; /* the uploads' batches: the tier thread's, reused (its arena) */
+    wal_scan scan;  /* the tier thread's window over the WAL, reused */
     size_t readahead; /* blocks, s3.block.readahead.bytes */
     struct event *upload_ev, *bg_ev, *orphan_ev;
     bool busy;     /* a job runs on the tier thread */
@@ -263,21 +264,6 @@ static bool is_segment_start(const struct job *j, wal_lsn lsn)
     return false;
 }
 
-/* Reads the record at lsn into *rec, growing it when the record is larger. */
-static int read_record(wal *w, wal_lsn lsn, uint8_t *type, uint8_t **rec, uint32_t *cap,
-                       uint32_t *len)
-{
-    int rc = wal_read_record(w, lsn, type, *rec, *cap, len);
-    if (rc != SK_ERR_NOMEM || *len <= *cap)
-        return rc;
-    uint8_t *nr = realloc(*rec, *len);
-    if (!nr)
-        return rc;
-    *rec = nr;
-    *cap = *len;
-    return wal_read_record(w, lsn, type, *rec, *cap, len);
-}
-
 static const struct smap *find_stream(const struct job *j, const kc_uuid *id, int32_t part)
 {
     struct smap key = {*id, part, 0};
@@ -350,9 +336,9 @@ static int add_link(const struct job *j, objup_set *set, wal_lsn lsn, const uint
 }
 
 /* The record at lsn from the WAL cache when the job holds its batch (the
- * same bytes, by reference: upcache.h); else read from the WAL. */
-static int next_record(struct job *j, objup_set *set, wal_lsn lsn, uint8_t **rec, uint32_t *cap,
-                       uint32_t *len)
+ * same bytes, by reference: upcache.h); else read from the WAL, through the
+ * tier thread's window (wal_scan: one read per window, not two per record). */
+static int next_record(struct job *j, objup_set *set, wal_lsn lsn, uint32_t *len)
 {
     const sk_upbatch *c = sk_upcache_at(&j->cached, lsn);
     if (c) {
@@ -361,11 +347,12 @@ static int next_record(struct job *j, objup_set *set, wal_lsn lsn, uint8_t **rec
         return add_batch(j, set, &c->id, c->part, c->data, c->len, true, c->crc_checked);
     }
     uint8_t type;
-    int rc = read_record(j->t->n->wal, lsn, &type, rec, cap, len);
+    const uint8_t *rec;
+    int rc = wal_scan_record(j->t->n->wal, &j->t->scan, lsn, &type, &rec, len);
     if (rc == 0 && type == SK_WAL_DATA)
-        rc = add_data(j, set, *rec, *len);
+        rc = add_data(j, set, rec, *len);
     else if (rc == 0 && type == SK_WAL_LINK)
-        rc = add_link(j, set, lsn, *rec, *len);
+        rc = add_link(j, set, lsn, rec, *len);
     return rc;
 }
 
@@ -373,22 +360,21 @@ static int next_record(struct job *j, objup_set *set, wal_lsn lsn, uint8_t **rec
  * stopped. */
 static int read_wal(struct job *j, objup_set *set)
 {
-    uint32_t cap = 1 << 20;
-    uint8_t *rec = malloc(cap);
-    int rc = rec ? 0 : SK_ERR_NOMEM;
+    int rc = 0;
     wal_lsn lsn = j->from;
+    /* What the window held may have been trimmed and rewritten since. */
+    wal_scan_reset(&j->t->scan);
     while (rc == 0 && lsn < j->to && !objup_set_full(set)) {
         if (is_segment_start(j, lsn)) {
             lsn += WAL_SEGMENT_HEADER;
             continue;
         }
         uint32_t len;
-        rc = next_record(j, set, lsn, &rec, &cap, &len);
+        rc = next_record(j, set, lsn, &len);
         if (rc == 0)
             lsn += WAL_RECORD_HEADER + len;
     }
     j->end = lsn < j->to ? lsn : j->to;
-    free(rec);
     return rc;
 }
 
@@ -1603,6 +1589,7 @@ void sk_tier_destroy(sk_tier *t)
     if (t->os)
         objstore_destroy(t->os);
     objup_set_destroy(t->set);
+    wal_scan_free(&t->scan);
     objreg_keys_free(&t->orphans);
     if (t->cleaned) {
         size_t it = 0;

@@ -1157,27 +1157,120 @@ int wal_read_at(wal_storage *st, wal_lsn seg, wal_lsn lsn, wal_lsn bound, uint8_
     return 0;
 }
 
-int wal_read_record(wal *w, wal_lsn lsn, uint8_t *type, void *buf, uint32_t cap, uint32_t *len)
+/* The retained segment holding lsn, in *seg; SK_ERR_NOENT when trimmed. */
+static int locate_segment(wal *w, wal_lsn lsn, wal_lsn *seg)
 {
-    wal_lsn durable = atomic_load(&w->durable);
-    if (lsn + WAL_RECORD_HEADER > durable)
-        return SK_ERR_INVAL;
-    wal_lsn seg = 0;
     int rc = SK_ERR_NOENT;
     pthread_mutex_lock(&w->mu);
     for (size_t i = w->nsegs; i-- > 0;) {
         if (w->segs[i].start <= lsn) {
             if (!w->segs[i].trimmed) {
-                seg = w->segs[i].start;
+                *seg = w->segs[i].start;
                 rc = 0;
             }
             break;
         }
     }
     pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
+int wal_read_record(wal *w, wal_lsn lsn, uint8_t *type, void *buf, uint32_t cap, uint32_t *len)
+{
+    wal_lsn durable = atomic_load(&w->durable);
+    if (lsn + WAL_RECORD_HEADER > durable)
+        return SK_ERR_INVAL;
+    wal_lsn seg = 0;
+    int rc = locate_segment(w, lsn, &seg);
     if (rc)
         return rc;
     return wal_read_at(w->st, seg, lsn, durable, type, buf, cap, len);
+}
+
+/* ---- sequential reads (wal_scan) ---- */
+
+/* Whether the window holds [lsn, lsn + n) of segment seg. */
+static bool scan_holds(const wal_scan *s, wal_lsn seg, wal_lsn lsn, size_t n)
+{
+    return s->len && s->seg == seg && lsn >= s->base && lsn + n <= s->base + s->len;
+}
+
+/* Reads the window from lsn: at least n bytes, up to WAL_SCAN_WINDOW, none
+ * at or past `durable` kept. The read covers whole 4 KiB blocks into an
+ * aligned buffer, which a backend may serve without the page cache
+ * (wal_posix: a WAL written with O_DIRECT). */
+#define SCAN_ALIGN 4096u
+static int scan_fill(wal *w, wal_scan *s, wal_lsn seg, wal_lsn lsn, size_t n, wal_lsn durable)
+{
+    size_t want = n > WAL_SCAN_WINDOW ? n : WAL_SCAN_WINDOW;
+    if (want > durable - lsn)
+        want = (size_t)(durable - lsn);
+    if (want < n)
+        return SK_ERR_CORRUPT; /* the record would end past the durable LSN */
+    uint64_t aoff = (lsn - seg) / SCAN_ALIGN * SCAN_ALIGN;
+    size_t lead = (size_t)(lsn - seg - aoff);
+    size_t total = (lead + want + SCAN_ALIGN - 1) / SCAN_ALIGN * SCAN_ALIGN;
+    s->len = 0;
+    if (total > s->cap) {
+        void *nb;
+        if (posix_memalign(&nb, SCAN_ALIGN, total) != 0)
+            return SK_ERR_NOMEM;
+        free(s->buf);
+        s->buf = nb;
+        s->cap = total;
+    }
+    size_t got;
+    int rc = w->st->ops->pread(w->st, seg, aoff, s->buf, total, &got);
+    if (rc)
+        return rc < 0 ? rc : SK_ERR_IO;
+    s->reads++;
+    s->seg = seg;
+    s->base = seg + aoff;
+    s->len = got < durable - s->base ? got : (size_t)(durable - s->base);
+    return s->len < lead + n ? SK_ERR_CORRUPT : 0;
+}
+
+int wal_scan_record(wal *w, wal_scan *s, wal_lsn lsn, uint8_t *type, const uint8_t **payload,
+                    uint32_t *len)
+{
+    wal_lsn durable = atomic_load(&w->durable);
+    if (lsn + WAL_RECORD_HEADER > durable)
+        return SK_ERR_INVAL;
+    wal_lsn seg = 0;
+    int rc = locate_segment(w, lsn, &seg);
+    if (rc)
+        return rc;
+    if (lsn < seg + WAL_SEGMENT_HEADER)
+        return SK_ERR_CORRUPT;
+    if (!scan_holds(s, seg, lsn, WAL_RECORD_HEADER) &&
+        (rc = scan_fill(w, s, seg, lsn, WAL_RECORD_HEADER, durable)) != 0)
+        return rc;
+    const uint8_t *h = s->buf + (lsn - s->base);
+    uint32_t plen = get32(h);
+    if (h[8] == 0 || plen > WAL_MAX_RECORD || lsn + WAL_RECORD_HEADER + plen > durable)
+        return SK_ERR_CORRUPT;
+    size_t need = WAL_RECORD_HEADER + (size_t)plen;
+    if (!scan_holds(s, seg, lsn, need) && (rc = scan_fill(w, s, seg, lsn, need, durable)) != 0)
+        return rc;
+    h = s->buf + (lsn - s->base);
+    struct iovec iov = {.iov_base = (void *)(h + WAL_RECORD_HEADER), .iov_len = plen};
+    if (record_crc(lsn, h[8], &iov, 1, NULL) != get32(h + 4))
+        return SK_ERR_CORRUPT;
+    *type = h[8];
+    *payload = h + WAL_RECORD_HEADER;
+    *len = plen;
+    return 0;
+}
+
+void wal_scan_reset(wal_scan *s)
+{
+    s->len = 0;
+}
+
+void wal_scan_free(wal_scan *s)
+{
+    free(s->buf);
+    *s = (wal_scan){0};
 }
 
 /* ---- recovery ---- */

@@ -36,7 +36,8 @@
  *  - wal_append, wal_roll, wal_trim, wal_close, the getters and stats: the
  *    event-loop thread. wal_close must not be called from inside a callback
  *    of that loop (it runs the loop itself until the data is durable).
- *  - wal_read_record, wal_segments_snapshot: any thread, until wal_close
+ *  - wal_read_record, wal_scan_record, wal_segments_snapshot: any thread,
+ *    until wal_close
  *    (readers stop first).
  *  - Owns its staging memory and the storage (destroyed by wal_close, or by
  *    wal_open when it fails).
@@ -177,6 +178,32 @@ int wal_segments_snapshot(wal *w, wal_lsn **starts, size_t *n);
  * the segment is gone (trimmed), SK_ERR_CORRUPT on a bad CRC or a position
  * that holds no record, SK_ERR_INVAL when lsn is not below the durable LSN. */
 int wal_read_record(wal *w, wal_lsn lsn, uint8_t *type, void *buf, uint32_t cap, uint32_t *len);
+
+/* Reads this WAL's records in LSN order for one thread that walks a range
+ * (the uploader reading back what the WAL cache no longer holds): one
+ * storage read per window of up to WAL_SCAN_WINDOW bytes instead of two per
+ * record, each record verified as wal_read_record verifies it. The window
+ * only ever holds bytes below the durable LSN of when it was read, and
+ * belongs to the one segment it was read from. Any thread, until wal_close;
+ * one scan per thread (it is not locked). Zero-initialised is a valid scan. */
+#define WAL_SCAN_WINDOW (4u << 20)
+typedef struct wal_scan {
+    uint8_t *buf;
+    size_t cap;
+    wal_lsn seg;  /* the segment the window is of */
+    wal_lsn base; /* the LSN of buf[0] */
+    size_t len;   /* verified-durable bytes in buf */
+    uint64_t reads; /* storage reads so far (for tests) */
+} wal_scan;
+
+/* The record at lsn: *payload points into the window until the next call
+ * on this scan (or wal_scan_reset/free). Errors as wal_read_record, and
+ * SK_ERR_NOMEM when no window can hold the record. */
+int wal_scan_record(wal *w, wal_scan *s, wal_lsn lsn, uint8_t *type, const uint8_t **payload,
+                    uint32_t *len) __attribute__((warn_unused_result));
+/* Forgets the window (the next call reads again), keeps the buffer. */
+void wal_scan_reset(wal_scan *s);
+void wal_scan_free(wal_scan *s);
 
 /* Reads and verifies the record at lsn of segment `seg` on storage `st`
  * (blocking, any thread), a record that must end at or below `bound`.

@@ -14,6 +14,7 @@
 #include <limits.h>
 #include <linux/magic.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,7 @@
  * buffer out for it (write_placed), else through a bounce buffer this large. */
 #define DIO_ALIGN 4096
 #define BOUNCE_BYTES (1u << 20)
+#define DIO_READ_MIN (256u << 10) /* smaller reads go through the page cache */
 _Static_assert(DIO_ALIGN == WAL_WRITE_ROOM, "write_placed lays buffers out for these blocks");
 
 struct segfd {
@@ -69,6 +71,7 @@ struct posix {
      * begin: writes go out in DIO_ALIGN blocks through a bounce buffer, the
      * block holding a write's end kept to start the next write with. */
     bool direct;
+    atomic_bool direct_reads; /* direct, for readers on other threads (px_pread) */
     uint8_t *bounce;       /* BOUNCE_BYTES, DIO_ALIGN-aligned */
     uint64_t tail_seg;     /* the segment and offset of the kept block */
     uint64_t tail_at;      /* UINT64_MAX: none */
@@ -343,6 +346,27 @@ static int px_size(wal_storage *s, uint64_t seg, uint64_t *size)
     return rc;
 }
 
+/* The descriptor a read of [off, off+len) into buf uses: a new O_DIRECT one
+ * (the caller closes it) for whole aligned blocks of a WAL written with
+ * O_DIRECT, whose pages are not in the page cache, so that a large read
+ * (an upload reading back what the WAL cache no longer holds) is not copied
+ * through it; else the segment's buffered one. */
+static int read_fd(struct posix *p, const struct segfd *e, uint64_t off, const void *buf,
+                   size_t len, bool *own)
+{
+    *own = false;
+    if (len < DIO_READ_MIN || !atomic_load(&p->direct_reads) || off % DIO_ALIGN ||
+        len % DIO_ALIGN || (uintptr_t)buf % DIO_ALIGN)
+        return e->fd;
+    char name[WAL_SEGMENT_NAME_MAX];
+    int fd = openat(p->dirfd, wal_segment_name(e->seg, name, sizeof name),
+                    O_RDONLY | O_DIRECT | O_CLOEXEC);
+    if (fd < 0)
+        return e->fd; /* removed meanwhile: the open descriptor still reads it */
+    *own = true;
+    return fd;
+}
+
 static int px_pread(wal_storage *s, uint64_t seg, uint64_t off, void *buf, size_t len,
                     size_t *got)
 {
@@ -352,9 +376,11 @@ static int px_pread(wal_storage *s, uint64_t seg, uint64_t off, void *buf, size_
     int rc = seg_get(p, seg, false, &e);
     if (rc)
         return rc;
+    bool own;
+    int fd = read_fd(p, e, off, buf, len, &own);
     size_t done = 0;
     while (done < len) {
-        ssize_t n = pread(e->fd, (char *)buf + done, len - done, (off_t)(off + done));
+        ssize_t n = pread(fd, (char *)buf + done, len - done, (off_t)(off + done));
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -366,7 +392,11 @@ static int px_pread(wal_storage *s, uint64_t seg, uint64_t off, void *buf, size_
         if (n == 0)
             break;
         done += (size_t)n;
+        if (own && done % DIO_ALIGN)
+            break; /* the end of the file: no aligned offset to go on from */
     }
+    if (own)
+        close(fd);
     *got = done;
     seg_put(p, e);
     return rc;
@@ -616,6 +646,7 @@ static bool direct_open(struct posix *p, struct segfd *e)
     SK_INFO("wal_posix", "no direct I/O for the WAL in %s (%s): writing through the page cache",
             p->dir, why);
     p->direct = false;
+    atomic_store(&p->direct_reads, false);
     return false;
 }
 
@@ -1110,6 +1141,7 @@ static void px_sole_owner(wal_storage *s, bool direct_io)
             SK_WARN("wal_posix", "no memory for direct I/O: writing through the page cache");
     }
     p->direct = direct_io && p->bounce;
+    atomic_store(&p->direct_reads, p->direct);
 }
 
 static void px_renew(wal_storage *s, uint64_t epoch, const void *buf, size_t len, wal_io_cb cb,

@@ -15,6 +15,7 @@
 #include <event2/event.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <ftw.h>
 #include <pthread.h>
 #include <signal.h>
@@ -1040,6 +1041,62 @@ static void wait_removed(struct event_base *base, wal *w, int n)
     run_until(base, removed_at_least, a);
 }
 
+/* wal_scan: records read in order through one window per read, each the
+ * same as wal_read_record gives; a window never serves bytes that became
+ * durable after it was read, nor a segment trimmed since. */
+static void check_scanned(wal *w, wal_scan *sc, const wal_lsn *lsns, int from, int to)
+{
+    for (int i = from; i < to; i++) {
+        uint8_t type, expect[512];
+        const uint8_t *rec;
+        uint32_t len;
+        assert_int_equal(wal_scan_record(w, sc, lsns[i], &type, &rec, &len), 0);
+        assert_int_equal(type, 10 + i % 5);
+        assert_int_equal(len, plen_of(i));
+        payload_of(i, expect, len);
+        assert_memory_equal(rec, expect, len);
+    }
+}
+
+static void test_scan(void **state)
+{
+    struct fx *f = *state;
+    struct pre p = {0};
+    wal_lsn lsns[90];
+    wal *w = open_small(f, &p, NULL, NULL, NULL, 0);
+    append_range(f, w, 0, 60, lsns);
+    int nseg = p.calls;
+    assert_true(nseg >= 3);
+
+    wal_scan sc = {0};
+    check_scanned(w, &sc, lsns, 0, 60);
+    /* One read per segment, not two per record. */
+    assert_int_equal(sc.reads, (uint64_t)nseg);
+
+    /* Records appended after the window was read: read again, not served
+     * from what the window held past the durable LSN of then. */
+    append_range(f, w, 60, 90, lsns);
+    uint64_t before = sc.reads;
+    check_scanned(w, &sc, lsns, 60, 90);
+    assert_true(sc.reads > before);
+
+    uint8_t type;
+    const uint8_t *rec;
+    uint32_t len;
+    assert_int_equal(wal_scan_record(w, &sc, wal_end_lsn(w), &type, &rec, &len), SK_ERR_INVAL);
+    assert_int_equal(wal_scan_record(w, &sc, lsns[42] + 1, &type, &rec, &len), SK_ERR_CORRUPT);
+
+    /* A trimmed segment is gone even while the window holds its bytes. */
+    check_scanned(w, &sc, lsns, 0, 1);
+    wal_trim(w, lsns[40]);
+    wait_removed(f->base, w, 1);
+    assert_int_equal(wal_scan_record(w, &sc, lsns[0], &type, &rec, &len), SK_ERR_NOENT);
+    wal_scan_reset(&sc);
+    check_scanned(w, &sc, lsns, 40, 90);
+    wal_scan_free(&sc);
+    wal_close(w);
+}
+
 static void test_trim_and_read(void **state)
 {
     struct fx *f = *state;
@@ -1358,6 +1415,25 @@ static void expect_file(struct fx *f, const uint8_t *want, size_t len, bool padd
     free(b);
 }
 
+/* Pages of the file at path in the page cache. */
+static long cached_pages(const char *path)
+{
+    int fd = open(path, O_RDONLY);
+    struct stat st;
+    assert_true(fd >= 0 && fstat(fd, &st) == 0 && st.st_size > 0);
+    size_t n = ((size_t)st.st_size + 4095) / 4096;
+    unsigned char *v = malloc(n);
+    void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    assert_true(v && m != MAP_FAILED && mincore(m, (size_t)st.st_size, v) == 0);
+    long in = 0;
+    for (size_t i = 0; i < n; i++)
+        in += v[i] & 1;
+    munmap(m, (size_t)st.st_size);
+    free(v);
+    close(fd);
+    return in;
+}
+
 /* 3 MiB of a pattern that repeats nowhere a block apart. */
 static uint8_t *direct_data(void)
 {
@@ -1408,6 +1484,27 @@ static void test_posix_direct_io(void **state)
         free(back);
         expect_file(f, data, off, true);
     }
+    /* A large aligned read is direct too: the file's pages stay out of the
+     * page cache (where the buffered reads above put them: dropped first),
+     * and the bytes past the end of the file are not read. */
+    char path[128];
+    seg_path(f, 0, path, sizeof path);
+    int dropfd = open(path, O_RDONLY);
+    assert_true(dropfd >= 0);
+    assert_int_equal(posix_fadvise(dropfd, 0, 0, POSIX_FADV_DONTNEED), 0);
+    close(dropfd);
+    assert_int_equal(cached_pages(path), 0);
+    uint8_t *big;
+    assert_int_equal(posix_memalign((void **)&big, 4096, 4u << 20), 0);
+    size_t got = 0;
+    assert_int_equal(st->ops->pread(st, 0, 4096, big, 1u << 20, &got), 0);
+    assert_int_equal(got, 1u << 20);
+    assert_memory_equal(big, data + 4096, 1u << 20);
+    assert_int_equal(cached_pages(path), 0);
+    assert_int_equal(st->ops->pread(st, 0, 0, big, 4u << 20, &got), 0);
+    assert_int_equal(got, (off + 4095) / 4096 * 4096);
+    assert_memory_equal(big, data, off);
+    free(big);
     st->ops->destroy(st);
     off = write_fresh_instance(f, data, off, st_write);
     /* Without direct I/O the same writes go through the page cache. */
@@ -2765,6 +2862,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_abandon, setup, teardown),
         cmocka_unit_test_setup_teardown(test_takeover_with_proof, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reader, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_scan, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stale_epoch_segment, setup, teardown),
         cmocka_unit_test_setup_teardown(test_locks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restart_after_kill, setup, teardown),
