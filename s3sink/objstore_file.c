@@ -8,6 +8,10 @@
  * whole new one, and after the callback the object survives a crash.
  * Temporary names start with '.', which no key may, so a listing never shows
  * them (and a crash leaves them for an operator, never as objects).
+ * Where the file system allows it, the data is written with O_DIRECT from a
+ * reused aligned buffer (the file's last block padded, then truncated to the
+ * object's size): objects are read back rarely and through the block cache,
+ * and a copy into the page cache cost the uploader more than building them.
  * Directories are made on demand and removed when a delete empties them; a
  * put that races with that removal makes its directory again.
  */
@@ -15,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,12 +32,21 @@
 #include "sk_log.h"
 #include "sk_workq.h"
 
+#define DIO_ALIGN 4096u
+#define DIO_PIECE (4u << 20) /* bytes per direct write */
+#define DIO_KEEP 4           /* aligned buffers kept for the next puts and gets */
+#define DIO_READ_MIN (256u << 10) /* smaller gets go through the page cache */
+
 struct fstore {
     char *root;
     int rootfd;
     sk_workq *q;
     atomic_bool closing;
     atomic_uint_fast64_t seq;
+    atomic_bool no_direct; /* the file system refused O_DIRECT: page cache writes */
+    pthread_mutex_t mu;    /* guards bufs */
+    void *bufs[DIO_KEEP];  /* DIO_PIECE-sized, DIO_ALIGN-aligned, unused */
+    int nbufs;
 };
 
 static struct fstore *F(objstore *s)
@@ -171,6 +185,104 @@ static int write_range_wb(int fd, const struct iovec *iov, int iovcnt, uint64_t 
     return 0;
 }
 
+/* An aligned buffer of DIO_PIECE bytes, reused when one is free. */
+static void *dio_buf_take(struct fstore *f)
+{
+    void *b = NULL;
+    pthread_mutex_lock(&f->mu);
+    if (f->nbufs > 0)
+        b = f->bufs[--f->nbufs];
+    pthread_mutex_unlock(&f->mu);
+    if (!b && posix_memalign(&b, DIO_ALIGN, DIO_PIECE) != 0)
+        b = NULL;
+    return b;
+}
+
+static void dio_buf_give(struct fstore *f, void *b)
+{
+    if (!b)
+        return;
+    pthread_mutex_lock(&f->mu);
+    if (f->nbufs < DIO_KEEP) {
+        f->bufs[f->nbufs++] = b;
+        b = NULL;
+    }
+    pthread_mutex_unlock(&f->mu);
+    free(b);
+}
+
+/* Copies bytes [off, off+len) of the iovec into dst. */
+static void gather(const struct iovec *iov, int iovcnt, uint64_t off, uint64_t len, uint8_t *dst)
+{
+    uint64_t base = 0;
+    for (int i = 0; i < iovcnt && len > 0; i++) {
+        uint64_t end = base + iov[i].iov_len;
+        if (end > off) {
+            size_t in = (size_t)(off - base);
+            size_t take = iov[i].iov_len - in;
+            if (take > len)
+                take = (size_t)len;
+            memcpy(dst, (const uint8_t *)iov[i].iov_base + in, take);
+            dst += take;
+            off += take;
+            len -= take;
+        }
+        base = end;
+    }
+}
+
+/* Writes [off, off+len) through buf with O_DIRECT on dfd: off is aligned,
+ * every piece but the object's last is whole blocks; the last is padded
+ * with zeros, which the caller truncates away. */
+static int write_range_direct(int dfd, const struct iovec *iov, int iovcnt, uint64_t off,
+                              uint64_t len, uint8_t *buf)
+{
+    while (len > 0) {
+        size_t n = len < DIO_PIECE ? (size_t)len : DIO_PIECE;
+        size_t whole = (n + DIO_ALIGN - 1) / DIO_ALIGN * DIO_ALIGN;
+        gather(iov, iovcnt, off, n, buf);
+        memset(buf + n, 0, whole - n);
+        size_t done = 0;
+        while (done < whole) {
+            ssize_t w = pwrite(dfd, buf + done, whole - done, (off_t)(off + done));
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0 || (size_t)w % DIO_ALIGN) {
+                if (w >= 0)
+                    errno = EIO;
+                return -1;
+            }
+            done += (size_t)w;
+        }
+        off += n;
+        len -= n;
+    }
+    return 0;
+}
+
+/* The O_DIRECT descriptor of a new temporary file, or -1 to write through
+ * the page cache: the file system cannot (tmpfs; remembered), the parts
+ * would not start on block boundaries, or no aligned buffer is free. */
+static int open_direct(objstore *s, const char *tmp, void **buf)
+{
+    struct fstore *f = F(s);
+    *buf = NULL;
+    if (atomic_load(&f->no_direct) || s->opts.part_size % DIO_ALIGN)
+        return -1;
+    int dfd = openat(f->rootfd, tmp, O_WRONLY | O_DIRECT | O_CLOEXEC);
+    if (dfd < 0) {
+        if (errno == EINVAL && !atomic_exchange(&f->no_direct, true))
+            SK_INFO("objstore", "no direct I/O for objects in %s: writing through the page cache",
+                    f->root);
+        return -1;
+    }
+    if (!(*buf = dio_buf_take(f))) {
+        close(dfd);
+        return -1;
+    }
+    return dfd;
+}
+
 /* One attempt's fault, mapped to the error the operation fails with. */
 static int take_fault(objstore *s)
 {
@@ -200,6 +312,15 @@ static int take_fault(objstore *s)
     return SK_ERR_IO;
 }
 
+static void direct_done(struct fstore *f, int *dfd, void **buf)
+{
+    if (*dfd >= 0)
+        close(*dfd);
+    *dfd = -1;
+    dio_buf_give(f, *buf);
+    *buf = NULL;
+}
+
 static int file_put(objstore *s, struct os_op *op)
 {
     struct fstore *f = F(s);
@@ -225,6 +346,8 @@ static int file_put(objstore *s, struct os_op *op)
         return errno_to_sk(e);
     }
 
+    void *dbuf;
+    int dfd = open_direct(s, tmp, &dbuf);
     bool multipart = op->total > s->opts.part_size;
     if (multipart)
         atomic_fetch_add(&s->st_multipart, 1);
@@ -238,7 +361,8 @@ static int file_put(objstore *s, struct os_op *op)
             if ((rc = take_fault(s)) != 0)
                 goto fail;
         }
-        if (n > 0 && write_range_wb(fd, op->iov, op->iovcnt, off, n) != 0) {
+        if (n > 0 && (dfd >= 0 ? write_range_direct(dfd, op->iov, op->iovcnt, off, n, dbuf)
+                               : write_range_wb(fd, op->iov, op->iovcnt, off, n)) != 0) {
             int e = errno;
             SK_ERROR("objstore", "write %s/%s: %s", f->root, tmp, strerror(e));
             os_set_last_error(s, "PUT %s: %s", op->key, strerror(e));
@@ -252,6 +376,13 @@ static int file_put(objstore *s, struct os_op *op)
         if (n == 0)
             break;
     }
+    if (dfd >= 0 && op->total % DIO_ALIGN && ftruncate(fd, (off_t)op->total) != 0) {
+        int e = errno;
+        SK_ERROR("objstore", "truncate %s/%s: %s", f->root, tmp, strerror(e));
+        os_set_last_error(s, "PUT %s: truncate: %s", op->key, strerror(e));
+        rc = SK_ERR_IO;
+        goto fail;
+    }
     if (fsync(fd) != 0) {
         int e = errno;
         SK_ERROR("objstore", "fsync %s/%s: %s", f->root, tmp, strerror(e));
@@ -261,6 +392,7 @@ static int file_put(objstore *s, struct os_op *op)
     }
     close(fd);
     fd = -1;
+    direct_done(f, &dfd, &dbuf);
     if (renameat(f->rootfd, tmp, f->rootfd, op->key) != 0) {
         int e = errno;
         SK_ERROR("objstore", "rename %s/%s: %s", f->root, tmp, strerror(e));
@@ -277,6 +409,7 @@ static int file_put(objstore *s, struct os_op *op)
 fail:
     if (fd >= 0)
         close(fd);
+    direct_done(f, &dfd, &dbuf);
     unlinkat(f->rootfd, tmp, 0);
     if (multipart)
         atomic_fetch_add(&s->st_aborts, 1);
@@ -298,6 +431,77 @@ static ssize_t read_at(int fd, uint8_t *dst, size_t n, uint64_t off)
         got += (size_t)r;
     }
     return (ssize_t)got;
+}
+
+/* Copies n bytes into the get's destination at offset `at` of what it
+ * asked for: its buffer, or its scattered buffers in turn. */
+static void deliver(struct os_op *op, size_t at, const uint8_t *src, size_t n)
+{
+    if (!op->scatter) {
+        memcpy((uint8_t *)op->buf + at, src, n);
+        return;
+    }
+    size_t base = 0;
+    for (int i = 0; i < op->iovcnt && n > 0; i++) {
+        size_t end = base + op->iov[i].iov_len;
+        if (end > at) {
+            size_t in = at - base, take = op->iov[i].iov_len - in;
+            if (take > n)
+                take = n;
+            memcpy((uint8_t *)op->iov[i].iov_base + in, src, take);
+            src += take;
+            at += take;
+            n -= take;
+        }
+        base = end;
+    }
+}
+
+/* Reads want bytes from op->off with O_DIRECT through an aligned buffer,
+ * whole blocks at a time: the object's pages are not in the page cache (it
+ * was written directly), and a buffered read would copy every byte through
+ * it on the way. Returns the bytes delivered, or -1 when it could not start
+ * (the caller reads buffered) or failed (errno set; *failed true). */
+static ssize_t read_direct(struct fstore *f, const char *key, struct os_op *op, size_t want,
+                           bool *failed)
+{
+    *failed = false;
+    int dfd = openat(f->rootfd, key, O_RDONLY | O_DIRECT | O_CLOEXEC);
+    if (dfd < 0)
+        return -1;
+    uint8_t *buf = dio_buf_take(f);
+    if (!buf) {
+        close(dfd);
+        return -1;
+    }
+    size_t got = 0;
+    while (got < want) {
+        uint64_t pos = op->off + got, aoff = pos / DIO_ALIGN * DIO_ALIGN;
+        size_t lead = (size_t)(pos - aoff), n = DIO_PIECE;
+        if (lead + (want - got) < n)
+            n = (lead + (want - got) + DIO_ALIGN - 1) / DIO_ALIGN * DIO_ALIGN;
+        ssize_t r = pread(dfd, buf, n, (off_t)aoff);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            *failed = true;
+            break;
+        }
+        if ((size_t)r <= lead)
+            break; /* the end of the file */
+        size_t take = (size_t)r - lead;
+        if (take > want - got)
+            take = want - got;
+        deliver(op, got, buf + lead, take);
+        got += take;
+        if ((size_t)r < n)
+            break;
+    }
+    dio_buf_give(f, buf);
+    int e = errno;
+    close(dfd);
+    errno = e;
+    return *failed ? -1 : (ssize_t)got;
 }
 
 static int file_get(objstore *s, struct os_op *op)
@@ -335,6 +539,18 @@ static int file_get(objstore *s, struct os_op *op)
         op->own_buf = true;
     }
     size_t got = 0;
+    bool failed = false;
+    ssize_t dr = want >= DIO_READ_MIN && !atomic_load(&f->no_direct)
+                     ? read_direct(f, op->key, op, want, &failed)
+                     : -1;
+    if (failed) {
+        int e = errno;
+        SK_ERROR("objstore", "read %s/%s: %s", f->root, op->key, strerror(e));
+        close(fd);
+        return SK_ERR_IO;
+    }
+    if (dr >= 0)
+        got = want = (size_t)dr;
     /* A scattered get reads each buffer in turn, straight from the file. */
     for (int i = 0; got < want && i < (op->scatter ? op->iovcnt : 1); i++) {
         uint8_t *dst = op->scatter ? op->iov[i].iov_base : op->buf;
@@ -599,6 +815,9 @@ static void file_free(objstore *s)
 {
     struct fstore *f = F(s);
     close(f->rootfd);
+    for (int i = 0; i < f->nbufs; i++)
+        free(f->bufs[i]);
+    pthread_mutex_destroy(&f->mu);
     free(f->root);
     free(f);
 }
@@ -646,8 +865,10 @@ int os_file_open(objstore *s, const char *dir, char *why, size_t whylen)
         snprintf(why, whylen, "out of memory");
         return SK_ERR_NOMEM;
     }
+    pthread_mutex_init(&f->mu, NULL);
     f->rootfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (f->rootfd < 0) {
+        pthread_mutex_destroy(&f->mu);
         snprintf(why, whylen, "objects directory '%s': %s", dir, strerror(errno));
         free(f->root);
         free(f);

@@ -24,6 +24,8 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -575,6 +577,101 @@ static void test_file_multipart(void **state)
     snprintf(path, sizeof path, "%s/objects/mp", f->dir);
     assert_int_equal(count_files(path), 0); /* no temporary file left behind */
     objstore_destroy(s);
+}
+
+/* Pages of the file at path in the page cache, or -1 when it cannot say. */
+static long resident_pages(const char *path)
+{
+    int fd = open(path, O_RDONLY);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || st.st_size == 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    long pg = sysconf(_SC_PAGESIZE), n = (st.st_size + pg - 1) / pg, in = 0;
+    void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    unsigned char *v = malloc((size_t)n);
+    if (m != MAP_FAILED && v && mincore(m, (size_t)st.st_size, v) == 0)
+        for (long i = 0; i < n; i++)
+            in += v[i] & 1;
+    else
+        in = -1;
+    free(v);
+    if (m != MAP_FAILED)
+        munmap(m, (size_t)st.st_size);
+    close(fd);
+    return in;
+}
+
+/* Sizes around the block and the direct-write piece, from pieces of odd
+ * lengths, with parts on block boundaries (written with O_DIRECT where the
+ * file system allows it: nothing left in the page cache) and parts that
+ * are not (written through the page cache): every byte back, no padding,
+ * large gets read past the page cache as well. */
+static void test_file_direct_sizes(void **state)
+{
+    struct fx *f = *state;
+    char probe[300];
+    snprintf(probe, sizeof probe, "%s/probe", f->dir);
+    int pfd = open(probe, O_WRONLY | O_CREAT | O_DIRECT, 0644);
+    bool direct = pfd >= 0;
+    if (pfd >= 0)
+        close(pfd);
+    const size_t sizes[] = {1, 4095, 4096, 4097, (4u << 20) - 1, (4u << 20) + 4100, 9u << 20};
+    const size_t parts[] = {8u << 20, 10000};
+    for (size_t pi = 0; pi < 2; pi++) {
+        objstore_opts o;
+        objstore_opts_default(&o);
+        o.part_size = parts[pi];
+        objstore *s = open_url(f, f->url, &o);
+        for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+            size_t n = sizes[i];
+            uint8_t *p = pattern(n, (unsigned)(i + 7 * pi));
+            struct iovec v[3] = {{p, n / 3}, {p + n / 3, n / 2 - n / 3}, {p + n / 2, n - n / 2}};
+            struct res r = {0};
+            objstore_put(s, "d/obj", v, 3, done_cb, &r);
+            wait_one(f->base, &r);
+            assert_int_equal(r.err, 0);
+            char path[300];
+            snprintf(path, sizeof path, "%s/objects/d/obj", f->dir);
+            struct stat st;
+            assert_int_equal(stat(path, &st), 0);
+            assert_int_equal((size_t)st.st_size, n);
+            if (direct && pi == 0)
+                assert_int_equal(resident_pages(path), 0);
+            r = do_get(f->base, s, "d/obj", 0, OBJSTORE_TO_END, NULL);
+            assert_int_equal(r.err, 0);
+            assert_int_equal(r.len, n);
+            assert_memory_equal(r.data, p, n);
+            free(r.data);
+            if (n > 300000) {
+                /* Large ranges, from unaligned offsets, into one buffer
+                 * and scattered: read directly too, none cached. */
+                r = do_get(f->base, s, "d/obj", 4097, n - 4097 - 3, NULL);
+                assert_int_equal(r.err, 0);
+                assert_int_equal(r.len, n - 4097 - 3);
+                assert_memory_equal(r.data, p + 4097, r.len);
+                free(r.data);
+                size_t a = 100000, b = n - 777 - a;
+                uint8_t *x = malloc(a), *y = malloc(b + 50);
+                struct iovec sv[2] = {{x, a}, {y, b + 50}};
+                r = (struct res){0};
+                objstore_getv(s, "d/obj", 777, sv, 2, get_cb, &r);
+                wait_one(f->base, &r);
+                assert_int_equal(r.err, 0);
+                assert_int_equal(r.len, a + b);
+                assert_memory_equal(x, p + 777, a);
+                assert_memory_equal(y, p + 777 + a, b);
+                free(x);
+                free(y);
+                if (direct && pi == 0)
+                    assert_int_equal(resident_pages(path), 0);
+            }
+            free(p);
+        }
+        objstore_destroy(s);
+    }
 }
 
 static void test_file_faults_and_sync(void **state)
@@ -1292,6 +1389,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_file_roundtrip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_file_list, setup, teardown),
         cmocka_unit_test_setup_teardown(test_file_multipart, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_file_direct_sizes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_file_faults_and_sync, setup, teardown),
         cmocka_unit_test_setup_teardown(test_file_relative_and_destroy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_url_errors, setup, teardown),
