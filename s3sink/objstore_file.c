@@ -361,8 +361,18 @@ static int file_put(objstore *s, struct os_op *op)
             if ((rc = take_fault(s)) != 0)
                 goto fail;
         }
-        if (n > 0 && (dfd >= 0 ? write_range_direct(dfd, op->iov, op->iovcnt, off, n, dbuf)
-                               : write_range_wb(fd, op->iov, op->iovcnt, off, n)) != 0) {
+        int wr = n > 0 && dfd >= 0 ? write_range_direct(dfd, op->iov, op->iovcnt, off, n, dbuf) : 0;
+        if (wr != 0 && errno == EINVAL) {
+            /* Opened, yet refused: no direct I/O here after all. */
+            if (!atomic_exchange(&f->no_direct, true))
+                SK_INFO("objstore", "direct writes refused in %s: writing through the page cache",
+                        f->root);
+            direct_done(f, &dfd, &dbuf);
+            wr = 0;
+        }
+        if (wr == 0 && n > 0 && dfd < 0)
+            wr = write_range_wb(fd, op->iov, op->iovcnt, off, n);
+        if (wr != 0) {
             int e = errno;
             SK_ERROR("objstore", "write %s/%s: %s", f->root, tmp, strerror(e));
             os_set_last_error(s, "PUT %s: %s", op->key, strerror(e));
@@ -376,7 +386,8 @@ static int file_put(objstore *s, struct os_op *op)
         if (n == 0)
             break;
     }
-    if (dfd >= 0 && op->total % DIO_ALIGN && ftruncate(fd, (off_t)op->total) != 0) {
+    /* Direct writes padded the last block (a no-op when they did not). */
+    if (op->total % DIO_ALIGN && ftruncate(fd, (off_t)op->total) != 0) {
         int e = errno;
         SK_ERROR("objstore", "truncate %s/%s: %s", f->root, tmp, strerror(e));
         os_set_last_error(s, "PUT %s: truncate: %s", op->key, strerror(e));
