@@ -1175,13 +1175,19 @@ static int locate_segment(wal *w, wal_lsn lsn, wal_lsn *seg)
     return rc;
 }
 
+/* The durable LSN now and the segment of a record at lsn below it. */
+static int locate_durable(wal *w, wal_lsn lsn, wal_lsn *seg, wal_lsn *durable)
+{
+    *durable = atomic_load(&w->durable);
+    if (lsn + WAL_RECORD_HEADER > *durable)
+        return SK_ERR_INVAL;
+    return locate_segment(w, lsn, seg);
+}
+
 int wal_read_record(wal *w, wal_lsn lsn, uint8_t *type, void *buf, uint32_t cap, uint32_t *len)
 {
-    wal_lsn durable = atomic_load(&w->durable);
-    if (lsn + WAL_RECORD_HEADER > durable)
-        return SK_ERR_INVAL;
-    wal_lsn seg = 0;
-    int rc = locate_segment(w, lsn, &seg);
+    wal_lsn seg = 0, durable;
+    int rc = locate_durable(w, lsn, &seg, &durable);
     if (rc)
         return rc;
     return wal_read_at(w->st, seg, lsn, durable, type, buf, cap, len);
@@ -1233,11 +1239,8 @@ static int scan_fill(wal *w, wal_scan *s, wal_lsn seg, wal_lsn lsn, size_t n, wa
 int wal_scan_record(wal *w, wal_scan *s, wal_lsn lsn, uint8_t *type, const uint8_t **payload,
                     uint32_t *len)
 {
-    wal_lsn durable = atomic_load(&w->durable);
-    if (lsn + WAL_RECORD_HEADER > durable)
-        return SK_ERR_INVAL;
-    wal_lsn seg = 0;
-    int rc = locate_segment(w, lsn, &seg);
+    wal_lsn seg = 0, durable;
+    int rc = locate_durable(w, lsn, &seg, &durable);
     if (rc)
         return rc;
     if (lsn < seg + WAL_SEGMENT_HEADER)
