@@ -478,14 +478,18 @@ static ssize_t read_direct(struct fstore *f, const char *key, struct os_op *op, 
 {
     *failed = false;
     int dfd = openat(f->rootfd, key, O_RDONLY | O_DIRECT | O_CLOEXEC);
-    if (dfd < 0)
+    if (dfd < 0) {
+        if (errno == EINVAL)
+            atomic_store(&f->no_direct, true); /* tmpfs: not again */
         return -1;
+    }
     uint8_t *buf = dio_buf_take(f);
     if (!buf) {
         close(dfd);
         return -1;
     }
     size_t got = 0;
+    bool refused = false;
     while (got < want) {
         uint64_t pos = op->off + got, aoff = pos / DIO_ALIGN * DIO_ALIGN;
         size_t lead = (size_t)(pos - aoff), n = DIO_PIECE;
@@ -494,6 +498,12 @@ static ssize_t read_direct(struct fstore *f, const char *key, struct os_op *op, 
         ssize_t r = pread(dfd, buf, n, (off_t)aoff);
         if (r < 0 && errno == EINTR)
             continue;
+        if (r < 0 && errno == EINVAL && got == 0) {
+            /* Opened, yet refused: no direct I/O here after all. */
+            atomic_store(&f->no_direct, true);
+            refused = true;
+            break;
+        }
         if (r < 0) {
             *failed = true;
             break;
@@ -508,11 +518,11 @@ static ssize_t read_direct(struct fstore *f, const char *key, struct os_op *op, 
         if ((size_t)r < n)
             break;
     }
-    dio_buf_give(f, buf);
     int e = errno;
+    dio_buf_give(f, buf);
     close(dfd);
     errno = e;
-    return *failed ? -1 : (ssize_t)got;
+    return *failed || refused ? -1 : (ssize_t)got;
 }
 
 static int file_get(objstore *s, struct os_op *op)
