@@ -43,7 +43,7 @@ struct fstore {
     sk_workq *q;
     atomic_bool closing;
     atomic_uint_fast64_t seq;
-    atomic_bool no_direct; /* the file system refused O_DIRECT: page cache writes */
+    atomic_bool no_direct; /* the file system refused O_DIRECT: the page cache only */
     pthread_mutex_t mu;    /* guards bufs */
     void *bufs[DIO_KEEP];  /* DIO_PIECE-sized, DIO_ALIGN-aligned, unused */
     int nbufs;
