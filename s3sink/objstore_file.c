@@ -211,26 +211,6 @@ static void dio_buf_give(struct fstore *f, void *b)
     free(b);
 }
 
-/* Copies bytes [off, off+len) of the iovec into dst. */
-static void gather(const struct iovec *iov, int iovcnt, uint64_t off, uint64_t len, uint8_t *dst)
-{
-    uint64_t base = 0;
-    for (int i = 0; i < iovcnt && len > 0; i++) {
-        uint64_t end = base + iov[i].iov_len;
-        if (end > off) {
-            size_t in = (size_t)(off - base);
-            size_t take = iov[i].iov_len - in;
-            if (take > len)
-                take = (size_t)len;
-            memcpy(dst, (const uint8_t *)iov[i].iov_base + in, take);
-            dst += take;
-            off += take;
-            len -= take;
-        }
-        base = end;
-    }
-}
-
 /* Writes [off, off+len) through buf with O_DIRECT on dfd: off is aligned,
  * every piece but the object's last is whole blocks; the last is padded
  * with zeros, which the caller truncates away. */
@@ -240,7 +220,8 @@ static int write_range_direct(int dfd, const struct iovec *iov, int iovcnt, uint
     while (len > 0) {
         size_t n = len < DIO_PIECE ? (size_t)len : DIO_PIECE;
         size_t whole = (n + DIO_ALIGN - 1) / DIO_ALIGN * DIO_ALIGN;
-        gather(iov, iovcnt, off, n, buf);
+        struct os_iov_pos at = {0, 0};
+        os_iov_copy(iov, iovcnt, off, buf, n, &at);
         memset(buf + n, 0, whole - n);
         size_t done = 0;
         while (done < whole) {
@@ -445,27 +426,14 @@ static ssize_t read_at(int fd, uint8_t *dst, size_t n, uint64_t off)
 }
 
 /* Copies n bytes into the get's destination at offset `at` of what it
- * asked for: its buffer, or its scattered buffers in turn. */
+ * asked for: its buffer, or its scattered buffers. */
 static void deliver(struct os_op *op, size_t at, const uint8_t *src, size_t n)
 {
-    if (!op->scatter) {
+    struct os_iov_pos pos = {0, 0};
+    if (op->scatter)
+        os_iov_fill(op->iov, op->iovcnt, at, src, n, &pos);
+    else
         memcpy((uint8_t *)op->buf + at, src, n);
-        return;
-    }
-    size_t base = 0;
-    for (int i = 0; i < op->iovcnt && n > 0; i++) {
-        size_t end = base + op->iov[i].iov_len;
-        if (end > at) {
-            size_t in = at - base, take = op->iov[i].iov_len - in;
-            if (take > n)
-                take = n;
-            memcpy((uint8_t *)op->iov[i].iov_base + in, src, take);
-            src += take;
-            at += take;
-            n -= take;
-        }
-        base = end;
-    }
 }
 
 /* Reads want bytes from op->off with O_DIRECT through an aligned buffer,
