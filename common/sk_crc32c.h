@@ -1,8 +1,10 @@
 /*
  * sk_crc32c: CRC-32C (Castagnoli), as Kafka's RecordBatch and Skiff's WAL use.
  *
- * Contract: pure functions, any thread. Uses the SSE4.2 crc32 instruction when
- * the CPU has it (checked once), else a table. sk_crc32c_extend continues a
+ * Contract: pure functions, any thread. Folds buffers of 256 bytes or more
+ * with carry-less multiplies when the CPU has AVX-512 VPCLMULQDQ, else uses
+ * the SSE4.2 crc32 instruction when it has that (both checked once), else a
+ * table. sk_crc32c_extend continues a
  * running CRC so that split buffers give the same result as one;
  * sk_crc32c_combine joins the CRCs of two adjacent buffers.
  */

@@ -2,6 +2,8 @@
  * extend() over split buffers. */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -11,8 +13,23 @@
 
 #include "sk_crc32c.h"
 
-/* Exported by sk_crc32c.c for this test: the table (software) path. */
+/* Exported by sk_crc32c.c for this test: the table (software) path, the
+ * crc32 instruction's three streams (*ran false without SSE4.2), and whether
+ * sk_crc32c_extend folds long buffers with carry-less multiplies. */
 uint32_t sk_crc32c_sw_for_test(uint32_t crc, const void *buf, size_t len);
+uint32_t sk_crc32c_hw3_for_test(uint32_t crc, const void *buf, size_t len, bool *ran);
+bool sk_crc32c_folds_for_test(void);
+
+/* Every path over p[0..len) from seed agrees with `want`. */
+static void assert_paths(uint32_t seed, const uint8_t *p, size_t len, uint32_t want)
+{
+    assert_int_equal(sk_crc32c_extend(seed, p, len), want);
+    assert_int_equal(sk_crc32c_sw_for_test(seed, p, len), want);
+    bool ran;
+    uint32_t hw = sk_crc32c_hw3_for_test(seed, p, len, &ran);
+    if (ran)
+        assert_int_equal(hw, want);
+}
 
 /* xorshift64: deterministic, so that a failure can be replayed. */
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
@@ -79,9 +96,7 @@ static void test_paths_agree(void **state)
         for (size_t align = 0; align < 8; align++) {
             const uint8_t *p = buf + align;
             uint32_t seed = (uint32_t)rng();
-            uint32_t want = crc_bitwise(seed, p, len);
-            assert_int_equal(sk_crc32c_extend(seed, p, len), want);
-            assert_int_equal(sk_crc32c_sw_for_test(seed, p, len), want);
+            assert_paths(seed, p, len, crc_bitwise(seed, p, len));
         }
     }
     free(buf);
@@ -104,11 +119,45 @@ static void test_three_streams(void **state)
         for (size_t align = 0; align < 8; align += 3) {
             const uint8_t *p = buf + align;
             uint32_t seed = (uint32_t)rng();
-            uint32_t want = crc_bitwise(seed, p, lens[i]);
-            assert_int_equal(sk_crc32c_extend(seed, p, lens[i]), want);
-            assert_int_equal(sk_crc32c_sw_for_test(seed, p, lens[i]), want);
+            assert_paths(seed, p, lens[i], crc_bitwise(seed, p, lens[i]));
         }
     }
+    free(buf);
+}
+
+/* The folding path: lengths about its 256-byte loop, its 64-byte and
+ * 16-byte steps and its tail, at every alignment, and long buffers (one
+ * MiB, the size of an object's block). */
+static void test_fold(void **state)
+{
+    (void)state;
+    if (!sk_crc32c_folds_for_test())
+        fprintf(stderr, "note: this CPU does not fold (no AVX-512 VPCLMULQDQ); "
+                        "the lengths below check the other paths\n");
+    enum { BIG = 1 << 20 };
+    uint8_t *buf = malloc(BIG + 64);
+    assert_non_null(buf);
+    for (size_t i = 0; i < BIG + 64; i++)
+        buf[i] = (uint8_t)rng();
+    static const size_t lens[] = {255, 256, 257, 271, 272, 287, 319, 320, 321, 335, 383,
+                                  511, 512, 513, 575, 576, 767, 1023, 1024, 1039, 4096,
+                                  4097 + 64 + 15, 65536 + 48 + 15};
+    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++)
+        for (size_t align = 0; align < 64; align++) {
+            const uint8_t *p = buf + align;
+            uint32_t seed = (uint32_t)rng();
+            assert_paths(seed, p, lens[i], crc_bitwise(seed, p, lens[i]));
+        }
+    for (size_t len = BIG - 17; len <= BIG; len += 17) {
+        uint32_t seed = (uint32_t)rng();
+        assert_paths(seed, buf + 3, len, crc_bitwise(seed, buf + 3, len));
+    }
+    /* All zeros and all ones: the register's XOR into the first lane. */
+    memset(buf, 0, 4096);
+    assert_paths(0, buf, 4096, crc_bitwise(0, buf, 4096));
+    assert_paths(0xffffffffu, buf, 4096, crc_bitwise(0xffffffffu, buf, 4096));
+    memset(buf, 0xff, 4096);
+    assert_paths(0x12345678u, buf, 4096, crc_bitwise(0x12345678u, buf, 4096));
     free(buf);
 }
 
@@ -173,6 +222,7 @@ int main(void)
         cmocka_unit_test(test_rfc3720),
         cmocka_unit_test(test_paths_agree),
         cmocka_unit_test(test_three_streams),
+        cmocka_unit_test(test_fold),
         cmocka_unit_test(test_extend_split),
         cmocka_unit_test(test_combine),
     };
