@@ -50,13 +50,15 @@ struct pfree {
     size_t cap;
 };
 
-#define POOL_MAX_BUFS 64
+#define POOL_MAX_BUFS 1024
 #define POOL_PAGE 4096
 
 typedef struct bc_pool {
     sk_ref ref; /* the cache, and one per block */
     struct pfree *head;
-    size_t bytes, n, max;
+    size_t bytes, n;
+    size_t beyond; /* what the pool may keep past the cache's unused room */
+    const blockcache *c; /* its room; NULL once closed */
     uint64_t reused;
     bool closed; /* the cache is gone: buffers given back are freed */
 } bc_pool;
@@ -64,11 +66,13 @@ typedef struct bc_pool {
 struct blockcache_block {
     sk_ref ref; /* first: the map's link, and one per hold (blockcache_hold) */
     bc_pool *pool;
-    size_t cap; /* of data */
+    uint8_t *buf; /* data's buffer, OBJSTORE_PAD-aligned, from the pool */
+    size_t cap;   /* of buf */
     uint8_t *mkey; /* object key, NUL, position (8 bytes) */
     size_t mklen;
     objfmt_entry e;
-    uint8_t *data;
+    uint8_t *data; /* in buf, at the offset the block has in its object's
+                      pages (objstore_getv_padded) */
     int refs;
     bool loading;
     struct waiter *waiters;
@@ -105,6 +109,7 @@ struct bc_fetch {
     int64_t start_us;
     blockcache_block **blocks;
     struct iovec *iov; /* each block's data */
+    uint32_t *crcs;    /* each block's CRC-32C, as the fetch computed it */
     size_t nblocks, nheld;
     struct bc_fetch *prev, *next;
 };
@@ -176,8 +181,8 @@ static void pool_ref_free(sk_ref *ref)
     free(p);
 }
 
-/* A buffer of at least size bytes: a free one of about that size, or a
- * new one rounded up to whole pages (blocks differ by a batch or two). */
+/* A buffer of at least size bytes: a free one of about that size (blocks
+ * differ by a batch or two), or a new one. */
 static uint8_t *pool_get(bc_pool *p, size_t size, size_t *cap)
 {
     for (struct pfree **pp = &p->head; *pp; pp = &(*pp)->next) {
@@ -191,17 +196,25 @@ static uint8_t *pool_get(bc_pool *p, size_t size, size_t *cap)
             return (uint8_t *)f;
         }
     }
+    /* Whole pages, in steps of an eighth of size's power of two: blocks of
+     * about the same size get buffers of the same few sizes, which any of
+     * them can take again (the fit above allows an eighth more). */
     size_t c = size < sizeof(struct pfree) ? sizeof(struct pfree) : size;
-    c = (c + POOL_PAGE - 1) / POOL_PAGE * POOL_PAGE;
-    uint8_t *d = malloc(c);
+    size_t step = POOL_PAGE;
+    while (step * 16 <= c)
+        step *= 2;
+    c = (c + step - 1) / step * step;
+    uint8_t *d = aligned_alloc(OBJSTORE_PAD, c);
     *cap = d ? c : 0;
     return d;
 }
 
+static size_t pool_room(const bc_pool *p);
+
 /* Only once nothing points into data any more (the block's last drop). */
 static void pool_put(bc_pool *p, uint8_t *data, size_t cap)
 {
-    if (p->closed || p->n >= POOL_MAX_BUFS || p->bytes + cap > p->max) {
+    if (p->closed || p->n >= POOL_MAX_BUFS || p->bytes + cap > pool_room(p)) {
         free(data);
         return;
     }
@@ -217,8 +230,8 @@ static void pool_put(bc_pool *p, uint8_t *data, size_t cap)
 static void block_ref_free(sk_ref *ref)
 {
     blockcache_block *b = (blockcache_block *)ref;
-    if (b->data)
-        pool_put(b->pool, b->data, b->cap);
+    if (b->buf)
+        pool_put(b->pool, b->buf, b->cap);
     sk_ref_put(&b->pool->ref);
     free(b->mkey);
     free(b);
@@ -278,9 +291,9 @@ static bool make_room(blockcache *c, size_t need)
 }
 
 static void store_fetch(void *ctx, const char *key, uint64_t off, const struct iovec *iov,
-                        int iovcnt, objstore_get_cb cb, void *arg)
+                        int iovcnt, uint32_t *crcs, objstore_get_cb cb, void *arg)
 {
-    objstore_getv(ctx, key, off, iov, iovcnt, cb, arg);
+    objstore_getv_padded(ctx, key, off, iov, iovcnt, crcs, cb, arg);
 }
 
 blockcache *blockcache_new(objstore *store, const blockcache_opts *opts)
@@ -323,9 +336,23 @@ blockcache *blockcache_new(objstore *store, const blockcache_opts *opts)
         return NULL;
     }
     sk_ref_init(&c->pool->ref, pool_ref_free);
-    /* Two of the largest GETs: what one read-ahead refill takes at once. */
-    c->pool->max = 2 * c->o.max_merge < c->o.capacity ? 2 * c->o.max_merge : c->o.capacity;
+    c->pool->beyond = 2 * c->o.max_merge < c->o.capacity ? 2 * c->o.max_merge : c->o.capacity;
+    c->pool->c = c;
     return c;
+}
+
+/* The pool may fill what the cache's capacity leaves unused (by cached and
+ * loading blocks), plus two of the largest GETs: what one read-ahead refill
+ * takes at once. So a catch-up whose ring of read-once blocks is a quarter
+ * of the capacity keeps the buffers of the blocks it has done with, instead
+ * of giving them back to malloc and faulting in fresh pages for the next
+ * GETs; and the cache, pool included, stays within its capacity plus two
+ * GETs. */
+static size_t pool_room(const bc_pool *p)
+{
+    const blockcache *c = p->c;
+    size_t held = c->used + c->loading_bytes;
+    return p->beyond + (held < c->o.capacity ? c->o.capacity - held : 0);
 }
 
 static void read_finish(struct bc_read *rd)
@@ -391,6 +418,7 @@ static void fetch_free(struct bc_fetch *f)
         sk_ref_put(&f->blocks[i]->ref);
     free(f->blocks);
     free(f->iov);
+    free(f->crcs);
     free(f);
 }
 
@@ -414,7 +442,8 @@ static void fetch_done(void *arg, int err, uint8_t *data, size_t len, uint64_t o
     for (size_t i = 0; i < f->nblocks; i++) {
         blockcache_block *b = f->blocks[i];
         int berr = err;
-        if (berr == 0 && (berr = objfmt_block_verify(&b->e, b->data, b->e.size)) != 0)
+        if (berr == 0 &&
+            (berr = objfmt_block_verify_crc(&b->e, b->data, b->e.size, f->crcs[i])) != 0)
             SK_WARN("blockcache", "block at %llu of %s fails its check",
                     (unsigned long long)b->e.position, (const char *)b->mkey);
         if (berr == 0)
@@ -458,25 +487,35 @@ static blockcache_block *block_new(blockcache *c, const char *key, const objfmt_
     return b;
 }
 
+/* A block's buffer: its bytes padded to whole OBJSTORE_PAD pages of its
+ * object, wherever it starts in them. */
+static size_t padded_size(size_t size)
+{
+    return (size + OBJSTORE_PAD - 1) / OBJSTORE_PAD * OBJSTORE_PAD + OBJSTORE_PAD;
+}
+
 /* A fetch of blocks[0..n), each with its buffer and held; NULL without
  * memory (then nothing changed). */
 static struct bc_fetch *fetch_new(blockcache_block **blocks, size_t n)
 {
     struct bc_fetch *f = calloc(1, sizeof *f);
     if (!f || !(f->blocks = malloc(n * sizeof *f->blocks)) ||
-        !(f->iov = malloc(n * sizeof *f->iov))) {
-        if (f)
+        !(f->iov = malloc(n * sizeof *f->iov)) || !(f->crcs = calloc(n, sizeof *f->crcs))) {
+        if (f) {
             free(f->blocks);
+            free(f->iov);
+        }
         free(f);
         return NULL;
     }
     for (size_t k = 0; k < n; k++) {
         blockcache_block *b = blocks[k];
-        if (!b->data && !(b->data = pool_get(b->pool, b->e.size, &b->cap))) {
+        if (!b->buf && !(b->buf = pool_get(b->pool, padded_size(b->e.size), &b->cap))) {
             f->nblocks = f->nheld = 0;
             fetch_free(f); /* the buffers stay with their blocks */
             return NULL;
         }
+        b->data = b->buf + b->e.position % OBJSTORE_PAD;
         f->blocks[k] = b;
         f->iov[k] = (struct iovec){b->data, b->e.size};
     }
@@ -516,7 +555,7 @@ static void fetch_blocks(blockcache *c, const char *key, blockcache_block **bloc
         c->nfetches++;
         c->st.gets++;
         c->st.get_bytes += len;
-        c->o.fetch(c->o.fetch_ctx, key, f->off, f->iov, (int)f->nblocks, fetch_done, f);
+        c->o.fetch(c->o.fetch_ctx, key, f->off, f->iov, (int)f->nblocks, f->crcs, fetch_done, f);
         i = j;
     }
 }
@@ -769,6 +808,7 @@ void blockcache_destroy(blockcache *c)
     if (held)
         SK_WARN("blockcache", "destroyed while %zu blocks are still held", held);
     c->pool->closed = true;
+    c->pool->c = NULL;
     pool_drain(c->pool);
     sk_ref_put(&c->pool->ref);
     sk_map_destroy(c->map);

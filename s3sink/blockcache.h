@@ -3,7 +3,8 @@
  *
  * Blocks are keyed by (object key, block position) and described by their
  * objfmt index entries, so every block is checked (CRC-32C and structure)
- * once, when it arrives, and never enters the cache corrupt. A read asks for
+ * once, when it arrives, and never enters the cache corrupt. The CRC is the
+ * one the store computed while writing the block's buffer (objstore_getv). A read asks for
  * consecutive blocks of one object; the blocks it misses, and up to
  * `readahead` following blocks of the same stream (sequential catch-up), are
  * fetched with as few ranged GETs as possible: adjacent missing blocks are
@@ -37,9 +38,11 @@
  *
  * Buffers: a freed block's buffer (after its last hold, never before) goes
  * to a pool that the next fetches take from, so that a catch-up does not
- * fault in fresh pages for every block. The pool keeps at most twice
- * opts.max_merge bytes (and 64 buffers) beyond the capacity, and nothing
- * once the cache is destroyed.
+ * fault in fresh pages for every block. The pool fills what the capacity
+ * leaves unused by cached and loading blocks, plus twice opts.max_merge
+ * bytes (at most 1024 buffers): cache and pool together stay within the
+ * capacity plus two merged GETs. It keeps nothing once the cache is
+ * destroyed.
  *
  * Threads: the loop thread only (the one the objstore delivers on), holds
  * and their drops included: sk_ref is not atomic, so whatever holds a block
@@ -73,10 +76,11 @@ typedef struct blockcache blockcache;
 typedef struct blockcache_block blockcache_block;
 
 /* Where blocks come from: objstore_getv's shape (one GET into each block's
- * own buffer, nothing to cut up after), so tests can stand in. */
+ * own buffer, nothing to cut up after, and the CRC-32C of each buffer's bytes
+ * into crcs[i], computed as they arrive), so tests can stand in. */
 typedef void (*blockcache_fetch_fn)(void *ctx, const char *key, uint64_t off,
-                                    const struct iovec *iov, int iovcnt, objstore_get_cb cb,
-                                    void *arg);
+                                    const struct iovec *iov, int iovcnt, uint32_t *crcs,
+                                    objstore_get_cb cb, void *arg);
 
 typedef struct blockcache_opts {
     size_t capacity;  /* bytes of cached blocks; default 256 MiB */

@@ -477,7 +477,14 @@ size_t objfmt_reader_ranges(const objfmt_reader *r, uint64_t stream, uint64_t fr
 
 int objfmt_block_verify(const objfmt_entry *e, const void *data, size_t len)
 {
-    if (len != e->size || sk_crc32c(data, len) != e->crc)
+    if (len != e->size)
+        return SK_ERR_CORRUPT;
+    return objfmt_block_verify_crc(e, data, len, sk_crc32c(data, len));
+}
+
+int objfmt_block_verify_crc(const objfmt_entry *e, const void *data, size_t len, uint32_t crc)
+{
+    if (len != e->size || crc != e->crc)
         return SK_ERR_CORRUPT;
     const uint8_t *p = data, *end = p + len;
     uint32_t batches = 0;

@@ -160,6 +160,9 @@ size_t objfmt_reader_ranges(const objfmt_reader *r, uint64_t stream, uint64_t fr
 
 /* Checks a block's CRC and structure against its index entry. */
 int objfmt_block_verify(const objfmt_entry *e, const void *data, size_t len);
+/* As objfmt_block_verify, for a block whose CRC-32C `crc` was computed as it
+ * arrived (objstore_getv's crcs): compares it, then checks the structure. */
+int objfmt_block_verify_crc(const objfmt_entry *e, const void *data, size_t len, uint32_t crc);
 
 typedef struct objfmt_iter {
     const uint8_t *p, *end;

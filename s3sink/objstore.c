@@ -2,6 +2,7 @@
  * objstore front end: URL dispatch, argument checks, the asynchronous and
  * blocking call paths over one os_op, stats, fault injection.
  */
+#include <assert.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include "objstore_impl.h"
+#include "sk_crc32c.h"
 #include "sk_err.h"
 #include "sk_log.h"
 #include "sk_workq.h"
@@ -168,10 +170,23 @@ bool os_key_valid(const char *key, bool prefix)
 
 /* ---- iovec helper ---- */
 
+/* Into the iovec with CRCs: copied and checksummed this many bytes at a
+ * time, so that the CRC reads what the copy left in the CPU's cache. */
+#define CRC_PIECE (64u << 10)
+
+static void fill_crc(uint8_t *dst, const uint8_t *src, size_t n, uint32_t *crc)
+{
+    for (size_t at = 0; at < n; at += CRC_PIECE) {
+        size_t k = n - at < CRC_PIECE ? n - at : CRC_PIECE;
+        memcpy(dst + at, src + at, k);
+        *crc = sk_crc32c_extend(*crc, dst + at, k);
+    }
+}
+
 /* Copies n bytes between position off of the iovec and buf: out of the
- * iovec, or into it. */
+ * iovec, or into it (with crcs: extending each buffer's CRC). */
 static void iov_move(const struct iovec *iov, int iovcnt, uint64_t off, uint8_t *buf, size_t n,
-                     struct os_iov_pos *hint, bool into)
+                     struct os_iov_pos *hint, bool into, uint32_t *crcs)
 {
     int i = hint->idx;
     uint64_t base = hint->base;
@@ -189,7 +204,9 @@ static void iov_move(const struct iovec *iov, int iovcnt, uint64_t off, uint8_t 
         size_t take = iov[i].iov_len - in;
         if (take > n)
             take = n;
-        if (into)
+        if (into && crcs)
+            fill_crc((uint8_t *)iov[i].iov_base + in, d, take, &crcs[i]);
+        else if (into)
             memcpy((uint8_t *)iov[i].iov_base + in, d, take);
         else
             memcpy(d, (const uint8_t *)iov[i].iov_base + in, take);
@@ -208,13 +225,26 @@ static void iov_move(const struct iovec *iov, int iovcnt, uint64_t off, uint8_t 
 void os_iov_copy(const struct iovec *iov, int iovcnt, uint64_t off, void *dst, size_t n,
                  struct os_iov_pos *hint)
 {
-    iov_move(iov, iovcnt, off, dst, n, hint, false);
+    iov_move(iov, iovcnt, off, dst, n, hint, false, NULL);
 }
 
 void os_iov_fill(const struct iovec *iov, int iovcnt, uint64_t off, const void *src, size_t n,
-                 struct os_iov_pos *hint)
+                 struct os_iov_pos *hint, uint32_t *crcs)
 {
-    iov_move(iov, iovcnt, off, (uint8_t *)src, n, hint, true);
+    iov_move(iov, iovcnt, off, (uint8_t *)src, n, hint, true, crcs);
+}
+
+void os_get_read_into(struct os_op *op, int idx, const void *dst, size_t n)
+{
+    assert(op->scatter && idx >= 0 && idx < op->iovcnt);
+    if (op->crcs)
+        op->crcs[idx] = sk_crc32c_extend(op->crcs[idx], dst, n);
+}
+
+void os_get_restart(struct os_op *op)
+{
+    if (op->scatter && op->crcs)
+        memset(op->crcs, 0, (size_t)op->iovcnt * sizeof *op->crcs);
 }
 
 /* ---- completion ---- */
@@ -431,8 +461,8 @@ void objstore_get(objstore *s, const char *key, uint64_t off, size_t len, void *
     op_start(s, op);
 }
 
-void objstore_getv(objstore *s, const char *key, uint64_t off, const struct iovec *iov,
-                   int iovcnt, objstore_get_cb cb, void *arg)
+static void getv(objstore *s, const char *key, uint64_t off, const struct iovec *iov, int iovcnt,
+                 uint32_t *crcs, bool padded, objstore_get_cb cb, void *arg)
 {
     struct os_op *op = get_op(s, key, off, 1, NULL);
     if (!op) {
@@ -442,6 +472,7 @@ void objstore_getv(objstore *s, const char *key, uint64_t off, const struct iove
     op->cb.get = cb;
     op->arg = arg;
     op->scatter = true;
+    op->padded = padded;
     if (put_prepare(op, iov, iovcnt) != 0) {
         fail_nomem(s, op);
         return;
@@ -449,7 +480,21 @@ void objstore_getv(objstore *s, const char *key, uint64_t off, const struct iove
     op->len = (size_t)op->total;
     if (op->len == 0)
         op->err = op->err ? op->err : SK_ERR_INVAL;
+    op->crcs = crcs;
+    os_get_restart(op);
     op_start(s, op);
+}
+
+void objstore_getv(objstore *s, const char *key, uint64_t off, const struct iovec *iov,
+                   int iovcnt, uint32_t *crcs, objstore_get_cb cb, void *arg)
+{
+    getv(s, key, off, iov, iovcnt, crcs, false, cb, arg);
+}
+
+void objstore_getv_padded(objstore *s, const char *key, uint64_t off, const struct iovec *iov,
+                          int iovcnt, uint32_t *crcs, objstore_get_cb cb, void *arg)
+{
+    getv(s, key, off, iov, iovcnt, crcs, true, cb, arg);
 }
 
 void objstore_head(objstore *s, const char *key, objstore_head_cb cb, void *arg)

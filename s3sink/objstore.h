@@ -129,9 +129,23 @@ void objstore_get(objstore *s, const char *key, uint64_t off, size_t len, void *
                   objstore_get_cb cb, void *arg);
 /* As objstore_get, into the caller's buffers iov[0..iovcnt) in turn (one
  * ranged GET filling several buffers, for the block cache's merged reads):
- * cb's data is NULL and len the bytes read. */
+ * cb's data is NULL and len the bytes read. crcs: NULL, or iovcnt entries of
+ * the caller's (valid until cb) that get the CRC-32C of the bytes written
+ * into each buffer, computed by the store's thread as it writes them (while
+ * they are in the CPU's cache: a check after the callback would read them
+ * from memory again). */
 void objstore_getv(objstore *s, const char *key, uint64_t off, const struct iovec *iov,
-                   int iovcnt, objstore_get_cb cb, void *arg);
+                   int iovcnt, uint32_t *crcs, objstore_get_cb cb, void *arg);
+/* As objstore_getv, with buffers padded for direct reads: the caller owns,
+ * around each iov[i] whose first byte is byte o of the object, the whole
+ * OBJSTORE_PAD-aligned span [iov_base - o % OBJSTORE_PAD, that +
+ * roundup(o % OBJSTORE_PAD + iov_len, OBJSTORE_PAD)), and the store may write
+ * anything into it outside the buffer too. A store that reads with O_DIRECT
+ * (the file backend) then reads each buffer's blocks in place, without
+ * copying them through a buffer of its own. */
+#define OBJSTORE_PAD 4096u
+void objstore_getv_padded(objstore *s, const char *key, uint64_t off, const struct iovec *iov,
+                          int iovcnt, uint32_t *crcs, objstore_get_cb cb, void *arg);
 void objstore_head(objstore *s, const char *key, objstore_head_cb cb, void *arg);
 void objstore_delete(objstore *s, const char *key, objstore_done_cb cb, void *arg);
 /* One page of at most max_keys (1..1000; 0 means 1000) keys starting with

@@ -12,9 +12,12 @@
  * reused aligned buffer (the file's last block padded, then truncated to the
  * object's size): objects are read back rarely and through the block cache,
  * and a copy into the page cache cost the uploader more than building them.
+ * Large gets read whole blocks with O_DIRECT as well: through such a buffer,
+ * or in place into the padded buffers of objstore_getv_padded.
  * Directories are made on demand and removed when a delete empties them; a
  * put that races with that removal makes its directory again.
  */
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -431,7 +434,7 @@ static void deliver(struct os_op *op, size_t at, const uint8_t *src, size_t n)
 {
     struct os_iov_pos pos = {0, 0};
     if (op->scatter)
-        os_iov_fill(op->iov, op->iovcnt, at, src, n, &pos);
+        os_iov_fill(op->iov, op->iovcnt, at, src, n, &pos, op->crcs);
     else
         memcpy((uint8_t *)op->buf + at, src, n);
 }
@@ -493,6 +496,56 @@ static ssize_t read_direct(struct fstore *f, const char *key, struct os_op *op, 
     return *failed || refused ? -1 : (ssize_t)got;
 }
 
+/* A padded scattered get (objstore_getv_padded): each buffer's whole
+ * blocks read with O_DIRECT in place, into the padding the caller gave it,
+ * with no copy. Returns as read_direct. */
+static ssize_t read_in_place(struct fstore *f, struct os_op *op, size_t want, bool *failed)
+{
+    _Static_assert(DIO_ALIGN == OBJSTORE_PAD, "padding is the direct I/O alignment");
+    *failed = false;
+    int dfd = openat(f->rootfd, op->key, O_RDONLY | O_DIRECT | O_CLOEXEC);
+    if (dfd < 0) {
+        if (errno == EINVAL)
+            atomic_store(&f->no_direct, true);
+        return -1;
+    }
+    size_t got = 0;
+    bool refused = false;
+    for (int i = 0; i < op->iovcnt && got < want; i++) {
+        uint64_t pos = op->off + got;
+        size_t lead = (size_t)(pos % DIO_ALIGN), len = op->iov[i].iov_len;
+        if (len > want - got)
+            len = want - got;
+        uint8_t *start = (uint8_t *)op->iov[i].iov_base - lead;
+        assert((uintptr_t)start % DIO_ALIGN == 0);
+        size_t n = (lead + len + DIO_ALIGN - 1) / DIO_ALIGN * DIO_ALIGN;
+        ssize_t r;
+        do
+            r = pread(dfd, start, n, (off_t)(pos - lead));
+        while (r < 0 && errno == EINTR);
+        if (r < 0 && errno == EINVAL && got == 0) {
+            atomic_store(&f->no_direct, true); /* opened, yet refused */
+            refused = true;
+            break;
+        }
+        if (r < 0) {
+            *failed = true;
+            break;
+        }
+        size_t take = (size_t)r > lead ? (size_t)r - lead : 0;
+        if (take > len)
+            take = len;
+        os_get_read_into(op, i, op->iov[i].iov_base, take);
+        got += take;
+        if (take < len)
+            break; /* the end of the file */
+    }
+    int e = errno;
+    close(dfd);
+    errno = e;
+    return *failed || refused ? -1 : (ssize_t)got;
+}
+
 static int file_get(objstore *s, struct os_op *op)
 {
     struct fstore *f = F(s);
@@ -529,9 +582,10 @@ static int file_get(objstore *s, struct os_op *op)
     }
     size_t got = 0;
     bool failed = false;
-    ssize_t dr = want >= DIO_READ_MIN && !atomic_load(&f->no_direct)
-                     ? read_direct(f, op->key, op, want, &failed)
-                     : -1;
+    ssize_t dr = -1;
+    if (want >= DIO_READ_MIN && !atomic_load(&f->no_direct))
+        dr = op->padded ? read_in_place(f, op, want, &failed)
+                        : read_direct(f, op->key, op, want, &failed);
     if (failed) {
         int e = errno;
         SK_ERROR("objstore", "read %s/%s: %s", f->root, op->key, strerror(e));
@@ -551,6 +605,8 @@ static int file_get(objstore *s, struct os_op *op)
             close(fd);
             return SK_ERR_IO;
         }
+        if (op->scatter)
+            os_get_read_into(op, i, dst, (size_t)r);
         got += (size_t)r;
         if ((size_t)r < n)
             break; /* shrank meanwhile: cannot happen to an immutable object */

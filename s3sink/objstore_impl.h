@@ -49,6 +49,8 @@ struct os_op {
     bool own_buf;          /* buf was allocated by the backend */
     bool scatter;          /* into iov (objstore_getv), not buf */
     struct os_iov_pos at;  /* scatter: where the last bytes went */
+    uint32_t *crcs;        /* scatter: the caller's, one per buffer, or NULL */
+    bool padded;           /* scatter: objstore_getv_padded's buffers */
     /* list */
     char *token;
     int max_keys;
@@ -114,9 +116,16 @@ bool os_key_valid(const char *key, bool prefix);
  * last position for sequential calls (start it at {0, 0}). */
 void os_iov_copy(const struct iovec *iov, int iovcnt, uint64_t off, void *dst, size_t n,
                  struct os_iov_pos *hint);
-/* The other way: n bytes of src into the iovec from position off. */
+/* The other way: n bytes of src into the iovec from position off; with
+ * crcs (one per buffer), each buffer's running CRC-32C is extended over the
+ * bytes it gets, a piece at a time right after its copy. */
 void os_iov_fill(const struct iovec *iov, int iovcnt, uint64_t off, const void *src, size_t n,
-                 struct os_iov_pos *hint);
+                 struct os_iov_pos *hint, uint32_t *crcs);
+/* A scattered get's bytes, n at dst of iov[idx], read there directly: the
+ * buffer's CRC extended over them (when the get asked for CRCs). */
+void os_get_read_into(struct os_op *op, int idx, const void *dst, size_t n);
+/* A scattered get starts (again) from its first byte: CRCs back to 0. */
+void os_get_restart(struct os_op *op);
 
 /* Backends. */
 int os_file_open(objstore *s, const char *dir, char *why, size_t whylen);

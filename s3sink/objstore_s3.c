@@ -425,7 +425,7 @@ static size_t on_write(char *p, size_t sz, size_t nm, void *ud)
     }
     size_t take = r->dst_len + n > r->dst_cap ? r->dst_cap - r->dst_len : n;
     if (op->scatter)
-        os_iov_fill(op->iov, op->iovcnt, r->dst_len, p, take, &op->at);
+        os_iov_fill(op->iov, op->iovcnt, r->dst_len, p, take, &op->at, op->crcs);
     else
         memcpy(op->buf + r->dst_len, p, take);
     r->dst_len += take;
@@ -598,6 +598,8 @@ static void launch(struct s3 *s3, struct rq *r)
     r->sink_init = false;
     r->skip = 0;
     r->dst_len = 0;
+    if (r->kind == RQ_GET)
+        os_get_restart(r->op); /* a retry fills the buffers again */
     r->resp_len = 0;
     r->etag[0] = '\0';
     r->has_range_total = false;

@@ -23,6 +23,7 @@
 #include <event2/buffer.h>
 
 #include "blockcache.h"
+#include "sk_crc32c.h"
 #include "config.h"
 #include "dispatch.h"
 #include "kmsg.h"
@@ -292,13 +293,14 @@ static void obj_free(struct obj *o)
 
 /* A GET that completes at once (the read then returns BLOCKCACHE_HIT). */
 static void obj_fetch(void *ctx, const char *key, uint64_t off, const struct iovec *iov,
-                      int iovcnt, objstore_get_cb cb, void *arg)
+                      int iovcnt, uint32_t *crcs, objstore_get_cb cb, void *arg)
 {
     (void)key;
     struct obj *o = ctx;
     size_t at = 0;
     for (int i = 0; i < iovcnt; i++) {
         memcpy(iov[i].iov_base, o->bytes + off + at, iov[i].iov_len);
+        crcs[i] = sk_crc32c(iov[i].iov_base, iov[i].iov_len);
         at += iov[i].iov_len;
     }
     cb(arg, 0, NULL, at, o->size);

@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "objstore.h"
+#include "sk_crc32c.h"
 #include "sk_err.h"
 #include "sk_log.h"
 #include "sk_time.h"
@@ -262,7 +263,7 @@ static void scenario_roundtrip(struct fx *f, objstore *s, const char *key)
     uint8_t head[1000];
     struct iovec sv[2] = {{head, sizeof head}, {buf, sizeof buf}};
     r = (struct res){0};
-    objstore_getv(s, key, 500, sv, 2, get_cb, &r);
+    objstore_getv(s, key, 500, sv, 2, NULL, get_cb, &r);
     assert_false(r.done);
     wait_one(f->base, &r);
     assert_int_equal(r.err, 0);
@@ -270,6 +271,16 @@ static void scenario_roundtrip(struct fx *f, objstore *s, const char *key)
     assert_null(r.data);
     assert_memory_equal(head, p + 500, sizeof head);
     assert_memory_equal(buf, p + 500 + sizeof head, sizeof buf);
+    /* the same, with each buffer's CRC computed on the way */
+    uint32_t crcs[2] = {1, 2};
+    memset(head, 0, sizeof head);
+    r = (struct res){0};
+    objstore_getv(s, key, 500, sv, 2, crcs, get_cb, &r);
+    wait_one(f->base, &r);
+    assert_int_equal(r.err, 0);
+    assert_memory_equal(head, p + 500, sizeof head);
+    assert_int_equal(crcs[0], sk_crc32c(p + 500, sizeof head));
+    assert_int_equal(crcs[1], sk_crc32c(p + 500 + sizeof head, sizeof buf));
 
     /* ranged, store-allocated, to the end from an offset */
     r = do_get(f->base, s, key, n - 100, OBJSTORE_TO_END, NULL);
@@ -604,6 +615,46 @@ static long resident_pages(const char *path)
     return in;
 }
 
+/* objstore_getv_padded: three buffers, each at its object offset modulo
+ * OBJSTORE_PAD within pages of its own, the last one passing the end of
+ * the object; read in place, leaving nothing in the page cache when
+ * `uncached` (direct I/O works and the object was written that way). */
+static void check_padded_get(struct fx *f, objstore *s, const uint8_t *p, size_t n, bool uncached)
+{
+    uint64_t off = 4097 + 13;
+    size_t lens[3] = {300001, 5000, n - off - 300001 - 5000 + 777};
+    uint8_t *bufs[3];
+    struct iovec sv[3];
+    uint64_t o = off;
+    for (int i = 0; i < 3; i++) {
+        size_t span = (lens[i] + 2 * OBJSTORE_PAD) / OBJSTORE_PAD * OBJSTORE_PAD;
+        bufs[i] = aligned_alloc(OBJSTORE_PAD, span);
+        assert_non_null(bufs[i]);
+        memset(bufs[i], 0xa5, span);
+        sv[i] = (struct iovec){bufs[i] + o % OBJSTORE_PAD, lens[i]};
+        o += lens[i];
+    }
+    uint32_t crcs[3];
+    struct res r = {0};
+    objstore_getv_padded(s, "d/obj", off, sv, 3, crcs, get_cb, &r);
+    wait_one(f->base, &r);
+    assert_int_equal(r.err, 0);
+    assert_int_equal(r.len, n - off);
+    size_t last = n - off - lens[0] - lens[1];
+    assert_memory_equal(sv[0].iov_base, p + off, lens[0]);
+    assert_memory_equal(sv[1].iov_base, p + off + lens[0], lens[1]);
+    assert_memory_equal(sv[2].iov_base, p + off + lens[0] + lens[1], last);
+    assert_int_equal(crcs[0], sk_crc32c(p + off, lens[0]));
+    assert_int_equal(crcs[1], sk_crc32c(p + off + lens[0], lens[1]));
+    assert_int_equal(crcs[2], sk_crc32c(p + off + lens[0] + lens[1], last));
+    char path[300];
+    snprintf(path, sizeof path, "%s/objects/d/obj", f->dir);
+    if (uncached)
+        assert_int_equal(resident_pages(path), 0);
+    for (int i = 0; i < 3; i++)
+        free(bufs[i]);
+}
+
 /* Sizes around the block and the direct-write piece, from pieces of odd
  * lengths, with parts on block boundaries (written with O_DIRECT where the
  * file system allows it: nothing left in the page cache) and parts that
@@ -656,17 +707,21 @@ static void test_file_direct_sizes(void **state)
                 size_t a = 100000, b = n - 777 - a;
                 uint8_t *x = malloc(a), *y = malloc(b + 50);
                 struct iovec sv[2] = {{x, a}, {y, b + 50}};
+                uint32_t crcs[2];
                 r = (struct res){0};
-                objstore_getv(s, "d/obj", 777, sv, 2, get_cb, &r);
+                objstore_getv(s, "d/obj", 777, sv, 2, crcs, get_cb, &r);
                 wait_one(f->base, &r);
                 assert_int_equal(r.err, 0);
                 assert_int_equal(r.len, a + b);
                 assert_memory_equal(x, p + 777, a);
                 assert_memory_equal(y, p + 777 + a, b);
+                assert_int_equal(crcs[0], sk_crc32c(p + 777, a));
+                assert_int_equal(crcs[1], sk_crc32c(p + 777 + a, b));
                 free(x);
                 free(y);
                 if (direct && pi == 0)
                     assert_int_equal(resident_pages(path), 0);
+                check_padded_get(f, s, p, n, direct && pi == 0);
             }
             free(p);
         }
@@ -951,6 +1006,19 @@ static void test_s3_retries(void **state)
     objstore_stats_get(s, &st);
     assert_int_equal(st.retries, 2);
     assert_int_equal(st.err_throttle, 2);
+    /* a scattered get retried: its CRCs are of the bytes it ended with */
+    objstore_inject(s, OBJSTORE_FAULT_503, 0, 1);
+    char x[2], y[3];
+    struct iovec sv[2] = {{x, 2}, {y, 3}};
+    uint32_t crcs[2] = {7, 7};
+    r = (struct res){0};
+    objstore_getv(s, "k", 0, sv, 2, crcs, get_cb, &r);
+    wait_one(f->base, &r);
+    assert_int_equal(r.err, 0);
+    assert_int_equal(crcs[0], sk_crc32c("va", 2));
+    assert_int_equal(crcs[1], sk_crc32c("lue", 3));
+    objstore_stats_get(s, &st);
+    assert_int_equal(st.retries, 3);
 
     objstore_inject(s, OBJSTORE_FAULT_500, 0, 3);
     assert_int_equal(do_put(f->base, s, "k2", "v2", 2), 0);
@@ -959,7 +1027,7 @@ static void test_s3_retries(void **state)
     assert_int_equal(r.err, 0);
     assert_int_equal(r.size, 2);
     objstore_stats_get(s, &st);
-    assert_int_equal(st.retries, 6);
+    assert_int_equal(st.retries, 7);
     assert_int_equal(st.err_5xx, 3);
     assert_int_equal(st.err_conn, 1);
 
