@@ -209,7 +209,19 @@ static uint8_t *pool_get(bc_pool *p, size_t size, size_t *cap)
     return d;
 }
 
-static size_t pool_room(const bc_pool *p);
+/* The pool may fill what the cache's capacity leaves unused (by cached and
+ * loading blocks), plus two of the largest GETs: what one read-ahead refill
+ * takes at once. So a catch-up whose ring of read-once blocks is a quarter
+ * of the capacity keeps the buffers of the blocks it has done with, instead
+ * of giving them back to malloc and faulting in fresh pages for the next
+ * GETs; and the cache, pool included, stays within its capacity plus two
+ * GETs. */
+static size_t pool_room(const bc_pool *p)
+{
+    const blockcache *c = p->c;
+    size_t held = c->used + c->loading_bytes;
+    return p->beyond + (held < c->o.capacity ? c->o.capacity - held : 0);
+}
 
 /* Only once nothing points into data any more (the block's last drop). */
 static void pool_put(bc_pool *p, uint8_t *data, size_t cap)
@@ -339,20 +351,6 @@ blockcache *blockcache_new(objstore *store, const blockcache_opts *opts)
     c->pool->beyond = 2 * c->o.max_merge < c->o.capacity ? 2 * c->o.max_merge : c->o.capacity;
     c->pool->c = c;
     return c;
-}
-
-/* The pool may fill what the cache's capacity leaves unused (by cached and
- * loading blocks), plus two of the largest GETs: what one read-ahead refill
- * takes at once. So a catch-up whose ring of read-once blocks is a quarter
- * of the capacity keeps the buffers of the blocks it has done with, instead
- * of giving them back to malloc and faulting in fresh pages for the next
- * GETs; and the cache, pool included, stays within its capacity plus two
- * GETs. */
-static size_t pool_room(const bc_pool *p)
-{
-    const blockcache *c = p->c;
-    size_t held = c->used + c->loading_bytes;
-    return p->beyond + (held < c->o.capacity ? c->o.capacity - held : 0);
 }
 
 static void read_finish(struct bc_read *rd)
@@ -499,13 +497,11 @@ static size_t padded_size(size_t size)
 static struct bc_fetch *fetch_new(blockcache_block **blocks, size_t n)
 {
     struct bc_fetch *f = calloc(1, sizeof *f);
-    if (!f || !(f->blocks = malloc(n * sizeof *f->blocks)) ||
-        !(f->iov = malloc(n * sizeof *f->iov)) || !(f->crcs = calloc(n, sizeof *f->crcs))) {
-        if (f) {
-            free(f->blocks);
-            free(f->iov);
-        }
-        free(f);
+    if (!f)
+        return NULL;
+    if (!(f->blocks = malloc(n * sizeof *f->blocks)) || !(f->iov = malloc(n * sizeof *f->iov)) ||
+        !(f->crcs = calloc(n, sizeof *f->crcs))) {
+        fetch_free(f); /* holds nothing yet */
         return NULL;
     }
     for (size_t k = 0; k < n; k++) {

@@ -432,11 +432,48 @@ static ssize_t read_at(int fd, uint8_t *dst, size_t n, uint64_t off)
  * asked for: its buffer, or its scattered buffers. */
 static void deliver(struct os_op *op, size_t at, const uint8_t *src, size_t n)
 {
-    struct os_iov_pos pos = {0, 0};
     if (op->scatter)
-        os_iov_fill(op->iov, op->iovcnt, at, src, n, &pos, op->crcs);
+        os_iov_fill(op->iov, op->iovcnt, at, src, n, &op->at, op->crcs);
     else
         memcpy((uint8_t *)op->buf + at, src, n);
+}
+
+/* The O_DIRECT descriptor to read key, or -1 (a file system that refuses
+ * O_DIRECT turns direct I/O off: tmpfs, not again). */
+static int direct_open_read(struct fstore *f, const char *key)
+{
+    int dfd = openat(f->rootfd, key, O_RDONLY | O_DIRECT | O_CLOEXEC);
+    if (dfd < 0 && errno == EINVAL)
+        atomic_store(&f->no_direct, true);
+    return dfd;
+}
+
+enum direct_read { DR_OK, DR_REFUSED, DR_FAILED };
+
+/* One direct pread of n bytes at off into buf (*r: the bytes read). A
+ * refusal of the first read of a get (opened, yet refused: no direct I/O
+ * here after all) turns direct I/O off; any other error fails. */
+static enum direct_read direct_pread(struct fstore *f, int dfd, void *buf, size_t n, uint64_t off,
+                                     bool first, ssize_t *r)
+{
+    do
+        *r = pread(dfd, buf, n, (off_t)off);
+    while (*r < 0 && errno == EINTR);
+    if (*r >= 0)
+        return DR_OK;
+    if (errno == EINVAL && first) {
+        atomic_store(&f->no_direct, true);
+        return DR_REFUSED;
+    }
+    return DR_FAILED;
+}
+
+/* Closes a direct read's descriptor, keeping errno. */
+static void direct_close(int dfd)
+{
+    int e = errno;
+    close(dfd);
+    errno = e;
 }
 
 /* Reads want bytes from op->off with O_DIRECT through an aligned buffer,
@@ -448,37 +485,24 @@ static ssize_t read_direct(struct fstore *f, const char *key, struct os_op *op, 
                            bool *failed)
 {
     *failed = false;
-    int dfd = openat(f->rootfd, key, O_RDONLY | O_DIRECT | O_CLOEXEC);
-    if (dfd < 0) {
-        if (errno == EINVAL)
-            atomic_store(&f->no_direct, true); /* tmpfs: not again */
+    int dfd = direct_open_read(f, key);
+    if (dfd < 0)
         return -1;
-    }
     uint8_t *buf = dio_buf_take(f);
     if (!buf) {
         close(dfd);
         return -1;
     }
     size_t got = 0;
-    bool refused = false;
+    enum direct_read dr = DR_OK;
     while (got < want) {
         uint64_t pos = op->off + got, aoff = pos / DIO_ALIGN * DIO_ALIGN;
         size_t lead = (size_t)(pos - aoff), n = DIO_PIECE;
         if (lead + (want - got) < n)
             n = (lead + (want - got) + DIO_ALIGN - 1) / DIO_ALIGN * DIO_ALIGN;
-        ssize_t r = pread(dfd, buf, n, (off_t)aoff);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0 && errno == EINVAL && got == 0) {
-            /* Opened, yet refused: no direct I/O here after all. */
-            atomic_store(&f->no_direct, true);
-            refused = true;
+        ssize_t r;
+        if ((dr = direct_pread(f, dfd, buf, n, aoff, got == 0, &r)) != DR_OK)
             break;
-        }
-        if (r < 0) {
-            *failed = true;
-            break;
-        }
         if ((size_t)r <= lead)
             break; /* the end of the file */
         size_t take = (size_t)r - lead;
@@ -491,9 +515,10 @@ static ssize_t read_direct(struct fstore *f, const char *key, struct os_op *op, 
     }
     int e = errno;
     dio_buf_give(f, buf);
-    close(dfd);
     errno = e;
-    return *failed || refused ? -1 : (ssize_t)got;
+    direct_close(dfd);
+    *failed = dr == DR_FAILED;
+    return dr != DR_OK ? -1 : (ssize_t)got;
 }
 
 /* A padded scattered get (objstore_getv_padded): each buffer's whole
@@ -503,14 +528,11 @@ static ssize_t read_in_place(struct fstore *f, struct os_op *op, size_t want, bo
 {
     _Static_assert(DIO_ALIGN == OBJSTORE_PAD, "padding is the direct I/O alignment");
     *failed = false;
-    int dfd = openat(f->rootfd, op->key, O_RDONLY | O_DIRECT | O_CLOEXEC);
-    if (dfd < 0) {
-        if (errno == EINVAL)
-            atomic_store(&f->no_direct, true);
+    int dfd = direct_open_read(f, op->key);
+    if (dfd < 0)
         return -1;
-    }
     size_t got = 0;
-    bool refused = false;
+    enum direct_read dr = DR_OK;
     for (int i = 0; i < op->iovcnt && got < want; i++) {
         uint64_t pos = op->off + got;
         size_t lead = (size_t)(pos % DIO_ALIGN), len = op->iov[i].iov_len;
@@ -520,18 +542,8 @@ static ssize_t read_in_place(struct fstore *f, struct os_op *op, size_t want, bo
         assert((uintptr_t)start % DIO_ALIGN == 0);
         size_t n = (lead + len + DIO_ALIGN - 1) / DIO_ALIGN * DIO_ALIGN;
         ssize_t r;
-        do
-            r = pread(dfd, start, n, (off_t)(pos - lead));
-        while (r < 0 && errno == EINTR);
-        if (r < 0 && errno == EINVAL && got == 0) {
-            atomic_store(&f->no_direct, true); /* opened, yet refused */
-            refused = true;
+        if ((dr = direct_pread(f, dfd, start, n, pos - lead, got == 0, &r)) != DR_OK)
             break;
-        }
-        if (r < 0) {
-            *failed = true;
-            break;
-        }
         size_t take = (size_t)r > lead ? (size_t)r - lead : 0;
         if (take > len)
             take = len;
@@ -540,10 +552,9 @@ static ssize_t read_in_place(struct fstore *f, struct os_op *op, size_t want, bo
         if (take < len)
             break; /* the end of the file */
     }
-    int e = errno;
-    close(dfd);
-    errno = e;
-    return *failed || refused ? -1 : (ssize_t)got;
+    direct_close(dfd);
+    *failed = dr == DR_FAILED;
+    return dr != DR_OK ? -1 : (ssize_t)got;
 }
 
 static int file_get(objstore *s, struct os_op *op)
