@@ -110,8 +110,11 @@ start_nfs() {
   NFS_DIR=$ROOT/tests/.work/ganesha-$$
   rm -rf "$NFS_DIR"
   mkdir -p "$NFS_DIR"
-  nport=$($PYTHON -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  mport=$($PYTHON -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  # Both sockets bound at once: two separate picks could return one port twice.
+  read -r nport mport <<EOF
+$($PYTHON -c 'import socket; a, b = socket.socket(), socket.socket()
+a.bind(("127.0.0.1", 0)); b.bind(("127.0.0.1", 0)); print(a.getsockname()[1], b.getsockname()[1])')
+EOF
   tools/ganesha.sh start "$NFS_DIR" "$nport" "$mport"
   rc=$?
   if [ $rc -ne 0 ]; then

@@ -11,6 +11,7 @@ need to kill or restart the broker are then skipped.
 """
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -30,12 +31,30 @@ def external():
     return os.environ.get("SKIFF_TEST_EXTERNAL")
 
 
+_HANDED_OUT = set()
+
+
 def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    """A loopback TCP port nothing listens on, never handed out before in this process.
+
+    Picked below the ephemeral range (32768+, where the kernel's bind(0) would hand the
+    same port to two callers before either binds it, and where outgoing connections take
+    their own ports) and above tools/etcd.sh's 20000-31999."""
+    rng = random.Random()
+    for _ in range(1000):
+        port = rng.randrange(10000, 20000)
+        if port in _HANDED_OUT:
+            continue
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        finally:
+            s.close()
+        _HANDED_OUT.add(port)
+        return port
+    raise RuntimeError("no free port in 10000-19999 after 1000 tries")
 
 
 def wait_port(host, port, timeout=30.0, proc=None):
