@@ -46,7 +46,8 @@
 #      around each workload, then stops the broker by its PID and wipes its data;
 #      then, in the first BENCH_SECTION_REPEATS repetitions, the sections of
 #      BENCH_SECTIONS: nfs (bench/nfs.sh: the WAL on NFS-Ganesha beside nfsfloor)
-#      and s3 (bench/s3.sh: catch-up read from objects beside raw ranged GETs),
+#      and s3 (bench/s3.sh: catch-up read from objects beside raw ranged GETs, on
+#      the emulator of skiff-s3, with the CPU each process used),
 #      their results kept in results/sections/r<N>/;
 #   4. bench/compare_report.py writes report.md (Markdown tables, min / median
 #      / max over the repetitions, ratios Skiff / Kafka, the targets with
@@ -476,6 +477,7 @@ run_sections() { # rep: bench/nfs.sh and bench/s3.sh, results kept in results/se
              BENCH_DURATION="$NFS_DURATION" BENCH_WARMUP="$WARMUP" BENCH_PARTITIONS="$PARTITIONS" \
              BENCH_TP_PRODUCERS="$TP_PRODUCERS" "$ROOT/bench/nfs.sh" > "$sdir/stdout.txt" ;;
       s3) run_section object-store env BENCH_WORK="$WORK/sections" BENCH_NOBUILD=1 SKIFF_BUILD="$BUILD" \
+            S3_EMULATOR="$S3_EMULATOR" \
             BENCH_S3_BYTES="$S3_BYTES" BENCH_S3_SIZE="$S3_SIZE" BENCH_PARTITIONS="$PARTITIONS" \
             "$ROOT/bench/s3.sh" > "$sdir/stdout.txt" ;;
       *) fail "unknown section $sec (nfs, s3)" ;;

@@ -252,9 +252,16 @@ def section_metrics(name, d):
         raw = rep.get("raw") or []
         best = max((r.get("mb_s", 0) for r in raw), default=0)
         cu = (rep.get("catchup") or {}).get("mb_s")
+        cpu = rep.get("cpu") or {}
+        gb = ((rep.get("catchup") or {}).get("bytes") or 0) / 1e9
+        c = cpu.get("catch-up") or {}
         return {"catchup_mbs": cu, "raw_best_mbs": best,
                 "raw_ratio": cu / best if cu is not None and best else None,
-                "puts_per_gib": rep.get("puts_per_gib")}
+                "puts_per_gib": rep.get("puts_per_gib"),
+                "skiffd_s_gb": c["skiffd_s"] / gb if c and gb else None,
+                "emulator_s_gb": c["emulator_s"] / gb if c and gb else None,
+                "rest_s_gb": c["rest_s"] / gb if c and gb else None,
+                "busy_cores": c.get("busy_cores"), "emulator": rep.get("emulator")}
     return None
 
 
@@ -536,11 +543,14 @@ class Report:
               "2000 records/s of 1 KiB at linger.ms=0 for its p99 and max throughput for its "
               "MB/s, %s s each, beside `nfsfloor` on the same server: 4 KiB WRITE+COMMIT p99 and "
               "1 MiB WRITE+COMMIT MB/s); **s3** (`bench/s3.sh`: %s bytes of %s B records through "
-              "skiffd into the emulator (data on disk), then a cold catch-up read served from "
+              "skiffd into the emulator (%s, as the production-shaped target's; data on disk), "
+              "then a cold catch-up read served from "
               "objects (`wal.cache.bytes=0`), beside `s3raw.py`'s best ranged-GET throughput of "
-              "the same objects; compared with Kafka default's (d) of the same repetition)." % (
+              "the same objects; compared with Kafka default's (d) of the same repetition; the "
+              "CPU that skiffd, the emulator and the rest (the consumer, the kernel) used "
+              "during the catch-up, from /proc)." % (
                   p.get("section_repeats"), p.get("nfs_duration_s"), p.get("s3_bytes"),
-                  p.get("s3_size")))
+                  p.get("s3_size"), p.get("s3_emulator", "s3rver")))
         w("")
 
         w("### Results")
@@ -715,15 +725,18 @@ class Report:
             w("### Catch-up read from objects (bench/s3.sh)")
             w("")
             w("| rep | catch-up MB/s | best raw ranged GET MB/s | ratio | Kafka default (d) MB/s "
-              "| ratio | PUTs per GiB |")
-            w("|---|---|---|---|---|---|---|")
+              "| ratio | PUTs per GiB | CPU s per GB during the catch-up: skiffd / emulator / "
+              "the rest | cores busy |")
+            w("|---|---|---|---|---|---|---|---|---|")
             for r, f in s3:
                 k = self.m.get(("kafka", r), {}).get("d_mbs")
-                w("| %d | %s | %s | %s | %s | %s | %s |" % (
+                w("| %d | %s | %s | %s | %s | %s | %s | %s / %s / %s | %s |" % (
                     r, fmt_num(f["catchup_mbs"], 1), fmt_num(f["raw_best_mbs"], 1),
                     fmt_num(f["raw_ratio"], 2), fmt_num(k, 1),
                     fmt_num(f["catchup_mbs"] / k if k and f["catchup_mbs"] else None, 2),
-                    fmt_num(f["puts_per_gib"], 1)))
+                    fmt_num(f["puts_per_gib"], 1), fmt_num(f.get("skiffd_s_gb"), 2),
+                    fmt_num(f.get("emulator_s_gb"), 2), fmt_num(f.get("rest_s_gb"), 2),
+                    fmt_num(f.get("busy_cores"), 2)))
             w("")
 
     # --------------------------------------------------------------- plots

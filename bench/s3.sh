@@ -3,8 +3,9 @@
 # own ranged-GET throughput measured in the same run, and PUTs per GiB ingested.
 #
 #   1. builds skload and skiffd (unless BENCH_NOBUILD is set);
-#   2. starts the S3 emulator (tools/s3rver.sh, loopback, free port, data in
-#      $BENCH_WORK/s3/s3rver);
+#   2. starts the S3 emulator (tools/$S3_EMULATOR.sh: s3rver, the tests', unless
+#      S3_EMULATOR=s3emu, the Go one that bench-compare's production-shaped target
+#      uses and passes on; loopback, free port, data in $BENCH_WORK/s3/s3rver);
 #   3. one skiffd with objects.url pointing at it (data.dir $BENCH_WORK/s3/data)
 #      and the default upload settings (s3.wal.upload.threshold 500 MiB,
 #      s3.wal.upload.interval.ms 30000); skload writes BENCH_S3_BYTES (1 GiB) of
@@ -14,15 +15,18 @@
 #      snapshots put) give the requests and PUTs per GiB ingested;
 #   4. skiffd restarts with wal.cache.bytes=0 (cold block cache, WAL trimmed), and
 #      skload --consume reads every partition from offset 0: catch-up throughput,
-#      all of it served from objects (checked with skiff_s3_read_bytes_total);
+#      all of it served from objects (checked with skiff_s3_read_bytes_total),
+#      with the CPU time of skiffd, of the emulator and of the whole machine
+#      (/proc) around it: who used the cores;
 #   5. bench/s3raw.py reads the same objects from the emulator with signed ranged
 #      GETs (1 MiB and 8 MiB ranges, 1 and 4 in flight): the emulator's floor;
+#      then 8 MiB x 4 once more, with the same CPU accounting;
 #   6. prints the figures and the targets as PASS/MISS labels (not assertions):
 #      catch-up >= 0.8 x the best raw ranged-GET throughput; PUTs per GiB <= 4.
 #   skiffd and the emulator are stopped (by their PIDs) whatever happened.
 #
 # Exit status: 0 when measured (whatever the figures), 1 when the harness failed,
-# 77 when the emulator cannot run here (node/npm missing).
+# 77 when the emulator cannot run here (node/npm missing, or Go for s3emu).
 #
 # Environment: BENCH_SMOKE, BENCH_WORK, BENCH_NOBUILD, BENCH_PARTITIONS, SKIFF_BUILD as
 # in bench/run.sh, plus
@@ -59,6 +63,14 @@ trap 'rc=$?; bench_stop_all; exit $rc' EXIT
 trap 'exit 130' INT TERM
 
 metric() { skiffd_metric "$MPORT" "$1"; } # NAME -> value from skiffd's metrics (0 when absent)
+
+# One line: CPU ticks of skiffd and of the emulator, and the machine's busy and
+# total ticks (/proc/stat), so that the report can say who used the cores.
+cpu_marks() {
+  echo "$(cpu_mark "${SKIFFD_PID:-0}") $(cpu_mark "$EMU_PID" | cut -d' ' -f2)" \
+       "$(awk '$1 == "cpu" { t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t; exit }' /proc/stat)"
+}
+EMU_PID=0
 
 # ---------------------------------------------------------------- 1. build
 bench_build "$WORK.build.log" skload skiffd
@@ -109,29 +121,41 @@ done > "$OUT/ingest_metrics.txt"
 # ---------------------------------------------------------------- 4. catch-up
 skiffd_stop
 start_broker --override wal.cache.bytes=0
+EMU_PID=$(cat "$SDIR/$S3_EMULATOR.pid" 2>/dev/null || echo 0)
 say "catch-up: skload --consume from offset 0, every batch from objects"
+cpu_marks > "$OUT/catchup_cpu.txt"
 timeout -k 30 600 "$SKLOAD" -b "$BOOT" -t "$TOPIC" --consume --no-create --progress 0 --json \
     > "$OUT/catchup.json" 2> "$OUT/catchup.log" || fail "skload consume (log: $OUT/catchup.log)"
-for m in skiff_s3_read_bytes_total skiff_s3_requests_total skiff_s3_bytes_down_total; do
+cpu_marks >> "$OUT/catchup_cpu.txt"
+for m in skiff_s3_read_bytes_total skiff_s3_requests_total skiff_s3_bytes_down_total \
+         skiff_s3_block_gets_total skiff_s3_block_get_bytes_total skiff_s3_block_wait_seconds_total; do
   echo "$m $(metric $m)"
 done > "$OUT/catchup_metrics.txt"
 skiffd_stop
 
 # ---------------------------------------------------------------- 5. raw GETs
-find "$SDIR/data/bench/catchup/data" -name '*._S3rver_object' -printf '%P %s\n' \
-  | sed 's/\._S3rver_object / /; s#^#catchup/data/#' > "$OUT/objects.txt"
+case "$S3_EMULATOR" in # "key size" of every object: s3rver keeps a body beside metadata files
+  s3rver) find "$SDIR/data/bench/catchup/data" -name '*._S3rver_object' -printf '%P %s\n' \
+            | sed 's/\._S3rver_object / /' ;;
+  *) find "$SDIR/data/bench/catchup/data" -type f ! -name '.*' -printf '%P %s\n' ;;
+esac | sed 's#^#catchup/data/#' > "$OUT/objects.txt"
 say "raw: ranged GETs of the same $(wc -l < "$OUT/objects.txt") objects"
 "$PY" "$ROOT/bench/s3raw.py" --endpoint "$S3_ENDPOINT" --bucket bench \
     --keys "$OUT/objects.txt" --shape 1048576:1 --shape 1048576:4 --shape 8388608:1 \
     --shape 8388608:4 --max-bytes "$raw_cap" --max-seconds "$raw_secs" \
     > "$OUT/raw.json" 2> "$OUT/raw.log" || fail "s3raw.py (log: $OUT/raw.log)"
+cpu_marks > "$OUT/raw_cpu.txt"
+"$PY" "$ROOT/bench/s3raw.py" --endpoint "$S3_ENDPOINT" --bucket bench \
+    --keys "$OUT/objects.txt" --shape 8388608:4 --max-bytes "$raw_cap" --max-seconds "$raw_secs" \
+    > "$OUT/raw_best.json" 2> "$OUT/raw_best.log" || fail "s3raw.py (log: $OUT/raw_best.log)"
+cpu_marks >> "$OUT/raw_cpu.txt"
 cut -d' ' -f1-3 /proc/loadavg > "$OUT/load_after.txt"
 
 # ---------------------------------------------------------------- 6. report
-"$PY" - "$OUT" "$SMOKE" "$PARTITIONS" "$SIZE" <<'EOF'
+"$PY" - "$OUT" "$SMOKE" "$PARTITIONS" "$SIZE" "$S3_EMULATOR" <<'EOF'
 import json, os, sys
 
-out, smoke, parts, size = sys.argv[1:5]
+out, smoke, parts, size, emulator = sys.argv[1:6]
 
 def kv(name):
     d = {}
@@ -154,8 +178,9 @@ puts = im["skiff_s3_objects_put_total"] + im["skiff_s3_view_snapshots_total"]
 ratio = cu["mb_s"] / best["mb_s"] if best["mb_s"] > 0 else 0
 label = lambda ok: "PASS" if ok else "MISS"
 p = []
-p.append("Skiff object store benchmark%s: %s partitions, %s B records, %d cores, load %s -> %s" % (
-    " (SMOKE: tiny sizes, figures meaningless)" if smoke == "1" else "", parts, size,
+p.append("Skiff object store benchmark%s: emulator %s, %s partitions, %s B records, %d cores, "
+         "load %s -> %s" % (
+    " (SMOKE: tiny sizes, figures meaningless)" if smoke == "1" else "", emulator, parts, size,
     os.cpu_count(), open(os.path.join(out, "load_before.txt")).read().strip(),
     open(os.path.join(out, "load_after.txt")).read().strip()))
 p.append("")
@@ -176,6 +201,27 @@ p.append("Emulator's raw ranged GETs of the same objects (s3raw.py, same run):")
 for r in raw:
     p.append("  %5d KiB ranges, %d in flight: %7.1f MB/s (%d requests, %d errors)" % (
         r["range"] // 1024, r["concurrency"], r["mb_s"], r["requests"], r["errors"]))
+cpu = {}
+for name, what in (("catchup_cpu.txt", "catch-up"), ("raw_cpu.txt", "raw")):
+    a, b = [[int(x) for x in ln.split()] for ln in open(os.path.join(out, name))][:2]
+    tk = float(os.sysconf("SC_CLK_TCK"))
+    wall = (b[0] - a[0]) / 1e9
+    busy = (b[3] - a[3]) / float(max(1, b[4] - a[4])) * os.cpu_count()
+    sk, emu = (b[1] - a[1]) / tk, (b[2] - a[2]) / tk
+    cpu[what] = {"seconds": wall, "skiffd_s": sk, "emulator_s": emu, "busy_cores": busy,
+                 "rest_s": busy * wall - sk - emu}
+rb = last_json("raw_best.json")
+gb_cu, gb_raw = cu["bytes"] / 1e9, max(rb["bytes"], 1) / 1e9
+c, r = cpu["catch-up"], cpu["raw"]
+p.append("CPU (seconds, and per GB read): who used the %d cores" % os.cpu_count())
+p.append("  catch-up, %.2f s: skiffd %.2f (%.2f/GB), emulator %.2f (%.2f/GB), the rest (skload, "
+         "kernel) %.2f; %.2f cores busy" % (c["seconds"], c["skiffd_s"], c["skiffd_s"] / gb_cu,
+                                           c["emulator_s"], c["emulator_s"] / gb_cu, c["rest_s"],
+                                           c["busy_cores"]))
+p.append("  raw %d KiB ranges, %d in flight, again (%.1f MB/s), %.2f s: emulator %.2f (%.2f/GB), "
+         "the rest (s3raw.py, kernel) %.2f; %.2f cores busy" % (
+             rb["range"] // 1024, rb["concurrency"], rb["mb_s"], r["seconds"], r["emulator_s"],
+             r["emulator_s"] / gb_raw, r["rest_s"], r["busy_cores"]))
 p.append("")
 p.append("Targets (labels, not assertions)")
 p.append("  %-48s %-34s %-10s %s" % ("catch-up / best raw ranged-GET throughput",
@@ -188,9 +234,9 @@ print(text)
 with open(os.path.join(out, "report.txt"), "w") as f:
     f.write(text + "\n")
 with open(os.path.join(out, "report.json"), "w") as f:
-    json.dump({"smoke": smoke == "1", "ingest": ing, "catchup": cu, "raw": raw,
+    json.dump({"smoke": smoke == "1", "emulator": emulator, "ingest": ing, "catchup": cu, "raw": raw,
                "ingest_metrics": im, "catchup_metrics": cm, "puts_per_gib": puts / gib,
                "requests_per_gib": im["skiff_s3_requests_total"] / gib,
-               "catchup_over_raw": ratio}, f, indent=1)
+               "catchup_over_raw": ratio, "cpu": cpu, "raw_best_again": rb}, f, indent=1)
 EOF
 say "report: $OUT/report.txt"

@@ -82,6 +82,12 @@ def test_bench_compare_smoke(tmp_path):
         fig = summary["sections"][sec]["r1"]
         for key in keys:
             assert fig[key] > 0, (sec, key, fig)
+    # The object store section reads from the production-shaped target's emulator, and
+    # says who used the cores during its catch-up.
+    s3 = summary["sections"]["s3"]["r1"]
+    assert s3["emulator"] == params["s3_emulator"], (s3, params)
+    assert s3["busy_cores"] >= 0 and s3["skiffd_s_gb"] >= 0 and s3["emulator_s_gb"] >= 0, s3
+    assert "cores busy" in report
     # Every target of the performance issue has its row, measured (a positive ratio and
     # a label), but the CPU ones that the ticks of a smoke run may leave without a ratio.
     rows = summary["targets"]
