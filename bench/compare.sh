@@ -436,6 +436,11 @@ run_target() { # rep target
   workload "$dir" l "$tcfg" $common -t "$topic-l" -s 1024 -P 1 -r "$SLOW_RATE" --linger-ms 0 \
     --max-inflight "$INFL_1K" --max-behind "$MAX_BEHIND"
   [ -z "$TRACE_PID" ] || { kill "$TRACE_PID" 2>/dev/null; wait "$TRACE_PID" 2>/dev/null || true; }
+  say "  (l) again from one synchronous client (bench/synclat.py), not librdkafka"
+  if [ "$SMOKE" = 1 ]; then sl="--seconds 1 --warmup 0"; else sl="--seconds $DURATION --warmup $WARMUP"; fi
+  # shellcheck disable=SC2086
+  timeout -k 10 300 "$PY" "$ROOT/bench/synclat.py" "$BOOT" "$topic-l" --partitions "$PARTITIONS" \
+    --rate "$SLOW_RATE" $sl > "$dir/lsync.json" 2> "$dir/lsync.log" || true
   say "  (d) catch-up read of up to $CATCHUP bytes of the (b1k) topic"
   workload "$dir" d "" --consume -t "$topic-b1k" --no-create --bytes "$CATCHUP" -d 600
 

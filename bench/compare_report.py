@@ -168,6 +168,11 @@ def run_metrics(d):
     if lo:
         for q in ("p50", "p99", "p999", "max"):
             m["l_" + q] = lo["latency"][q + "_ms"]
+            m["lsvc_" + q] = (lo.get("service_latency") or {}).get(q + "_ms")
+    ls = read_json(os.path.join(d, "lsync.json"))
+    if ls and ls.get("count") and not ls.get("errors"):
+        for q in ("p50", "p99", "p999", "max"):
+            m["lsync_" + q] = ls["service"][q + "_ms"]
         m["l_behind"] = lo.get("fell_behind", False) or lo.get("stopped_early", False)
         m["l_unsent"] = lo.get("unsent", 0)
     for key, r in (("b1k", b1), ("b16k", b16)):
@@ -598,6 +603,11 @@ class Report:
         for q, name in (("p50", "p50"), ("p99", "p99"), ("p999", "p99.9"), ("max", "max")):
             row("(l) produce latency %s at %s rec/s" % (name, p.get("slow_rate")), "l_" + q,
                 note=behind("l"))
+        for q, name in (("p50", "p50"), ("p99", "p99")):
+            row("(l) service time %s (request sent → acknowledged), skload" % name, "lsvc_" + q)
+        for q, name in (("p50", "p50"), ("p99", "p99"), ("p999", "p99.9"), ("max", "max")):
+            row("(l) service time %s, one synchronous client (synclat.py)" % name,
+                "lsync_" + q)
         row("(d) catch-up read, MB/s", "d_mbs", 1)
         row("(d) bytes read, GB", "d_gb", 3)
         row("(d) first record after, ms", "d_first_ms")

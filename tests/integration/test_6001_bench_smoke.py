@@ -68,6 +68,11 @@ def test_bench_compare_smoke(tmp_path):
         assert "tail_cpu_gb" in s, (target, sorted(s))
     for target in ("skiff-s3", "skiff"):
         assert summary["summary"][target]["rss_bound"]["median"] > 0
+    # (l) once more from bench/synclat.py's one synchronous client, on every broker.
+    for target in ("skiff-s3", "skiff", "kafka", "kafka-fsync"):
+        s = summary["summary"][target]
+        assert s["lsync_p99"]["median"] > 0 and s["lsvc_p99"]["median"] > 0, (target, sorted(s))
+    assert "one synchronous client (synclat.py)" in report
     # (l) ran after the harness waited for a quiet broker and disk, and said what it saw:
     # Skiff's upload lag read from its metrics endpoint, the page cache for every target.
     for target in ("skiff-s3", "skiff", "kafka", "kafka-fsync"):
