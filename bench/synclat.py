@@ -8,9 +8,10 @@ threads between the application and the socket. Beside skload (librdkafka: an ap
 thread, a broker thread and a delivery-report thread per request), it tells how much of a
 tail at a low rate is the broker's and how much is the client's.
 
-The request bytes are built once per partition (a RecordBatch v2 is valid again as it is:
-the broker assigns the offsets; its CRC covers neither them nor the header); only the
-correlation id changes. TOPIC must exist with at least N partitions.
+The request bytes are built once per partition with the tests' codec
+(tests/integration/kproto.py; a RecordBatch v2 is valid again as it is: the broker assigns
+the offsets, and its CRC covers neither them nor the header); only the correlation id
+changes. TOPIC must exist with at least N partitions.
 
 Prints one JSON object: count, errors, and for "service" (request written -> response
 read) and "latency" (due time -> response read, so that a slow response also delays the
@@ -26,51 +27,17 @@ import struct
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
+                                "integration"))
+import kproto as k  # noqa: E402  (the tests' Kafka codec: request bytes, batches)
 
-def crc32c_table():
-    t = []
-    for i in range(256):
-        c = i
-        for _ in range(8):
-            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-        t.append(c)
-    return t
+VERSION = 7
 
 
-TABLE = crc32c_table()
-
-
-def crc32c(data):
-    c = 0xFFFFFFFF
-    for b in data:
-        c = TABLE[(c ^ b) & 0xFF] ^ (c >> 8)
-    return c ^ 0xFFFFFFFF
-
-
-def varint(n):
-    n = (n << 1) ^ (n >> 63)  # zigzag
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def record_batch(value, now_ms):
-    rec = b"\x00" + varint(0) + varint(0) + varint(-1) + varint(len(value)) + value + varint(0)
-    rec = varint(len(rec)) + rec
-    tail = struct.pack(">hiqqqhii", 0, 0, now_ms, now_ms, -1, -1, -1, 1) + rec
-    crc = crc32c(tail)
-    body = struct.pack(">ibI", -1, 2, crc) + tail  # leader epoch, magic, crc
-    return struct.pack(">qi", 0, len(body)) + body
-
-
-def produce_body(topic, partition, batch, timeout_ms=30000):
-    t = topic.encode()
-    return (struct.pack(">hhi", -1, -1, timeout_ms) +                 # txn id null, acks=all
-            struct.pack(">ih", 1, len(t)) + t +                       # one topic
-            struct.pack(">iii", 1, partition, len(batch)) + batch)    # one partition
+def produce_frame(topic, partition, value):
+    """One Produce request (acks=all, one record), framed, correlation id 0."""
+    body = k.produce_body(topic, partition, k.batch([value]), acks=-1, timeout_ms=30000)
+    return bytearray(k.frame(k.encode_request(0, VERSION, body, 0, "synclat")))
 
 
 def recv_exact(s, n):
@@ -105,12 +72,7 @@ def main():
     host, port = a.broker.rsplit(":", 1)
     s = socket.create_connection((host, int(port)), timeout=30)
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    client = b"synclat"
-    now_ms = int(time.time() * 1000)
-    bodies = [produce_body(a.topic, p, record_batch(os.urandom(a.size), now_ms))
-              for p in range(a.partitions)]
-    # Response v3: correlation id, [topic: name, [partition: index, error_code, ...]]
-    err_at = 4 + 4 + 2 + len(a.topic.encode()) + 4 + 4
+    frames = [produce_frame(a.topic, p, os.urandom(a.size)) for p in range(a.partitions)]
     total = int((a.seconds + a.warmup) * a.rate)
     skip = int(a.warmup * a.rate)
     service, latency, errors = [], [], 0
@@ -122,16 +84,15 @@ def main():
         wait = due - time.perf_counter_ns()
         if wait > 0:
             time.sleep(wait / 1e9)
-        body = bodies[i % a.partitions]
-        hdr = struct.pack(">hhih", 0, 3, i + 1, len(client)) + client
-        frame = struct.pack(">i", len(hdr) + len(body)) + hdr + body
+        frame = frames[i % a.partitions]
+        struct.pack_into(">i", frame, 8, i + 1)  # after the size, the API key and version
         sent = time.perf_counter_ns()
         s.sendall(frame)
         size = struct.unpack(">i", recv_exact(s, 4))[0]
         resp = recv_exact(s, size)
         done = time.perf_counter_ns()
-        corr = struct.unpack_from(">i", resp, 0)[0]
-        err = struct.unpack_from(">h", resp, err_at)[0] if len(resp) >= err_at + 2 else -1
+        corr, body = k.decode_response(0, VERSION, resp)
+        err = body["Responses"][0]["PartitionResponses"][0]["ErrorCode"]
         if corr != i + 1 or err != 0:
             errors += 1
         if i >= skip:
@@ -147,6 +108,6 @@ def main():
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except (OSError, ConnectionError) as e:
+    except (OSError, ConnectionError, k.ProtocolError) as e:
         print("synclat.py: %s" % e, file=sys.stderr)
         sys.exit(1)

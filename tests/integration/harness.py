@@ -40,9 +40,8 @@ def free_port():
     Picked below the ephemeral range (32768+, where the kernel's bind(0) would hand the
     same port to two callers before either binds it, and where outgoing connections take
     their own ports) and above tools/etcd.sh's 20000-31999."""
-    rng = random.Random()
     for _ in range(1000):
-        port = rng.randrange(10000, 20000)
+        port = random.randrange(10000, 20000)
         if port in _HANDED_OUT:
             continue
         s = socket.socket()
