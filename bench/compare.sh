@@ -338,14 +338,29 @@ broker_alive() {
 # ---------------------------------------------------------- 4. workloads
 stamp=$(date +%s)
 
+# One line for RUNDIR/NAME_machine.txt: the machine's busy and total CPU ticks
+# (/proc/stat) and, for skiff-s3, the emulator's CPU ticks and the bytes skiffd has
+# put to it (skiff_s3_bytes_up_total): who used the two cores during a workload.
+machine_mark() { # target
+  awk '$1 == "cpu" { t = 0; for (i = 2; i <= NF; i++) t += $i; printf "%d %d", t - $5 - $6, t; exit }' /proc/stat
+  if [ "$1" = skiff-s3 ]; then
+    echo " $(cpu_mark "$(cat "$S3_DIR/$S3_EMULATOR.pid" 2>/dev/null || echo 0)" | cut -d' ' -f2)" \
+         "$(skiffd_metric "$MPORT" skiff_s3_bytes_up_total || echo 0)"
+  else
+    echo
+  fi
+}
+
 workload() { # rundir name target-topic-config skload-args...
   dir=$1; name=$2; tcfg=$3; shift 3
   bound=$("$PY" -c "print(int(float('$DURATION') + float('$WARMUP') + float('$MAX_BEHIND') + 120))")
   n0=$(wc -l < "$dir/rss_samples.txt" 2>/dev/null || echo 0)
   m0=$(cpu_mark "$BROKER_PID")
+  x0=$(machine_mark "$target")
   # shellcheck disable=SC2086
   timeout -k 10 "$bound" "$SKLOAD" -b "$BOOT" --json $tcfg "$@" > "$dir/$name.json" 2> "$dir/$name.log" || true
   echo "$m0 $(cpu_mark "$BROKER_PID")" > "$dir/${name}_cpu.txt"
+  echo "$x0 $(machine_mark "$target")" > "$dir/${name}_machine.txt"
   # RSS during this workload: the sample lines it spans, and one reading at its end
   echo "$n0 $(wc -l < "$dir/rss_samples.txt" 2>/dev/null || echo 0) $(status_kib "$BROKER_PID" VmRSS)" \
     > "$dir/${name}_rss.txt"

@@ -79,6 +79,24 @@ def cpu_seconds(path):
     return (k1 - k0) / float(os.sysconf("SC_CLK_TCK")), (t1 - t0) / 1e9
 
 
+def machine_use(path):
+    """Cores busy on the whole machine during a workload (/proc/stat) and, for the
+    production-shaped target, the emulator's CPU seconds and the bytes put to it:
+    (cores, emulator_s, uploaded_bytes), each None when not recorded."""
+    t = (read_text(path) or "").split()
+    if len(t) not in (4, 8):
+        return None, None, None
+    try:
+        x = [int(v) for v in t]
+    except ValueError:
+        return None, None, None
+    a, b = x[:len(x) // 2], x[len(x) // 2:]
+    cores = (b[0] - a[0]) / float(max(1, b[1] - a[1])) * os.cpu_count()
+    if len(a) == 2:
+        return cores, None, None
+    return cores, (b[2] - a[2]) / float(os.sysconf("SC_CLK_TCK")), b[3] - a[3]
+
+
 def tail_cpu(m, d, c):
     """Broker CPU s per GB read at the head: (c) produces what (a) produces, at the same
     rate, plus consumers at the head (the timed one and the tail readers); the CPU (c)
@@ -187,6 +205,12 @@ def run_metrics(d):
             if cpu is not None and gb > 0:
                 m[key + "_cpu_gb"] = cpu / gb
                 m[key + "_cores"] = cpu / wall if wall else None
+            busy, emu, up = machine_use(os.path.join(d, key + "_machine.txt"))
+            m[key + "_busy"] = busy
+            if emu is not None:
+                m[key + "_emu_cores"] = emu / wall if wall else None
+                # a smoke run's (b) may end before its first upload
+                m[key + "_emu_gb"] = emu / (up / 1e9) if up > 0 else None
     if c:
         e = c.get("e2e") or {}
         lat = e.get("latency") or {}
@@ -540,7 +564,10 @@ class Report:
           "reads: (c) produces what (a) produces, at the same rate, plus its consumers at the "
           "head, so (c)'s CPU minus (a)'s CPU rate × (c)'s duration, divided by the bytes all "
           "(c)'s consumers read, is what serving the tail costs (a difference of two runs: "
-          "noisy, the reason for the extra readers)." % (
+          "noisy, the reason for the extra readers); during (b), the cores busy on the whole "
+          "machine (`/proc/stat`) and, production-shaped, the S3 emulator's CPU (it shares "
+          "the cores; in production S3 runs elsewhere) per GB skiffd put to it "
+          "(`skiff_s3_bytes_up_total`)." % (
               p.get("rss_slack_mib", 64)))
         if p.get("sections"):
             w("- Sections, in the first %s repetition(s), after the brokers: **nfs** "
@@ -621,6 +648,12 @@ class Report:
         row("(e) broker CPU s per GB read, (d)", "d_cpu_gb", 2)
         row("(e) broker CPU s per GB read at the head, (c) − (a)", "tail_cpu_gb", 2)
         row("(e) broker CPU during (a), cores", "a_cores", 2)
+        for key, size in (("b1k", "1 KiB"), ("b16k", "16 KiB")):
+            row("(e) cores busy on the machine (of %d) during (b) %s" % (os.cpu_count(), size),
+                key + "_busy", 2)
+        for key, size in (("b1k", "1 KiB"), ("b16k", "16 KiB")):
+            row("(e) S3 emulator CPU s per GB it stored during (b) %s" % size, key + "_emu_gb", 2)
+            row("(e) S3 emulator CPU during (b) %s, cores" % size, key + "_emu_cores", 2)
         w("")
         notes = []
         for t in cols:

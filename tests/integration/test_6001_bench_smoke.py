@@ -68,6 +68,16 @@ def test_bench_compare_smoke(tmp_path):
         assert "tail_cpu_gb" in s, (target, sorted(s))
     for target in ("skiff-s3", "skiff"):
         assert summary["summary"][target]["rss_bound"]["median"] > 0
+    # Who used the cores during (b): the whole machine for every target; the emulator,
+    # which shares them, for the production-shaped one (the one that puts objects to it).
+    for target in ("skiff-s3", "skiff", "kafka", "kafka-fsync"):
+        s = summary["summary"][target]
+        for key in ("b1k_busy", "b16k_busy"):
+            assert 0 < s[key]["median"] <= os.cpu_count() + 0.5, (target, key, s.get(key))
+        assert ("b16k_emu_cores" in s) == (target == "skiff-s3"), (target, sorted(s))
+    s = summary["summary"]["skiff-s3"]
+    assert s["b1k_emu_cores"]["median"] >= 0 and s["b16k_emu_cores"]["median"] >= 0, s
+    assert "S3 emulator CPU s per GB it stored during (b) 16 KiB" in report
     # (l) once more from bench/synclat.py's one synchronous client, on every broker.
     for target in ("skiff-s3", "skiff", "kafka", "kafka-fsync"):
         s = summary["summary"][target]
