@@ -91,6 +91,8 @@
 #                            2.5-3x s3rver's PUT floor here; s3rver when Go is
 #                            missing) or s3rver (Node.js, the tests'); both verify
 #                            SigV4 (bench/README.md)
+#   BENCH_FRESHMEM_MIB=n     [4096] MiB written into a new file on that tmpfs before
+#                            the emulator starts: what a store into fresh pages costs
 #   BENCH_S3_TMPFS=dir       [BENCH_WORK/s3tmpfs, a tmpfs mounted there by root
 #                            (size BENCH_S3_TMPFS_SIZE, 16g); else /dev/shm/...]
 #                            the emulator's data directory of skiff-s3
@@ -248,6 +250,11 @@ case " $TARGETS " in
       TMPFS=/dev/shm/skiff-bench-compare-$$
       mkdir -p "$TMPFS"
     fi
+    # What storing into fresh pages costs here (the emulator stores every upload so):
+    # a new file on that tmpfs, written 1 MiB at a time, then deleted.
+    if [ "$SMOKE" = 1 ]; then fm=64; else fm=${BENCH_FRESHMEM_MIB:-4096}; fi
+    "$PY" "$ROOT/bench/freshmem.py" "$TMPFS/freshmem" "$fm" > "$OUT/freshmem.json" \
+      || fail "fresh memory floor"
     set +e
     s3_start "$TMPFS/$S3_EMULATOR" "$OUT/${S3_EMULATOR}_start.log" "$S3_BUCKET"
     rc=$?

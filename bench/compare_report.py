@@ -480,6 +480,12 @@ class Report:
                   f["append"]["latency"]["p999_ms"], f["overwrite"]["latency"]["p99_ms"],
                   f["seq"]["sustained_mb_s"], f["seq"]["mb_s"], f["seq"]["seconds"],
                   f["wakeup"]["latency"]["p99_ms"]))
+        fm = read_json(os.path.join(self.out, "freshmem.json"))
+        if fm:
+            w("- Fresh memory (`bench/freshmem.py`): %d MiB written 1 MiB at a time into a new "
+              "file on the emulator's tmpfs, before it starts: %.0f MB/s, %.2f CPU s per GB; "
+              "every byte the emulator stores lands in such pages." % (
+                  fm["mib"], fm["mb_s"], fm["cpu_s_per_gb"]))
         w("- Software: skiffd at %s; Apache Kafka 4.3.1 (%s, heap `%s`, G1%s); skload on "
           "librdkafka %s." % (self.machine.get("git", "?"), self.machine.get("java", "java"),
                               p.get("kafka_heap"),

@@ -78,6 +78,9 @@ def test_bench_compare_smoke(tmp_path):
     s = summary["summary"]["skiff-s3"]
     assert s["b1k_emu_cores"]["median"] >= 0 and s["b16k_emu_cores"]["median"] >= 0, s
     assert "S3 emulator CPU s per GB it stored during (b) 16 KiB" in report
+    fm = json.loads((out / "freshmem.json").read_text())
+    assert fm["mib"] == 64 and fm["mb_s"] > 0 and fm["cpu_s_per_gb"] >= 0, fm
+    assert "Fresh memory (`bench/freshmem.py`)" in report
     # (l) once more from bench/synclat.py's one synchronous client, on every broker.
     for target in ("skiff-s3", "skiff", "kafka", "kafka-fsync"):
         s = summary["summary"][target]
