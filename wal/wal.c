@@ -1129,6 +1129,26 @@ int wal_segments_snapshot(wal *w, wal_lsn **starts, size_t *n)
 
 /* ---- reads (any thread) ---- */
 
+/* The payload length the record header h at lsn declares, or -1 when h cannot
+ * be a record's header: type 0, a length over WAL_MAX_RECORD, or a record that
+ * would end past `bound`. (Recovery checks the same fields one by one, to say
+ * which is wrong.) */
+static int64_t record_header_len(const uint8_t *h, wal_lsn lsn, wal_lsn bound)
+{
+    uint32_t plen = get32(h);
+    if (h[8] == 0 || plen > WAL_MAX_RECORD || lsn + WAL_RECORD_HEADER + plen > bound)
+        return -1;
+    return plen;
+}
+
+/* Whether the payload of the record at lsn, whose header is h, matches the
+ * header's CRC (which covers the LSN and the type as well). */
+static bool record_intact(const uint8_t *h, wal_lsn lsn, const void *payload)
+{
+    struct iovec iov = {.iov_base = (void *)payload, .iov_len = get32(h)};
+    return record_crc(lsn, h[8], &iov, 1, NULL) == get32(h + 4);
+}
+
 int wal_read_at(wal_storage *st, wal_lsn seg, wal_lsn lsn, wal_lsn bound, uint8_t *type,
                 void *buf, uint32_t cap, uint32_t *len)
 {
@@ -1141,9 +1161,10 @@ int wal_read_at(wal_storage *st, wal_lsn seg, wal_lsn lsn, wal_lsn bound, uint8_
         return rc;
     if (got < sizeof h)
         return SK_ERR_CORRUPT;
-    uint32_t plen = get32(h);
-    if (h[8] == 0 || plen > WAL_MAX_RECORD || lsn + WAL_RECORD_HEADER + plen > bound)
+    int64_t hl = record_header_len(h, lsn, bound);
+    if (hl < 0)
         return SK_ERR_CORRUPT;
+    uint32_t plen = (uint32_t)hl;
     *type = h[8];
     *len = plen;
     if (plen > cap)
@@ -1151,8 +1172,7 @@ int wal_read_at(wal_storage *st, wal_lsn seg, wal_lsn lsn, wal_lsn bound, uint8_
     rc = st->ops->pread(st, seg, lsn - seg + WAL_RECORD_HEADER, buf, plen, &got);
     if (rc)
         return rc;
-    struct iovec iov = {.iov_base = buf, .iov_len = plen};
-    if (got < plen || record_crc(lsn, h[8], &iov, 1, NULL) != get32(h + 4))
+    if (got < plen || !record_intact(h, lsn, buf))
         return SK_ERR_CORRUPT;
     return 0;
 }
@@ -1249,15 +1269,15 @@ int wal_scan_record(wal *w, wal_scan *s, wal_lsn lsn, uint8_t *type, const uint8
         (rc = scan_fill(w, s, seg, lsn, WAL_RECORD_HEADER, durable)) != 0)
         return rc;
     const uint8_t *h = s->buf + (lsn - s->base);
-    uint32_t plen = get32(h);
-    if (h[8] == 0 || plen > WAL_MAX_RECORD || lsn + WAL_RECORD_HEADER + plen > durable)
+    int64_t hl = record_header_len(h, lsn, durable);
+    if (hl < 0)
         return SK_ERR_CORRUPT;
+    uint32_t plen = (uint32_t)hl;
     size_t need = WAL_RECORD_HEADER + (size_t)plen;
     if (!scan_holds(s, seg, lsn, need) && (rc = scan_fill(w, s, seg, lsn, need, durable)) != 0)
         return rc;
     h = s->buf + (lsn - s->base);
-    struct iovec iov = {.iov_base = (void *)(h + WAL_RECORD_HEADER), .iov_len = plen};
-    if (record_crc(lsn, h[8], &iov, 1, NULL) != get32(h + 4))
+    if (!record_intact(h, lsn, h + WAL_RECORD_HEADER))
         return SK_ERR_CORRUPT;
     *type = h[8];
     *payload = h + WAL_RECORD_HEADER;
@@ -1357,8 +1377,7 @@ static int parse_record(struct reader *r, uint64_t off, uint8_t *type, const uin
         *why = "truncated record";
         return REC_TORN;
     }
-    struct iovec iov = {.iov_base = (void *)(p + WAL_RECORD_HEADER), .iov_len = plen};
-    if (record_crc(r->seg + off, t, &iov, 1, NULL) != crc) {
+    if (!record_intact(p, r->seg + off, p + WAL_RECORD_HEADER)) {
         *why = "CRC mismatch";
         return REC_BAD;
     }
