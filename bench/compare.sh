@@ -358,16 +358,21 @@ machine_mark() { # target
   fi
 }
 
+# The broker's minor page faults so far: pages it touched for the first time.
+minflt() { awk '{ print $10 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
+
 workload() { # rundir name target-topic-config skload-args...
   dir=$1; name=$2; tcfg=$3; shift 3
   bound=$("$PY" -c "print(int(float('$DURATION') + float('$WARMUP') + float('$MAX_BEHIND') + 120))")
   n0=$(wc -l < "$dir/rss_samples.txt" 2>/dev/null || echo 0)
   m0=$(cpu_mark "$BROKER_PID")
   x0=$(machine_mark "$target")
+  f0=$(minflt "$BROKER_PID")
   # shellcheck disable=SC2086
   timeout -k 10 "$bound" "$SKLOAD" -b "$BOOT" --json $tcfg "$@" > "$dir/$name.json" 2> "$dir/$name.log" || true
   echo "$m0 $(cpu_mark "$BROKER_PID")" > "$dir/${name}_cpu.txt"
   echo "$x0 $(machine_mark "$target")" > "$dir/${name}_machine.txt"
+  echo "$f0 $(minflt "$BROKER_PID")" > "$dir/${name}_minflt.txt"
   # RSS during this workload: the sample lines it spans, and one reading at its end
   echo "$n0 $(wc -l < "$dir/rss_samples.txt" 2>/dev/null || echo 0) $(status_kib "$BROKER_PID" VmRSS)" \
     > "$dir/${name}_rss.txt"

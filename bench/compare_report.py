@@ -228,6 +228,9 @@ def run_metrics(d):
         cpu, wall = cpu_seconds(os.path.join(d, "d_cpu.txt"))
         if cpu is not None and dd["bytes"] > 0:
             m["d_cpu_gb"] = cpu / (dd["bytes"] / 1e9)
+        f = (read_text(os.path.join(d, "d_minflt.txt")) or "").split()
+        if len(f) == 2 and all(x.isdigit() for x in f):
+            m["d_fault_mib"] = (int(f[1]) - int(f[0])) * os.sysconf("SC_PAGE_SIZE") / 1048576.0
     cpu, wall = cpu_seconds(os.path.join(d, "a_cpu.txt"))
     if cpu is not None and wall:
         m["a_cores"] = cpu / wall
@@ -275,6 +278,8 @@ def section_metrics(name, d):
         f = {"raw_p99": raw99, "seq_mbs": seq, "p99": (a.get("latency") or {}).get("p99_ms"),
              "mbs": b.get("mb_s")}
         f["p99_ratio"] = f["p99"] / raw99 if f["p99"] is not None and raw99 else None
+        f["sync_p99"] = ((rep.get("a_sync") or {}).get("service") or {}).get("p99_ms")
+        f["sync_ratio"] = f["sync_p99"] / raw99 if f["sync_p99"] is not None and raw99 else None
         f["tp_ratio"] = f["mbs"] / seq if f["mbs"] is not None and seq else None
         return f
     if name == "s3":
@@ -573,7 +578,8 @@ class Report:
           "noisy, the reason for the extra readers); during (b), the cores busy on the whole "
           "machine (`/proc/stat`) and, production-shaped, the S3 emulator's CPU (it shares "
           "the cores; in production S3 runs elsewhere) per GB skiffd put to it "
-          "(`skiff_s3_bytes_up_total`)." % (
+          "(`skiff_s3_bytes_up_total`); during (d), the broker's minor page faults (pages it "
+          "touched for the first time), as MiB." % (
               p.get("rss_slack_mib", 64)))
         if p.get("sections"):
             w("- Sections, in the first %s repetition(s), after the brokers: **nfs** "
@@ -653,6 +659,7 @@ class Report:
         row("(e) broker CPU s per GB, (b) 16 KiB", "b16k_cpu_gb", 2)
         row("(e) broker CPU s per GB read, (d)", "d_cpu_gb", 2)
         row("(e) broker CPU s per GB read at the head, (c) − (a)", "tail_cpu_gb", 2)
+        row("(e) broker's fresh pages during (d) (minor faults), MiB", "d_fault_mib", 1)
         row("(e) broker CPU during (a), cores", "a_cores", 2)
         for key, size in (("b1k", "1 KiB"), ("b16k", "16 KiB")):
             row("(e) cores busy on the machine (of %d) during (b) %s" % (os.cpu_count(), size),
@@ -762,13 +769,19 @@ class Report:
         if nfs:
             w("### WAL on NFS (bench/nfs.sh)")
             w("")
-            w("| rep | produce p99 ms | raw 4 KiB WRITE+COMMIT p99 ms | ratio | throughput MB/s "
+            w("| rep | produce p99 ms | raw 4 KiB WRITE+COMMIT p99 ms | ratio | one synchronous "
+              "client: service p99 ms | ratio | throughput MB/s "
               "| nfsfloor 1 MiB WRITE+COMMIT MB/s | ratio |")
-            w("|---|---|---|---|---|---|---|")
+            w("|---|---|---|---|---|---|---|---|---|")
             for r, f in nfs:
-                w("| %d | %s | %s | %s | %s | %s | %s |" % (
+                w("| %d | %s | %s | %s | %s | %s | %s | %s | %s |" % (
                     r, fmt_num(f["p99"]), fmt_num(f["raw_p99"]), fmt_num(f["p99_ratio"], 2),
+                    fmt_num(f.get("sync_p99")), fmt_num(f.get("sync_ratio"), 2),
                     fmt_num(f["mbs"], 1), fmt_num(f["seq_mbs"], 1), fmt_num(f["tp_ratio"], 2)))
+            w("")
+            w("The produce p99 is skload's (librdkafka), as (l)'s; the same rate from "
+              "`bench/synclat.py`'s one synchronous client, after it, tells the broker's share "
+              "from the client's threads'.")
             w("")
         if s3:
             w("### Catch-up read from objects (bench/s3.sh)")

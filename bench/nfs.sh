@@ -9,6 +9,8 @@
 #      FILE_SYNC latency (appends), sequential 1 MiB WRITE + COMMIT bandwidth;
 #   4. one skiffd with wal.url=nfs://... (data.dir in $BENCH_WORK/nfs/data), then
 #      (a) acks=all 1 KiB records at a fixed rate, linger.ms=0: latency;
+#      (a) again, the same rate on the same topic, from bench/synclat.py's one
+#          synchronous client (no librdkafka threads): the broker's share;
 #      (b) acks=all 1 KiB records as fast as possible: throughput;
 #   5. prints the figures side by side and the targets as PASS/MISS labels (not
 #      assertions): produce p99 <= 2 x raw 4 KiB WRITE+COMMIT p99, throughput >=
@@ -112,6 +114,12 @@ scrape "$OUT/a_metrics_after.txt"
   skiff_produce_latency_seconds skiff_wal_commit_latency_seconds > "$OUT/a_broker.json" 2>/dev/null \
   || echo '{}' > "$OUT/a_broker.json"
 skiffd_alive || { SKIFFD_PID=""; fail "skiffd died during (a) (log: $OUT/skiffd.log)"; }
+say "(a) again from one synchronous client (bench/synclat.py), not librdkafka"
+if [ "$SMOKE" = 1 ]; then sl="--seconds 1 --warmup 0"; else sl="--seconds $DURATION --warmup $WARMUP"; fi
+# shellcheck disable=SC2086
+timeout -k 10 "$bound" "$PY" "$ROOT/bench/synclat.py" "$BOOT" "skiff-nfs-latency-$stamp" \
+    --partitions "$PARTITIONS" --rate "$RATE" --size "$SIZE" $sl > "$OUT/async.json" 2> "$OUT/async.log" || true
+skiffd_alive || { SKIFFD_PID=""; fail "skiffd died during (a) again (log: $OUT/skiffd.log)"; }
 say "(b) acks=all ${SIZE} B records, max throughput, $TP_PRODUCERS producers, linger.ms=$LINGER"
 # shellcheck disable=SC2086
 timeout -k 30 "$bound" "$SKLOAD" $common -t "skiff-nfs-throughput-$stamp" -P "$TP_PRODUCERS" -r 0 \
@@ -135,6 +143,7 @@ def load(name):
         return None
 
 floor, a, b = load("nfsfloor.json"), load("a.json"), load("b.json")
+sync_a = load("async.json")
 broker_a = load("a_broker.json") or {}
 lb = open(os.path.join(out, "load_before.txt")).read().strip()
 la = open(os.path.join(out, "load_after.txt")).read().strip()
@@ -179,6 +188,9 @@ if a:
                 what, h["p50_ms"], h["p99_ms"], h["p999_ms"], h["count"]))
 else:
     p("  NO RESULT (see %s/a.log)" % out)
+if sync_a and sync_a.get("service"):
+    p("  one synchronous client (synclat.py): service time %s  (n=%d, %d errors)" % (
+        lat(sync_a["service"]), sync_a["count"], sync_a["errors"]))
 p("(b) throughput: acks=all, %s B records, as fast as possible (max in-flight %s), %s partitions, "
   "%s producer(s), linger.ms=%s" % (size, inflight, parts, tp, linger))
 if b:
@@ -213,7 +225,7 @@ print(text)
 with open(os.path.join(out, "report.txt"), "w") as f:
     f.write(text + "\n")
 with open(os.path.join(out, "report.json"), "w") as f:
-    json.dump({"url": url, "floor": floor, "a": a, "a_broker": broker_a, "b": b,
+    json.dump({"url": url, "floor": floor, "a": a, "a_broker": broker_a, "a_sync": sync_a, "b": b,
                "load_before": lb, "load_after": la,
                "targets": [dict(zip(("name", "measured", "target", "label"), t)) for t in targets]},
               f, indent=1)

@@ -75,6 +75,7 @@ def test_bench_compare_smoke(tmp_path):
         for key in ("b1k_busy", "b16k_busy"):
             assert 0 < s[key]["median"] <= os.cpu_count() + 0.5, (target, key, s.get(key))
         assert ("b16k_emu_cores" in s) == (target == "skiff-s3"), (target, sorted(s))
+        assert s["d_fault_mib"]["median"] >= 0, (target, s.get("d_fault_mib"))
     s = summary["summary"]["skiff-s3"]
     assert s["b1k_emu_cores"]["median"] >= 0 and s["b16k_emu_cores"]["median"] >= 0, s
     assert "S3 emulator CPU s per GB it stored during (b) 16 KiB" in report
@@ -95,7 +96,7 @@ def test_bench_compare_smoke(tmp_path):
         assert (lag != "na") == target.startswith("skiff"), (target, q)
         assert "quiesce_s" in summary["summary"][target], target
     assert "(l) ran on a quiesced broker and disk" in report
-    for sec, keys in (("nfs", ("p99", "raw_p99", "mbs", "seq_mbs")),
+    for sec, keys in (("nfs", ("p99", "raw_p99", "mbs", "seq_mbs", "sync_p99")),
                       ("s3", ("catchup_mbs", "raw_best_mbs"))):
         fig = summary["sections"][sec]["r1"]
         for key in keys:
