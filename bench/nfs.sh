@@ -118,7 +118,7 @@ say "(a) again from one synchronous client (bench/synclat.py), not librdkafka"
 if [ "$SMOKE" = 1 ]; then sl="--seconds 1 --warmup 0"; else sl="--seconds $DURATION --warmup $WARMUP"; fi
 # shellcheck disable=SC2086
 timeout -k 10 "$bound" "$PY" "$ROOT/bench/synclat.py" "$BOOT" "skiff-nfs-latency-$stamp" \
-    --partitions "$PARTITIONS" --rate "$RATE" --size "$SIZE" $sl > "$OUT/async.json" 2> "$OUT/async.log" || true
+    --partitions "$PARTITIONS" --rate "$RATE" --size "$SIZE" $sl > "$OUT/a_sync.json" 2> "$OUT/a_sync.log" || true
 skiffd_alive || { SKIFFD_PID=""; fail "skiffd died during (a) again (log: $OUT/skiffd.log)"; }
 say "(b) acks=all ${SIZE} B records, max throughput, $TP_PRODUCERS producers, linger.ms=$LINGER"
 # shellcheck disable=SC2086
@@ -143,7 +143,7 @@ def load(name):
         return None
 
 floor, a, b = load("nfsfloor.json"), load("a.json"), load("b.json")
-sync_a = load("async.json")
+sync_a = load("a_sync.json")
 broker_a = load("a_broker.json") or {}
 lb = open(os.path.join(out, "load_before.txt")).read().strip()
 la = open(os.path.join(out, "load_after.txt")).read().strip()
