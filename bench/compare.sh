@@ -349,12 +349,11 @@ stamp=$(date +%s)
 # (/proc/stat) and, for skiff-s3, the emulator's CPU ticks and the bytes skiffd has
 # put to it (skiff_s3_bytes_up_total): who used the two cores during a workload.
 machine_mark() { # target
-  awk '$1 == "cpu" { t = 0; for (i = 2; i <= NF; i++) t += $i; printf "%d %d", t - $5 - $6, t; exit }' /proc/stat
   if [ "$1" = skiff-s3 ]; then
-    echo " $(cpu_mark "$(cat "$S3_DIR/$S3_EMULATOR.pid" 2>/dev/null || echo 0)" | cut -d' ' -f2)" \
+    echo "$(machine_ticks) $(cpu_mark "$(cat "$S3_DIR/$S3_EMULATOR.pid" 2>/dev/null || echo 0)" | cut -d' ' -f2)" \
          "$(skiffd_metric "$MPORT" skiff_s3_bytes_up_total || echo 0)"
   else
-    echo
+    machine_ticks
   fi
 }
 

@@ -36,6 +36,10 @@ cpu_mark() { # PID -> "wall_ns cpu_ticks" (utime + stime of every thread of that
   echo "$(date +%s%N) $(awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0)"
 }
 
+machine_ticks() { # -> "busy total": the machine's CPU ticks (/proc/stat; idle and iowait not busy)
+  awk '$1 == "cpu" { t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t; exit }' /proc/stat
+}
+
 status_kib() { # PID FIELD -> kB value of FIELD in /proc/PID/status, or empty
   awk -v f="$2:" '$1 == f { print $2 }' "/proc/$1/status" 2>/dev/null || true
 }

@@ -68,7 +68,7 @@ metric() { skiffd_metric "$MPORT" "$1"; } # NAME -> value from skiffd's metrics 
 # total ticks (/proc/stat), so that the report can say who used the cores.
 cpu_marks() {
   echo "$(cpu_mark "${SKIFFD_PID:-0}") $(cpu_mark "$EMU_PID" | cut -d' ' -f2)" \
-       "$(awk '$1 == "cpu" { t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t; exit }' /proc/stat)"
+       "$(machine_ticks)"
 }
 EMU_PID=0
 
