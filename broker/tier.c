@@ -72,7 +72,9 @@ struct sk_tier {
     bool snapshot_due;
     int64_t last_snapshot_ms;
     wal_lsn snap_after;   /* the next snapshot must reflect the view past this */
-    wal_lsn reg_end;      /* the newest registration: uploads wait for the view to apply it */
+    wal_lsn reg_hi;       /* where the newest registration ends */
+    wal_lsn foreign_reg;  /* the newest registration of adopted batches: uploads wait for
+                           * the view to apply it (upload_end) */
     wal_lsn uploaded;     /* every batch below is in registered objects */
     wal_lsn snapshot_lsn; /* the newest view snapshot in the store reflects this */
     int64_t last_upload_ms;
@@ -157,6 +159,7 @@ struct job {
     sk_upcache cached;     /* the WAL cache's batches in from..to, held until done */
     uint64_t cached_bytes; /* bytes taken from them rather than read from the WAL */
     bool foreign_more; /* adopted batches left for a later upload */
+    size_t nforeign;   /* adopted batches taken */
     /* objects put (upload, compaction), to register */
     objreg_objects objs;
     /* compaction: sources retired */
@@ -416,6 +419,8 @@ static void add_foreign(void *arg, const kc_uuid *id, int32_t part, const sk_bat
         return;
     }
     f->err = add_data(f->j, f->set, f->rec, len);
+    if (!f->err)
+        f->j->nforeign++;
 }
 
 static int read_foreign(struct job *j, objup_set *set)
@@ -695,11 +700,17 @@ static void registered(void *arg, int err)
         /* The registration record lies past the upload's end: a snapshot
          * taken before the view applied it would not hold it, and the
          * retention pass that follows the snapshot would still see the
-         * uploaded batches indexed and leave their segments untrimmed. */
-        if (j->reg_end > t->snap_after)
+         * uploaded batches indexed and leave their segments untrimmed. The
+         * snapshot waits for the oldest registration it has not taken, not
+         * the newest: uploads that follow each other at once register
+         * again before the view applies the last, and a snapshot that
+         * chased the newest would never come (nor the WAL's trim). */
+        if (j->reg_end > t->reg_hi)
+            t->reg_hi = j->reg_end;
+        if (!t->snapshot_due)
             t->snap_after = j->reg_end;
-        if (j->reg_end > t->reg_end)
-            t->reg_end = j->reg_end;
+        if (j->nforeign > 0 && j->reg_end > t->foreign_reg)
+            t->foreign_reg = j->reg_end;
         t->snapshot_due = true;
     } else {
         if (j->kind == JOB_UPLOAD)
@@ -976,6 +987,11 @@ static void job_done(void *arg)
             t->st.snapshots++;
             /* The WAL may shrink now. */
             sk_node_retention(t->n);
+        }
+        /* Registrations the view had not applied yet want the next. */
+        if (j->err == 0 && t->reg_hi > t->snapshot_lsn) {
+            t->snapshot_due = true;
+            t->snap_after = t->reg_hi;
         } else if (j->err != 0) {
             retry_failed(&t->snap_retry);
             SK_WARN("tier", "view snapshot failed: %s; retrying in %" PRId64 " ms",
@@ -1012,9 +1028,11 @@ static void job_done(void *arg)
  * view has applied. Adopted batches are read from the view: an ADOPT record
  * below this end has put its partition's batches there, so they go into
  * objects before (or with) the partition's newer batches, never after.
- * (upload_wanted also waits for the view to apply the last registration,
- * which takes the adopted batches it uploaded out of the view: read again,
- * they would go up a second time with newer batches, over a hole.) */
+ * (upload_wanted also waits for the view to apply the last registration
+ * of adopted batches, which takes them out of the view: read again, they
+ * would go up a second time with newer batches, over a hole. A registration
+ * of none needs no wait: the next upload starts while the view applies it,
+ * and the object store is not left idle meanwhile.) */
 static wal_lsn upload_end(const sk_tier *t)
 {
     wal_lsn durable = wal_durable_lsn(t->n->wal);
@@ -1023,7 +1041,7 @@ static wal_lsn upload_end(const sk_tier *t)
 
 static bool upload_wanted(sk_tier *t, bool by_time)
 {
-    if (t->n->store_applied < t->reg_end || retry_waiting(&t->up_retry))
+    if (t->n->store_applied < t->foreign_reg || retry_waiting(&t->up_retry))
         return false;
     /* Adopted batches keep another log's WAL alive: upload them soon. */
     if (t->foreign && sk_mono_ms() - t->last_upload_ms >= FOREIGN_UPLOAD_MS)

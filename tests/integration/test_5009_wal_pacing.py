@@ -11,6 +11,9 @@ at what uploads take, and the WAL never reaches its limit. The test checks:
 - no refusal: skiff_produce_wal_full_refusals_total stays 0 and the retained bytes stay
   below wal.max.retained.bytes, and acknowledgements went on while paced;
 - a connection that never produced is read at once: Metadata answers while paced;
+- the WAL is trimmed under the backlog: view snapshots are stored while paced, though
+  uploads follow each other at once (each registers before the view has applied the
+  last; a snapshot must not wait for the newest registration);
 - recovery: with the link at full speed, the WAL drains below half and pacing ends;
 - no loss: every acknowledged record is read back at its offset, and the producer
   reports no failed delivery.
@@ -99,6 +102,9 @@ def test_producers_paced_before_the_wal_is_full(broker_factory, s3, topic_name):
         assert paced, "no sample saw a pace share above 0"
         assert paced[-1][2] > paced[0][2], "nothing was acknowledged while paced"
         assert min(s[1]["skiff_wal_fill_ratio"] for s in paced) > 0.45
+        snaps = (paced[-1][1]["skiff_s3_view_snapshots_total"] -
+                 paced[0][1]["skiff_s3_view_snapshots_total"])
+        assert snaps >= 2, "%d view snapshots while paced: the WAL was not trimmed" % snaps
         check = s3env.ValueCheck(prod.acked, VALUE)
         log = s3env.read_topic(b.bootstrap, topic_name, PARTS, on_record=check)
         problems = check.report(log)
@@ -106,7 +112,7 @@ def test_producers_paced_before_the_wal_is_full(broker_factory, s3, topic_name):
         span = paced[-1][0] - paced[0][0]
         print("5009: %d records acknowledged; paced %.1f s (over %.1f s), pace %.1f-%.1f MB/s, "
               "WAL peak %.1f MiB (limit %.1f MiB), %.1f MB/s acknowledged while paced, "
-              "uploads %.1f MB/s; "
+              "uploads %.1f MB/s, %d view snapshots while paced; "
               "Metadata in %.3f s while paced" % (
                   len(prod.acked), m["skiff_produce_paced_seconds_total"], span,
                   min(s[1]["skiff_produce_pace_bytes_per_second"] for s in paced) / 1e6,
@@ -114,4 +120,4 @@ def test_producers_paced_before_the_wal_is_full(broker_factory, s3, topic_name):
                   peak / MiB,
                   CONF["wal_max_retained_bytes"] / MiB,
                   (paced[-1][2] - paced[0][2]) * VALUE / max(span, 1e-3) / 1e6,
-                  paced[-1][1]["skiff_s3_upload_rate_bytes_per_second"] / 1e6, meta_s))
+                  paced[-1][1]["skiff_s3_upload_rate_bytes_per_second"] / 1e6, snaps, meta_s))
