@@ -70,11 +70,13 @@ struct sk_tier {
     bool busy;     /* a job runs on the tier thread */
     bool stopping;
     bool snapshot_due;
+    bool list_due;     /* the compaction timer fired while a job ran */
+    bool orphans_due;  /* ... and the orphan GC's */
     int64_t last_snapshot_ms;
     wal_lsn snap_after;   /* the next snapshot must reflect the view past this */
     wal_lsn reg_hi;       /* where the newest registration ends */
     wal_lsn foreign_reg;  /* the newest registration of adopted batches: uploads wait for
-                           * the view to apply it (upload_end) */
+                           * the view to apply it (upload_wanted; why: upload_end) */
     wal_lsn uploaded;     /* every batch below is in registered objects */
     wal_lsn snapshot_lsn; /* the newest view snapshot in the store reflects this */
     int64_t last_upload_ms;
@@ -97,6 +99,8 @@ struct clean_state {
 };
 
 static void start_next_job(sk_tier *t);
+static bool start_list_job(sk_tier *t);
+static bool start_orphans_job(sk_tier *t);
 
 static void opts_from_config(const sk_config *cfg, objstore_opts *o)
 {
@@ -700,11 +704,13 @@ static void registered(void *arg, int err)
         /* The registration record lies past the upload's end: a snapshot
          * taken before the view applied it would not hold it, and the
          * retention pass that follows the snapshot would still see the
-         * uploaded batches indexed and leave their segments untrimmed. The
-         * snapshot waits for the oldest registration it has not taken, not
-         * the newest: uploads that follow each other at once register
-         * again before the view applies the last, and a snapshot that
-         * chased the newest would never come (nor the WAL's trim). */
+         * uploaded batches indexed and leave their segments untrimmed. What
+         * a snapshot waits for is fixed when it falls due (this
+         * registration, or the newest when the last snapshot was taken),
+         * never moved to a newer one: uploads that follow each other at
+         * once register again before the view applies the last, and a
+         * snapshot that chased the newest would never come (nor the WAL's
+         * trim). */
         if (j->reg_end > t->reg_hi)
             t->reg_hi = j->reg_end;
         if (!t->snapshot_due)
@@ -1131,10 +1137,24 @@ static bool snapshot_ready(const sk_tier *t)
            sk_mono_ms() - t->last_snapshot_ms >= n->cfg->s3_snapshot_interval_ms;
 }
 
+/* The next job when the last is done. A compaction pass or an orphan GC
+ * whose timer fired meanwhile goes first: uploads and snapshots that
+ * follow each other at once under a backlog would otherwise keep them
+ * waiting as long as the backlog lasts. */
 static void start_next_job(sk_tier *t)
 {
     if (t->busy || t->stopping || !t->n->wal)
         return;
+    if (t->list_due) {
+        t->list_due = false;
+        if (start_list_job(t))
+            return;
+    }
+    if (t->orphans_due) {
+        t->orphans_due = false;
+        if (start_orphans_job(t))
+            return;
+    }
     struct job *j = NULL;
     void (*work)(void *) = NULL;
     /* Uploads and ready snapshots take turns: behind uploads that never
@@ -1249,16 +1269,12 @@ static void clean_candidates(sk_tier *t, struct job *j)
     }
 }
 
-static void bg_cb(evutil_socket_t fd, short what, void *arg)
+/* The registry listing that compaction and the GC work on. */
+static bool start_list_job(sk_tier *t)
 {
-    (void)fd;
-    (void)what;
-    sk_tier *t = arg;
-    if (t->busy || t->stopping)
-        return;
     struct job *j = calloc(1, sizeof *j);
     if (!j)
-        return;
+        return false;
     j->t = t;
     j->kind = JOB_LIST;
     clean_candidates(t, j);
@@ -1266,7 +1282,39 @@ static void bg_cb(evutil_socket_t fd, short what, void *arg)
     if (sk_workq_submit(t->q, list_work, job_done, j) != 0) {
         t->busy = false;
         job_free(j);
+        return false;
     }
+    return true;
+}
+
+static bool start_orphans_job(sk_tier *t)
+{
+    struct job *j = calloc(1, sizeof *j);
+    if (!j)
+        return false;
+    j->t = t;
+    j->kind = JOB_ORPHANS;
+    t->busy = true;
+    if (sk_workq_submit(t->q, orphans_work, job_done, j) != 0) {
+        t->busy = false;
+        job_free(j);
+        return false;
+    }
+    return true;
+}
+
+/* The timers' jobs wait for the job running, if any (start_next_job). */
+static void bg_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    sk_tier *t = arg;
+    if (t->stopping)
+        return;
+    if (t->busy)
+        t->list_due = true;
+    else
+        start_list_job(t);
 }
 
 static void orphan_cb(evutil_socket_t fd, short what, void *arg)
@@ -1274,18 +1322,12 @@ static void orphan_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     sk_tier *t = arg;
-    if (t->busy || t->stopping)
+    if (t->stopping)
         return;
-    struct job *j = calloc(1, sizeof *j);
-    if (!j)
-        return;
-    j->t = t;
-    j->kind = JOB_ORPHANS;
-    t->busy = true;
-    if (sk_workq_submit(t->q, orphans_work, job_done, j) != 0) {
-        t->busy = false;
-        job_free(j);
-    }
+    if (t->busy)
+        t->orphans_due = true;
+    else
+        start_orphans_job(t);
 }
 
 /* ---- reads ---- */

@@ -14,6 +14,9 @@ at what uploads take, and the WAL never reaches its limit. The test checks:
 - the WAL is trimmed under the backlog: view snapshots are stored while paced, though
   uploads follow each other at once (each registers before the view has applied the
   last; a snapshot must not wait for the newest registration);
+- compaction passes are not starved by the backlog: with a pass due every second (and
+  nothing small enough to merge, so that passes only list the registry), the objects
+  they count go on growing while paced;
 - recovery: with the link at full speed, the WAL drains below half and pacing ends;
 - no loss: every acknowledged record is read back at its offset, and the producer
   reports no failed delivery.
@@ -37,6 +40,8 @@ CONF = dict(wal_max_retained_bytes=96 * MiB,
             wal_max_pending_bytes=8 * MiB,
             s3_wal_upload_threshold=8 * MiB,
             s3_wal_upload_interval_ms=500,
+            s3_compaction_interval_ms=1000,
+            s3_compaction_small_object_bytes=1,
             s3_request_timeout_ms=60000)
 
 
@@ -105,6 +110,12 @@ def test_producers_paced_before_the_wal_is_full(broker_factory, s3, topic_name):
         snaps = (paced[-1][1]["skiff_s3_view_snapshots_total"] -
                  paced[0][1]["skiff_s3_view_snapshots_total"])
         assert snaps >= 2, "%d view snapshots while paced: the WAL was not trimmed" % snaps
+
+        def listed(m):
+            return sum(v for kk, v in m.items() if kk.startswith("skiff_s3_object_bytes{"))
+        grew = listed(paced[-1][1]) - listed(paced[0][1])
+        assert grew > 0, "no compaction pass listed the registry while paced"
+
         check = s3env.ValueCheck(prod.acked, VALUE)
         log = s3env.read_topic(b.bootstrap, topic_name, PARTS, on_record=check)
         problems = check.report(log)
@@ -112,7 +123,7 @@ def test_producers_paced_before_the_wal_is_full(broker_factory, s3, topic_name):
         span = paced[-1][0] - paced[0][0]
         print("5009: %d records acknowledged; paced %.1f s (over %.1f s), pace %.1f-%.1f MB/s, "
               "WAL peak %.1f MiB (limit %.1f MiB), %.1f MB/s acknowledged while paced, "
-              "uploads %.1f MB/s, %d view snapshots while paced; "
+              "uploads %.1f MB/s, %d view snapshots and %.1f MB more objects listed while paced; "
               "Metadata in %.3f s while paced" % (
                   len(prod.acked), m["skiff_produce_paced_seconds_total"], span,
                   min(s[1]["skiff_produce_pace_bytes_per_second"] for s in paced) / 1e6,
@@ -120,4 +131,5 @@ def test_producers_paced_before_the_wal_is_full(broker_factory, s3, topic_name):
                   peak / MiB,
                   CONF["wal_max_retained_bytes"] / MiB,
                   (paced[-1][2] - paced[0][2]) * VALUE / max(span, 1e-3) / 1e6,
-                  paced[-1][1]["skiff_s3_upload_rate_bytes_per_second"] / 1e6, snaps, meta_s))
+                  paced[-1][1]["skiff_s3_upload_rate_bytes_per_second"] / 1e6, snaps, grew / 1e6,
+                  meta_s))
