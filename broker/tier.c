@@ -99,8 +99,6 @@ struct clean_state {
 };
 
 static void start_next_job(sk_tier *t);
-static bool start_list_job(sk_tier *t);
-static bool start_orphans_job(sk_tier *t);
 
 static void opts_from_config(const sk_config *cfg, objstore_opts *o)
 {
@@ -1137,24 +1135,58 @@ static bool snapshot_ready(const sk_tier *t)
            sk_mono_ms() - t->last_snapshot_ms >= n->cfg->s3_snapshot_interval_ms;
 }
 
+static void clean_candidates(sk_tier *t, struct job *j);
+
+static struct job *new_job(sk_tier *t, enum job_kind kind)
+{
+    struct job *j = calloc(1, sizeof *j);
+    if (j) {
+        j->t = t;
+        j->kind = kind;
+    }
+    return j;
+}
+
+/* Runs j on the tier thread; false (j freed) when it cannot. */
+static bool submit_job(sk_tier *t, struct job *j, void (*work)(void *))
+{
+    t->busy = true;
+    if (sk_workq_submit(t->q, work, job_done, j) == 0)
+        return true;
+    t->busy = false;
+    job_free(j);
+    return false;
+}
+
+/* A compaction pass (the registry listing it and the GC work on) or an
+ * orphan GC whose timer fired: false when none was due or it could not
+ * start. */
+static bool start_due_pass(sk_tier *t)
+{
+    struct job *j = NULL;
+    if (t->list_due) {
+        t->list_due = false;
+        if ((j = new_job(t, JOB_LIST)) != NULL) {
+            clean_candidates(t, j);
+            return submit_job(t, j, list_work);
+        }
+    }
+    if (t->orphans_due) {
+        t->orphans_due = false;
+        if ((j = new_job(t, JOB_ORPHANS)) != NULL)
+            return submit_job(t, j, orphans_work);
+    }
+    return false;
+}
+
 /* The next job when the last is done. A compaction pass or an orphan GC
  * whose timer fired meanwhile goes first: uploads and snapshots that
  * follow each other at once under a backlog would otherwise keep them
  * waiting as long as the backlog lasts. */
 static void start_next_job(sk_tier *t)
 {
-    if (t->busy || t->stopping || !t->n->wal)
+    if (t->busy || t->stopping || start_due_pass(t) || !t->n->wal)
         return;
-    if (t->list_due) {
-        t->list_due = false;
-        if (start_list_job(t))
-            return;
-    }
-    if (t->orphans_due) {
-        t->orphans_due = false;
-        if (start_orphans_job(t))
-            return;
-    }
     struct job *j = NULL;
     void (*work)(void *) = NULL;
     /* Uploads and ready snapshots take turns: behind uploads that never
@@ -1166,24 +1198,15 @@ static void start_next_job(sk_tier *t)
         t->upload_last = false;
         t->snapshot_due = false;
         t->last_snapshot_ms = sk_mono_ms();
-        j = calloc(1, sizeof *j);
-        if (j) {
-            j->t = t;
-            j->kind = JOB_SNAPSHOT;
-        }
+        j = new_job(t, JOB_SNAPSHOT);
         work = snapshot_work;
     } else if (up) {
         t->upload_last = true;
         j = upload_job(t);
         work = upload_work;
     }
-    if (!j)
-        return;
-    t->busy = true;
-    if (sk_workq_submit(t->q, work, job_done, j) != 0) {
-        t->busy = false;
-        job_free(j);
-    }
+    if (j)
+        submit_job(t, j, work);
 }
 
 void sk_tier_kick(sk_tier *t)
@@ -1269,52 +1292,14 @@ static void clean_candidates(sk_tier *t, struct job *j)
     }
 }
 
-/* The registry listing that compaction and the GC work on. */
-static bool start_list_job(sk_tier *t)
-{
-    struct job *j = calloc(1, sizeof *j);
-    if (!j)
-        return false;
-    j->t = t;
-    j->kind = JOB_LIST;
-    clean_candidates(t, j);
-    t->busy = true;
-    if (sk_workq_submit(t->q, list_work, job_done, j) != 0) {
-        t->busy = false;
-        job_free(j);
-        return false;
-    }
-    return true;
-}
-
-static bool start_orphans_job(sk_tier *t)
-{
-    struct job *j = calloc(1, sizeof *j);
-    if (!j)
-        return false;
-    j->t = t;
-    j->kind = JOB_ORPHANS;
-    t->busy = true;
-    if (sk_workq_submit(t->q, orphans_work, job_done, j) != 0) {
-        t->busy = false;
-        job_free(j);
-        return false;
-    }
-    return true;
-}
-
-/* The timers' jobs wait for the job running, if any (start_next_job). */
+/* The timers' passes wait for the job running, if any (start_next_job). */
 static void bg_cb(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
     sk_tier *t = arg;
-    if (t->stopping)
-        return;
-    if (t->busy)
-        t->list_due = true;
-    else
-        start_list_job(t);
+    t->list_due = true;
+    start_next_job(t);
 }
 
 static void orphan_cb(evutil_socket_t fd, short what, void *arg)
@@ -1322,12 +1307,8 @@ static void orphan_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     sk_tier *t = arg;
-    if (t->stopping)
-        return;
-    if (t->busy)
-        t->orphans_due = true;
-    else
-        start_orphans_job(t);
+    t->orphans_due = true;
+    start_next_job(t);
 }
 
 /* ---- reads ---- */
