@@ -88,7 +88,9 @@ def test_kill_between_put_and_registration(broker_factory, s3, topic_name):
         b.start()
         stats = finish_and_verify(b, s3, prefix, topic_name, load)
         assert orphan not in s3.keys(prefix, "data")
-        assert s3env.metrics(b)["skiff_s3_orphans_deleted_total"] >= 1
+        # the GC counts its deletions when its job is done, just after the DELETE
+        s3env.wait_metric(b, lambda m: m["skiff_s3_orphans_deleted_total"] >= 1, 10,
+                          "the GC to count the orphan it deleted")
         print("5002a: %r" % stats)
 
 
