@@ -733,11 +733,17 @@ static struct bufferevent *peer_bev(rpc_client *c, const rpc_peer *peer)
     return bev;
 }
 
+/* Most bytes one write to a peer takes (libevent's default, 16 KiB, costs a
+ * turn of the loop per 16 KiB of a large request: broker/net.c). */
+#define MAX_SINGLE_WRITE (1 << 20)
+
 static void peer_connect(rpc_peer *peer)
 {
     rpc_client *c = peer->client;
     rpc_conn *k = calloc(1, sizeof *k);
     struct bufferevent *bev = peer_bev(c, peer);
+    if (bev)
+        (void)bufferevent_set_max_single_write(bev, MAX_SINGLE_WRITE);
     sk_map *m = sk_map_new();
     peer->state = RPC_PEER_CONNECTING;
     if (!k || !bev || !m) {
