@@ -428,6 +428,9 @@ void sk_metrics_render(sk_node *n, struct evbuffer *b)
         sk_tier_stats_get(n->tier, &ts);
         counter(b, "skiff_s3_uploads_total", "Uploads of WAL data into objects.", ts.uploads);
         counter(b, "skiff_s3_upload_bytes_total", "Batch bytes uploaded.", ts.upload_bytes);
+        counter(b, "skiff_s3_uploads_pieced_total",
+                "Uploads read back from the WAL whose first quarter went to the object store while they read the rest.",
+                ts.upload_pieced);
         counter(b, "skiff_s3_upload_failures_total",
                 "Uploads of WAL data that failed, in S3 or registering their objects (retried).",
                 ts.upload_failures);

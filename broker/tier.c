@@ -162,6 +162,7 @@ struct job {
     uint64_t cached_bytes; /* bytes taken from them rather than read from the WAL */
     bool foreign_more; /* adopted batches left for a later upload */
     size_t nforeign;   /* adopted batches taken */
+    bool pieced;       /* its first piece was PUT while it read the rest */
     /* objects put (upload, compaction), to register */
     objreg_objects objs;
     /* compaction: sources retired */
@@ -361,15 +362,13 @@ static int next_record(struct job *j, objup_set *set, wal_lsn lsn, uint32_t *len
     return rc;
 }
 
-/* Reads the WAL from j->from until j->to or a full set; j->end is where it
- * stopped. */
-static int read_wal(struct job *j, objup_set *set)
+/* Reads the WAL from j->end until j->to, a full set, or a set of at least
+ * `mark` bytes; j->end is where it stopped. */
+static int read_wal(struct job *j, objup_set *set, uint64_t mark)
 {
     int rc = 0;
-    wal_lsn lsn = j->from;
-    /* What the window held may have been trimmed and rewritten since. */
-    wal_scan_reset(&j->t->scan);
-    while (rc == 0 && lsn < j->to && !objup_set_full(set)) {
+    wal_lsn lsn = j->end;
+    while (rc == 0 && lsn < j->to && !objup_set_full(set) && objup_set_bytes(set) < mark) {
         if (is_segment_start(j, lsn)) {
             lsn += WAL_SEGMENT_HEADER;
             continue;
@@ -437,17 +436,71 @@ static int read_foreign(struct job *j, objup_set *set)
 
 /* A stream with a hole would be registered as one range over it, hiding
  * the batches of the hole in other objects: refused, the WAL keeps them and
- * a later upload, with the view caught up, tries again. */
-static int check_holes(struct job *j, objup_set *set)
+ * a later upload, with the view caught up, tries again. The set's batches
+ * from the first-th on, and where they meet those before (a piece). */
+static int check_holes(struct job *j, objup_set *set, size_t first)
 {
     uint64_t stream;
     int64_t before, after;
-    if (!objup_set_hole(set, &stream, &before, &after))
+    if (!objup_set_hole_from(set, first, &stream, &before, &after))
         return 0;
-    SK_ERROR("tier", "upload of WAL %" PRIu64 "..%" PRIu64 " refused: stream %" PRIu64
-             " would skip offsets %" PRId64 "..%" PRId64,
-             (uint64_t)j->from, (uint64_t)j->end, stream, before + 1, after - 1);
+    if (after <= before)
+        SK_ERROR("tier", "upload of WAL %" PRIu64 "..%" PRIu64 " refused: stream %" PRIu64
+                 " would repeat offsets %" PRId64 "..%" PRId64,
+                 (uint64_t)j->from, (uint64_t)j->end, stream, after, before);
+    else
+        SK_ERROR("tier", "upload of WAL %" PRIu64 "..%" PRIu64 " refused: stream %" PRIu64
+                 " would skip offsets %" PRId64 "..%" PRId64,
+                 (uint64_t)j->from, (uint64_t)j->end, stream, before + 1, after - 1);
     return SK_ERR_CORRUPT;
+}
+
+/* An upload reads its batches, then PUTs their objects. When it reads
+ * them back from the WAL (an upload behind, the WAL cache no longer holding
+ * them), the object store would wait while it reads: the first piece, a
+ * quarter of the upload, is then PUT while the rest is read. Its objects
+ * are smaller, so only an upload that reads from the disk pieces. */
+#define UPLOAD_FIRST_PIECE_DIV 4
+
+/* The first piece is read, mostly from the WAL, and more is left. */
+static bool piece_now(const struct job *j, objup_set *set)
+{
+    uint64_t bytes = objup_set_bytes(set);
+    return j->end < j->to && !objup_set_full(set) && bytes > 0 &&
+           (bytes - j->cached_bytes) * 2 > bytes;
+}
+
+/* Reads the set and PUTs its objects: the first piece's PUTs under way
+ * while the rest is read when piece_now says so. The first piece is
+ * finished (waited for) on every path before the set can be reset. */
+static int read_and_put(struct job *j, objup_set *set)
+{
+    const objup_params p = upload_params(j->t);
+    objup_flight *head = NULL, *rest = NULL;
+    size_t first = 0;
+    int rc = read_foreign(j, set);
+    /* This node's own WAL only once no adopted batch waits (see above). */
+    bool own = rc == 0 && !j->foreign_more;
+    j->end = j->from;
+    wal_scan_reset(&j->t->scan); /* what it held may have been trimmed and rewritten */
+    if (own)
+        rc = read_wal(j, set, j->limit / UPLOAD_FIRST_PIECE_DIV);
+    if (rc == 0 && own && piece_now(j, set)) {
+        rc = check_holes(j, set, 0);
+        if (rc == 0)
+            rc = objup_put_start(set, 0, j->t->os, &p, &head);
+        first = objup_set_count(set);
+        j->pieced = head != NULL;
+    }
+    if (rc == 0 && own)
+        rc = read_wal(j, set, UINT64_MAX);
+    if (rc == 0)
+        rc = check_holes(j, set, first);
+    if (rc == 0)
+        rc = objup_put_start(set, first, j->t->os, &p, &rest);
+    int hrc = objup_put_finish(head, &j->objs);
+    int rrc = objup_put_finish(rest, &j->objs);
+    return rc ? rc : hrc ? hrc : rrc;
 }
 
 static void upload_work(void *arg)
@@ -459,19 +512,8 @@ static void upload_work(void *arg)
     else
         objup_set_reset(t->set, j->limit);
     objup_set *set = t->set;
-    int rc = set ? read_foreign(j, set) : SK_ERR_NOMEM;
-    /* This node's own WAL only once no adopted batch waits (see above). */
-    if (rc == 0 && !j->foreign_more)
-        rc = read_wal(j, set);
-    else
-        j->end = j->from;
-    if (rc == 0)
-        rc = check_holes(j, set);
-    objup_params p = upload_params(j->t);
-    if (rc == 0)
-        rc = objup_put(set, j->t->os, &p, &j->objs);
+    j->err = set ? read_and_put(j, set) : SK_ERR_NOMEM;
     j->bytes_in = set ? objup_set_bytes(set) : 0;
-    j->err = rc;
     /* Nothing may point at the held batches past the job (upload_done
      * releases them): forget the references, keep the arena. */
     if (set)
@@ -909,6 +951,7 @@ static void upload_done(struct job *j)
     } else {
         t->st.uploads++;
         t->st.upload_bytes += j->bytes_in;
+        t->st.upload_pieced += j->pieced;
         SK_INFO("tier", "uploaded WAL %" PRIu64 "..%" PRIu64 ": %zu objects, %" PRIu64
                 " bytes (%" PRIu64 " from the WAL cache)",
                 (uint64_t)j->from, (uint64_t)j->end, j->objs.n, j->bytes_in, j->cached_bytes);

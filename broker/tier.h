@@ -5,7 +5,9 @@
  * bytes are durable and not uploaded, a job on the tier thread reads the
  * WAL from the last upload's end, sorts the batches by (stream, offset),
  * writes every stream with at least s3.stream.object.split.size bytes as a
- * StreamObject and the rest as one StreamSetObject, and PUTs them. The loop
+ * StreamObject and the rest as one StreamSetObject, and PUTs them (an
+ * upload that reads back from the WAL PUTs its first quarter's objects
+ * while it reads the rest, registered with the others). The loop
  * then registers the objects with one WAL record (OBJECTS, carrying the
  * upload's end LSN); the SQLite view drops the WAL positions of those
  * batches. A crash before the registration leaves unregistered objects,
@@ -128,6 +130,7 @@ void sk_tier_upload_now(sk_tier *t);
 
 typedef struct sk_tier_stats {
     uint64_t uploads, upload_bytes, objects_put, so_put, sso_put;
+    uint64_t upload_pieced; /* uploads whose first piece was PUT while they read on */
     uint64_t compactions, compacted_in, compacted_out, objects_deleted, orphans_deleted;
     uint64_t snapshots, read_batches, read_bytes;
     uint64_t prefetches, prefetch_errors; /* sk_tier_prefetch */

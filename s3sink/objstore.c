@@ -568,43 +568,67 @@ int objstore_put_sync(objstore *s, const char *key, const struct iovec *iov, int
     return objstore_put_many_sync(s, &r, 1, NULL);
 }
 
-/* Every op is started before the first wait: the backend has them all. */
-int objstore_put_many_sync(objstore *s, const objstore_put_req *reqs, size_t n, int *errs)
+struct objstore_puts {
+    objstore *s;
+    size_t n, started;
+    int rc; /* the first failure to start one */
+    struct os_op *ops[];
+};
+
+/* Every op is started before this returns: the backend has them all. */
+objstore_puts *objstore_put_many_start(objstore *s, const objstore_put_req *reqs, size_t n)
 {
-    struct os_op **ops = calloc(n ? n : 1, sizeof *ops);
-    if (!ops)
-        return SK_ERR_NOMEM;
-    int rc = 0;
-    size_t started = 0;
-    for (; started < n; started++) {
-        const objstore_put_req *r = &reqs[started];
+    objstore_puts *p = calloc(1, sizeof *p + n * sizeof p->ops[0]);
+    if (!p)
+        return NULL;
+    p->s = s;
+    p->n = n;
+    for (; p->started < n; p->started++) {
+        const objstore_put_req *r = &reqs[p->started];
         struct os_op *op = op_new(s, OS_PUT, r->key, false);
         if (op && put_prepare(op, r->iov, r->iovcnt) != 0) {
             op_free(op);
             op = NULL;
         }
         if (!op) {
-            rc = SK_ERR_NOMEM;
+            p->rc = SK_ERR_NOMEM;
             break;
         }
         op->sync = true;
         op_start(s, op);
-        ops[started] = op;
+        p->ops[p->started] = op;
     }
-    for (size_t i = 0; i < n; i++) {
+    return p;
+}
+
+int objstore_put_many_wait(objstore_puts *p, int *errs)
+{
+    int rc = p->rc;
+    for (size_t i = 0; i < p->n; i++) {
         int err = SK_ERR_NOMEM; /* never started */
-        if (i < started) {
-            op_wait(s, ops[i]);
-            err = ops[i]->err;
-            op_free(ops[i]);
+        if (i < p->started) {
+            op_wait(p->s, p->ops[i]);
+            err = p->ops[i]->err;
+            op_free(p->ops[i]);
         }
         if (errs)
             errs[i] = err;
         if (rc == 0)
             rc = err;
     }
-    free(ops);
+    free(p);
     return rc;
+}
+
+int objstore_put_many_sync(objstore *s, const objstore_put_req *reqs, size_t n, int *errs)
+{
+    objstore_puts *p = objstore_put_many_start(s, reqs, n);
+    if (!p) {
+        for (size_t i = 0; errs && i < n; i++)
+            errs[i] = SK_ERR_NOMEM;
+        return SK_ERR_NOMEM;
+    }
+    return objstore_put_many_wait(p, errs);
 }
 
 int objstore_get_sync(objstore *s, const char *key, uint64_t off, size_t len, void *buf,

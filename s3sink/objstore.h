@@ -166,6 +166,14 @@ typedef struct objstore_put_req {
 } objstore_put_req;
 int objstore_put_many_sync(objstore *s, const objstore_put_req *reqs, size_t n, int *errs)
     __attribute__((warn_unused_result));
+/* The same in two steps, so that the thread can work while the puts go:
+ * start returns once every put is started (NULL, with none started, when
+ * it cannot allocate), wait as objstore_put_many_sync returns and frees the
+ * handle. reqs is read during start only; the iov buffers stay borrowed
+ * until wait returns, which every started handle must get. */
+typedef struct objstore_puts objstore_puts;
+objstore_puts *objstore_put_many_start(objstore *s, const objstore_put_req *reqs, size_t n);
+int objstore_put_many_wait(objstore_puts *p, int *errs) __attribute__((warn_unused_result));
 /* As objstore_get; *data is buf or an allocation the caller frees. */
 int objstore_get_sync(objstore *s, const char *key, uint64_t off, size_t len, void *buf,
                       uint8_t **data, size_t *got, uint64_t *obj_size);

@@ -208,10 +208,50 @@ bool objup_first_hole(const objup_batch *b, size_t n, uint64_t *stream, int64_t 
     return false;
 }
 
+/* The last batch of stream in a sorted array, or NULL. */
+static const objup_batch *last_of(const objup_batch *b, size_t n, uint64_t stream)
+{
+    size_t lo = 0, hi = n; /* the first batch of a later stream */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (b[mid].stream <= stream)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo > 0 && b[lo - 1].stream == stream ? &b[lo - 1] : NULL;
+}
+
+bool objup_seam_hole(const objup_batch *a, size_t na, const objup_batch *b, size_t nb,
+                     uint64_t *stream, int64_t *before, int64_t *after)
+{
+    for (size_t i = 0; i < nb; i++) {
+        if (i > 0 && b[i].stream == b[i - 1].stream)
+            continue;
+        const objup_batch *l = last_of(a, na, b[i].stream);
+        if (l && b[i].base != l->last + 1) {
+            *stream = b[i].stream;
+            *before = l->last;
+            *after = b[i].base;
+            return true;
+        }
+    }
+    return false;
+}
+
+bool objup_set_hole_from(objup_set *s, size_t first, uint64_t *stream, int64_t *before,
+                         int64_t *after)
+{
+    if (first > s->n)
+        first = s->n;
+    objup_sort(s->b + first, s->n - first);
+    return objup_first_hole(s->b + first, s->n - first, stream, before, after) ||
+           objup_seam_hole(s->b, first, s->b + first, s->n - first, stream, before, after);
+}
+
 bool objup_set_hole(objup_set *s, uint64_t *stream, int64_t *before, int64_t *after)
 {
-    objup_sort(s->b, s->n);
-    return objup_first_hole(s->b, s->n, stream, before, after);
+    return objup_set_hole_from(s, 0, stream, before, after);
 }
 
 size_t objup_split(const objup_batch *b, size_t n, uint64_t split_bytes, objup_run *out)
@@ -270,11 +310,11 @@ static int write_batches(objfmt_writer *w, const objup_batch *b, size_t n)
     return rc;
 }
 
-/* One object of an upload: written, then PUT with the others. */
+/* One object of an upload: written, its ranges taken, then PUT with the
+ * others. Nothing in it points at the batch array (which a set may move as
+ * it grows while the PUT goes): the writer's iovecs point at the bytes. */
 struct pending {
     objfmt_writer *w;
-    const objup_batch *b;
-    size_t n;
     objreg_object o;
     const struct iovec *iov;
     int iovcnt;
@@ -285,8 +325,6 @@ static int write_object(const objup_params *p, objfmt_kind kind, const objup_bat
                         struct pending *x)
 {
     int64_t now = sk_now_ms();
-    x->b = b;
-    x->n = n;
     x->o = (objreg_object){.kind = kind, .created_ms = now};
     x->w = objfmt_writer_new(kind, p->block_bytes, now);
     if (!x->w)
@@ -296,32 +334,44 @@ static int write_object(const objup_params *p, objfmt_kind kind, const objup_bat
         rc = objfmt_writer_finish(x->w, &x->iov, &x->iovcnt, &x->o.size);
     if (rc == 0)
         rc = objfmt_make_key(x->o.key, sizeof x->o.key, "", kind, p->node_id, now);
+    if (rc == 0)
+        rc = ranges_of(x->w, b, n, &x->o);
     return rc;
 }
 
-/* PUTs the written objects together (the store keeps up to its max_inflight
- * requests going) and appends those that were put to out, in order. */
-static int put_pending(objstore *os, struct pending *x, size_t n, objreg_objects *out)
+/* Objects written and (unless err) PUT, until objup_put_finish. */
+struct objup_flight {
+    struct pending *x;
+    size_t nx;
+    objstore_puts *puts; /* NULL: none started */
+    int err;             /* before any PUT: nothing was started */
+};
+
+static void flight_free(objup_flight *f)
 {
-    objstore_put_req *reqs = calloc(n, sizeof *reqs);
-    int *errs = calloc(n, sizeof *errs);
-    int rc = reqs && errs ? 0 : SK_ERR_NOMEM;
-    for (size_t i = 0; i < n && rc == 0; i++)
-        reqs[i] = (objstore_put_req){x[i].o.key, x[i].iov, x[i].iovcnt};
-    if (rc == 0)
-        rc = objstore_put_many_sync(os, reqs, n, errs);
-    for (size_t i = 0; i < n && errs && reqs; i++) {
-        int err = errs[i] == 0 ? ranges_of(x[i].w, x[i].b, x[i].n, &x[i].o) : errs[i];
-        if (err == 0)
-            err = objreg_objects_push(out, &x[i].o);
-        if (err != 0)
-            free(x[i].o.ranges);
-        if (rc == 0)
-            rc = err;
+    for (size_t i = 0; i < f->nx; i++) {
+        objfmt_writer_destroy(f->x[i].w);
+        free(f->x[i].o.ranges);
     }
+    free(f->x);
+    free(f);
+}
+
+/* Starts the PUTs of the written objects together (the store keeps up to
+ * its max_inflight requests going). */
+static void start_pending(objstore *os, objup_flight *f)
+{
+    objstore_put_req *reqs = calloc(f->nx ? f->nx : 1, sizeof *reqs);
+    if (!reqs) {
+        f->err = SK_ERR_NOMEM;
+        return;
+    }
+    for (size_t i = 0; i < f->nx; i++)
+        reqs[i] = (objstore_put_req){f->x[i].o.key, f->x[i].iov, f->x[i].iovcnt};
+    f->puts = objstore_put_many_start(os, reqs, f->nx);
+    if (!f->puts)
+        f->err = SK_ERR_NOMEM;
     free(reqs);
-    free(errs);
-    return rc;
 }
 
 /* The StreamObjects of the runs that have their own, in order, then one
@@ -329,43 +379,84 @@ static int put_pending(objstore *os, struct pending *x, size_t n, objreg_objects
  * are written before the first PUT and PUT together: an upload of several
  * objects takes about as long as its largest, not the sum. Memory is the
  * same (the objects' iovecs point at the set's batches). */
-static int put_runs(objstore *os, const objup_params *p, const objup_batch *b, size_t nb,
-                    const objup_run *runs, size_t nruns, objreg_objects *out)
+static void write_runs(objup_flight *f, const objup_params *p, const objup_batch *b, size_t nb,
+                       const objup_run *runs, size_t nruns)
 {
     objup_batch *small = malloc(nb * sizeof *small);
-    struct pending *x = calloc(nruns, sizeof *x); /* at most one object per run */
-    size_t nsmall = 0, nx = 0;
-    int rc = small && x ? 0 : SK_ERR_NOMEM;
+    f->x = calloc(nruns, sizeof *f->x); /* at most one object per run */
+    size_t nsmall = 0;
+    int rc = small && f->x ? 0 : SK_ERR_NOMEM;
     for (size_t r = 0; r < nruns && rc == 0; r++) {
         const objup_run *run = &runs[r];
         if (run->own) {
-            rc = write_object(p, OBJFMT_SO, b + run->first, run->n, &x[nx++]);
+            rc = write_object(p, OBJFMT_SO, b + run->first, run->n, &f->x[f->nx++]);
             continue;
         }
         memcpy(small + nsmall, b + run->first, run->n * sizeof *b);
         nsmall += run->n;
     }
     if (rc == 0 && nsmall)
-        rc = write_object(p, OBJFMT_SSO, small, nsmall, &x[nx++]);
-    if (rc == 0)
-        rc = put_pending(os, x, nx, out);
-    for (size_t i = 0; x && i < nx; i++)
-        objfmt_writer_destroy(x[i].w);
-    free(x);
+        rc = write_object(p, OBJFMT_SSO, small, nsmall, &f->x[f->nx++]);
     free(small);
+    f->err = rc;
+}
+
+int objup_put_start(objup_set *s, size_t first, objstore *os, const objup_params *p,
+                    objup_flight **out)
+{
+    *out = NULL;
+    if (first >= s->n)
+        return 0;
+    objup_batch *b = s->b + first;
+    size_t n = s->n - first;
+    objup_flight *f = calloc(1, sizeof *f);
+    objup_run *runs = malloc(n * sizeof *runs);
+    if (!f || !runs) {
+        free(f);
+        free(runs);
+        return SK_ERR_NOMEM;
+    }
+    objup_sort(b, n);
+    size_t nruns = objup_split(b, n, p->split_bytes, runs);
+    write_runs(f, p, b, n, runs, nruns);
+    free(runs);
+    if (f->err == 0)
+        start_pending(os, f);
+    int rc = f->err;
+    if (rc != 0 && !f->puts) {
+        flight_free(f);
+        return rc;
+    }
+    *out = f;
+    return 0;
+}
+
+int objup_put_finish(objup_flight *f, objreg_objects *out)
+{
+    if (!f)
+        return 0;
+    int *errs = calloc(f->nx ? f->nx : 1, sizeof *errs);
+    int rc = f->err;
+    int prc = objstore_put_many_wait(f->puts, errs);
+    if (rc == 0)
+        rc = errs ? prc : SK_ERR_NOMEM;
+    for (size_t i = 0; i < f->nx && errs; i++) {
+        if (errs[i] != 0)
+            continue;
+        int err = objreg_objects_push(out, &f->x[i].o);
+        if (err == 0)
+            f->x[i].o.ranges = NULL; /* out's now */
+        else if (rc == 0)
+            rc = err;
+    }
+    free(errs);
+    flight_free(f);
     return rc;
 }
 
 int objup_put(objup_set *s, objstore *os, const objup_params *p, objreg_objects *out)
 {
-    if (s->n == 0)
-        return 0;
-    objup_sort(s->b, s->n);
-    objup_run *runs = malloc(s->n * sizeof *runs);
-    if (!runs)
-        return SK_ERR_NOMEM;
-    size_t nruns = objup_split(s->b, s->n, p->split_bytes, runs);
-    int rc = put_runs(os, p, s->b, s->n, runs, nruns, out);
-    free(runs);
-    return rc;
+    objup_flight *f;
+    int rc = objup_put_start(s, 0, os, p, &f);
+    return rc ? rc : objup_put_finish(f, out);
 }

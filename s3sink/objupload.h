@@ -9,8 +9,9 @@
  *    (every stream when split_bytes is 0), in stream order,
  *  - then one StreamSetObject for all the other streams, if any.
  * Every object is written before the first PUT, and all are PUT together
- * (objstore_put_many_sync: the store keeps opts.max_inflight requests going);
- * `out` gets them in the order above.
+ * (objstore_put_many_start: the store keeps opts.max_inflight requests
+ * going); `out` gets them in the order above. objup_put_start/_finish split
+ * that in two, so that an upload can PUT what it has while it reads more.
  * The split rule alone is objup_split, a pure function. For each object put
  * it gives the key, kind, size, creation time and one objreg_range per
  * stream (offsets, bytes, records, largest timestamp): what the caller
@@ -26,8 +27,8 @@
  * ones; the rest is freed. Writing an object copies no payload (objfmt's
  * iovecs point at the batches' bytes).
  *
- * Threads: a set belongs to one thread at a time. objup_put blocks on the
- * object store (its *_sync calls): never on the loop thread.
+ * Threads: a set belongs to one thread at a time. objup_put and
+ * objup_put_finish block on the object store: never on the loop thread.
  *
  * Ownership: objup_set_add copies the bytes it is given; objup_set_add_ref
  * keeps the caller's pointer, which must stay valid (and unchanged) until the
@@ -120,7 +121,19 @@ size_t objup_split(const objup_batch *b, size_t n, uint64_t split_bytes, objup_r
  * over a hole would hide the batches that fill it in other objects. */
 bool objup_first_hole(const objup_batch *b, size_t n, uint64_t *stream, int64_t *before,
                       int64_t *after);
-/* objup_sort and objup_first_hole on a set's batches. */
+/* For two sorted arrays, a's batches before b's: the first stream of b
+ * whose first batch does not follow on from its last in a (base != last +
+ * 1: a hole, or offsets repeated). Returns false when every stream of b
+ * that a has follows on; else true with the stream, a's last offset and
+ * b's first. */
+bool objup_seam_hole(const objup_batch *a, size_t na, const objup_batch *b, size_t nb,
+                     uint64_t *stream, int64_t *before, int64_t *after);
+/* objup_sort and objup_first_hole on a set's batches from the first-th on,
+ * and objup_seam_hole between them and the batches before, which an
+ * earlier call (or objup_put_start) sorted. */
+bool objup_set_hole_from(objup_set *s, size_t first, uint64_t *stream, int64_t *before,
+                         int64_t *after);
+/* objup_set_hole_from(s, 0, ...). */
 bool objup_set_hole(objup_set *s, uint64_t *stream, int64_t *before, int64_t *after);
 
 /* ---- writing ---- */
@@ -129,5 +142,19 @@ bool objup_set_hole(objup_set *s, uint64_t *stream, int64_t *before, int64_t *af
  * and appends them to out. An empty set puts nothing. */
 int objup_put(objup_set *s, objstore *os, const objup_params *p, objreg_objects *out)
     __attribute__((warn_unused_result));
+
+/* objup_put in two steps, for the batches added from the first-th on, so
+ * that the caller can add more to the set while their PUTs go (an upload
+ * in pieces). start sorts b[first..], writes the objects and starts their
+ * PUTs: on an error nothing was started and *f is NULL; with no batches *f
+ * is NULL too. finish waits for the PUTs and appends the objects put, in
+ * the order of objup_put, to out (objup_put_finish(NULL, out) is 0).
+ * Between the two the set may grow (objup_set_add*) but must not be reset
+ * or destroyed: the PUTs read its bytes. Every flight started gets its
+ * finish. */
+typedef struct objup_flight objup_flight;
+int objup_put_start(objup_set *s, size_t first, objstore *os, const objup_params *p,
+                    objup_flight **f) __attribute__((warn_unused_result));
+int objup_put_finish(objup_flight *f, objreg_objects *out) __attribute__((warn_unused_result));
 
 #endif

@@ -17,6 +17,9 @@ at what uploads take, and the WAL never reaches its limit. The test checks:
 - compaction passes are not starved by the backlog: with a pass due every second (and
   nothing small enough to merge, so that passes only list the registry), the objects
   they count go on growing while paced;
+- uploads behind read their batches back from the WAL, and go in pieces: the first
+  quarter's objects are PUT while the rest is read (skiff_s3_uploads_pieced_total grew
+  while paced), and the records read back below come from those objects;
 - recovery: with the link at full speed, the WAL drains below half and pacing ends;
 - no loss: every acknowledged record is read back at its offset, and the producer
   reports no failed delivery.
@@ -111,6 +114,10 @@ def test_producers_paced_before_the_wal_is_full(broker_factory, s3, topic_name):
                  paced[0][1]["skiff_s3_view_snapshots_total"])
         assert snaps >= 2, "%d view snapshots while paced: the WAL was not trimmed" % snaps
 
+        pieced = (paced[-1][1]["skiff_s3_uploads_pieced_total"] -
+                  paced[0][1]["skiff_s3_uploads_pieced_total"])
+        assert pieced > 0, "no upload went in pieces while paced"
+
         def listed(m):
             return sum(v for kk, v in m.items() if kk.startswith("skiff_s3_object_bytes{"))
         grew = listed(paced[-1][1]) - listed(paced[0][1])
@@ -123,7 +130,7 @@ def test_producers_paced_before_the_wal_is_full(broker_factory, s3, topic_name):
         span = paced[-1][0] - paced[0][0]
         print("5009: %d records acknowledged; paced %.1f s (over %.1f s), pace %.1f-%.1f MB/s, "
               "WAL peak %.1f MiB (limit %.1f MiB), %.1f MB/s acknowledged while paced, "
-              "uploads %.1f MB/s, %d view snapshots and %.1f MB more objects listed while paced; "
+              "uploads %.1f MB/s (%d in pieces), %d view snapshots and %.1f MB more objects listed while paced; "
               "Metadata in %.3f s while paced" % (
                   len(prod.acked), m["skiff_produce_paced_seconds_total"], span,
                   min(s[1]["skiff_produce_pace_bytes_per_second"] for s in paced) / 1e6,
@@ -131,5 +138,6 @@ def test_producers_paced_before_the_wal_is_full(broker_factory, s3, topic_name):
                   peak / MiB,
                   CONF["wal_max_retained_bytes"] / MiB,
                   (paced[-1][2] - paced[0][2]) * VALUE / max(span, 1e-3) / 1e6,
-                  paced[-1][1]["skiff_s3_upload_rate_bytes_per_second"] / 1e6, snaps, grew / 1e6,
+                  paced[-1][1]["skiff_s3_upload_rate_bytes_per_second"] / 1e6, pieced, snaps,
+                  grew / 1e6,
                   meta_s))

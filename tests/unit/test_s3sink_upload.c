@@ -4,7 +4,9 @@
  * reference, the arena (chunks, large batches, reuse after a reset, what a
  * reset keeps), and objup_put against a file store:
  * the objects' kinds, keys, ranges (offsets, sizes, records, largest
- * timestamps) and bytes read back through objfmt. */
+ * timestamps) and bytes read back through objfmt; an upload in pieces
+ * (objup_put_start/_finish: the set grows while the first piece's PUTs go)
+ * and the seam between its pieces. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -90,6 +92,49 @@ static void test_holes(void **state)
     assert_int_equal(objup_set_add(s, &fill, payload), 0);
     assert_int_equal(objup_set_add(s, &fill2, payload), 0);
     assert_false(objup_set_hole(s, &stream, &before, &after));
+    objup_set_destroy(s);
+}
+
+/* Where two pieces of an upload meet: each stream of the second must go on
+ * from its last offset in the first. */
+static void test_seam(void **state)
+{
+    (void)state;
+    uint64_t stream = 0;
+    int64_t before = 0, after = 0;
+    objup_batch a[] = {mk(1, 0, 1), mk(1, 10, 1), mk(2, 0, 1), mk(4, 100, 1)};
+    objup_batch ok[] = {mk(1, 20, 1), mk(3, 0, 1), mk(4, 110, 1), mk(4, 120, 1)};
+    assert_false(objup_seam_hole(a, 4, ok, 4, &stream, &before, &after));
+    assert_false(objup_seam_hole(a, 0, ok, 4, &stream, &before, &after));
+    assert_false(objup_seam_hole(a, 4, ok, 0, &stream, &before, &after));
+    objup_batch skip[] = {mk(1, 20, 1), mk(2, 20, 1)}; /* stream 2 skips 10..19 */
+    assert_true(objup_seam_hole(a, 4, skip, 2, &stream, &before, &after));
+    assert_true(stream == 2 && before == 9 && after == 20);
+    objup_batch again[] = {mk(1, 20, 1), mk(4, 105, 1)}; /* stream 4 repeats 105..109 */
+    assert_true(objup_seam_hole(a, 4, again, 2, &stream, &before, &after));
+    assert_true(stream == 4 && before == 109 && after == 105);
+
+    /* through a set: the first piece sorted, the second added out of order */
+    uint8_t payload[1] = {0};
+    objup_set *s = objup_set_new(0);
+    assert_non_null(s);
+    objup_batch p1[] = {mk(7, 10, 1), mk(7, 0, 1), mk(8, 0, 1)};
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(objup_set_add(s, &p1[i], payload), 0);
+    assert_false(objup_set_hole_from(s, 0, &stream, &before, &after));
+    objup_batch p2[] = {mk(8, 20, 1), mk(7, 30, 1), mk(7, 20, 1), mk(8, 10, 1)};
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(objup_set_add(s, &p2[i], payload), 0);
+    assert_false(objup_set_hole_from(s, 3, &stream, &before, &after));
+    size_t n;
+    const objup_batch *v = objup_set_batches(s, &n);
+    assert_true(v[0].base == 0 && v[1].base == 10 && v[3].stream == 7 && v[3].base == 20 &&
+                v[6].stream == 8 && v[6].base == 20); /* each piece sorted on its own */
+    objup_batch late = mk(9, 0, 1), gap = mk(7, 50, 1);
+    assert_int_equal(objup_set_add(s, &late, payload), 0);
+    assert_int_equal(objup_set_add(s, &gap, payload), 0);
+    assert_true(objup_set_hole_from(s, 3, &stream, &before, &after)); /* inside the piece */
+    assert_true(stream == 7 && before == 39 && after == 50);
     objup_set_destroy(s);
 }
 
@@ -340,12 +385,87 @@ static void test_put_refused(void **state)
     objup_set_destroy(s);
 }
 
+/* Batches of streams 10 and 20 from offset `from`, `count` of each, copied. */
+static void add_piece(objup_set *s, int64_t from, int count, uint32_t size)
+{
+    for (int i = 0; i < count; i++)
+        for (uint64_t st = 10; st <= 20; st += 10) {
+            int64_t base = from + 5 * i;
+            uint8_t *p = fx_payload(st, base, size);
+            objup_batch b = {st, base, base + 4, 1000 + base, 5, size, 0, false, 0};
+            assert_int_equal(objup_set_add(s, &b, p), 0);
+            free(p);
+        }
+}
+
+/* The first piece's PUTs go while the set grows (its batch array moves:
+ * more than its first 1024 entries) and takes more chunks; the second
+ * piece follows on. Every batch of both is in the objects, each piece's
+ * own, in the order put. */
+static void test_put_pieces(void **state)
+{
+    fx *f = *state;
+    objup_set *s = objup_set_new(0);
+    objup_params p = {0, 16384, 7};
+    add_piece(s, 0, 100, 20000);
+    const objup_batch *before = objup_set_batches(s, &(size_t){0});
+    objup_flight *head = NULL, *rest = NULL;
+    assert_int_equal(objup_put_start(s, 0, f->os, &p, &head), 0);
+    assert_non_null(head);
+    size_t first = objup_set_count(s);
+    add_piece(s, 500, 1500, 3000); /* 3000 more entries, ~9 MB: a second chunk */
+    assert_ptr_not_equal(objup_set_batches(s, &(size_t){0}), before);
+    uint64_t stream;
+    int64_t b4, af;
+    assert_false(objup_set_hole_from(s, first, &stream, &b4, &af));
+    assert_int_equal(objup_put_start(s, first, f->os, &p, &rest), 0);
+    objreg_objects out = {0};
+    assert_int_equal(objup_put_finish(head, &out), 0);
+    assert_int_equal(objup_put_finish(rest, &out), 0);
+    assert_int_equal(out.n, 4);
+    int64_t want[4][2] = {{0, 499}, {0, 499}, {500, 7999}, {500, 7999}};
+    size_t batches = 0;
+    for (size_t i = 0; i < 4; i++) {
+        assert_int_equal(out.v[i].kind, OBJFMT_SO);
+        const objreg_range *r = &out.v[i].ranges[0];
+        assert_int_equal(r->stream, 10 + 10 * (i % 2));
+        assert_int_equal(r->start, want[i][0]);
+        assert_int_equal(r->end, want[i][1]);
+        batches += fx_check_object(f, &out.v[i]);
+    }
+    assert_int_equal(batches, 200 + 3000);
+    objreg_objects_free(&out);
+    objup_set_destroy(s);
+}
+
+/* A piece that objfmt refuses starts nothing; nothing to put is no flight. */
+static void test_put_start_refused(void **state)
+{
+    fx *f = *state;
+    objup_set *s = objup_set_new(0);
+    objup_params prm = {0, 0, 1};
+    objup_flight *fl = (objup_flight *)s;
+    assert_int_equal(objup_put_start(s, 0, f->os, &prm, &fl), 0);
+    assert_null(fl); /* an empty set */
+    uint8_t p[10] = {0};
+    objup_batch a = mk(1, 0, 10), b = mk(1, 5, 10);
+    assert_int_equal(objup_set_add(s, &a, p), 0);
+    assert_int_equal(objup_set_add(s, &b, p), 0);
+    assert_int_equal(objup_put_start(s, 0, f->os, &prm, &fl), SK_ERR_INVAL);
+    assert_null(fl);
+    objreg_objects out = {0};
+    assert_int_equal(objup_put_finish(NULL, &out), 0);
+    assert_int_equal(out.n, 0);
+    objup_set_destroy(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_split_rule),
         cmocka_unit_test(test_sort),
         cmocka_unit_test(test_holes),
+        cmocka_unit_test(test_seam),
         cmocka_unit_test(test_set_cap),
         cmocka_unit_test(test_set_ref_cap),
         cmocka_unit_test(test_set_arena),
@@ -353,6 +473,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_put_all_own_and_empty, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_put_refused, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_put_by_ref_and_reuse, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_put_pieces, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_put_start_refused, fx_setup, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
