@@ -3,9 +3,10 @@
 # disk, same load generator (skload), same client settings, every figure of the
 # performance targets in one run.
 #
-#   1. builds skload, diskfloor, nfsfloor and skiffd; fetches Kafka 4.3.1 from
+#   1. builds skload, diskfloor, nfsfloor, relayfloor and skiffd; fetches Kafka 4.3.1 from
 #      Maven Central (tools/kafka-ref.sh, cached after the first run);
-#   2. describes the machine and measures the disk floor (diskfloor); starts the
+#   2. describes the machine and measures the disk floor (diskfloor) and the CPU
+#      of passing bytes between sockets (relayfloor); starts the
 #      S3 emulator (BENCH_S3_EMULATOR: tools/s3emu.sh, or tools/s3rver.sh) with its
 #      data directory on a tmpfs (mounted by root under BENCH_WORK, else in /dev/shm)
 #      for the production-shaped target;
@@ -202,7 +203,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # ---------------------------------------------------------------- 1. build
-bench_build "$WORK/build.log" skload diskfloor nfsfloor skiffd
+bench_build "$WORK/build.log" skload diskfloor nfsfloor relayfloor skiffd
 for b in "$SKLOAD" "$DISKFLOOR" "$BUILD/skiffd"; do
   [ -x "$b" ] || fail "$b missing (librdkafka-dev installed? make test-deps)"
 done
@@ -233,6 +234,10 @@ else fl="--iterations 5000 --seq-seconds 10 --wakeups 2000"; fi
 say "disk floor in $WORK/floor"
 # shellcheck disable=SC2086
 "$DISKFLOOR" --dir "$WORK/floor" $fl > "$OUT/floor.json" || fail "diskfloor"
+# What a catch-up's bytes cost a process at least: relayed from a socket to
+# another (a broker reading from an object store) or sendfile'd (Kafka).
+if [ "$SMOKE" = 1 ]; then rb=67108864; else rb=2147483648; fi
+"$BUILD/bench/relayfloor" --bytes $rb > "$OUT/relayfloor.json" || fail "relayfloor"
 
 # The emulator of the production-shaped target, its data on a tmpfs so that the
 # uploads do not compete with the WAL for the disk.

@@ -485,6 +485,16 @@ class Report:
                   f["append"]["latency"]["p999_ms"], f["overwrite"]["latency"]["p99_ms"],
                   f["seq"]["sustained_mb_s"], f["seq"]["mb_s"], f["seq"]["seconds"],
                   f["wakeup"]["latency"]["p99_ms"]))
+        rf = read_json(os.path.join(self.out, "relayfloor.json"))
+        if rf:
+            w("- Socket floor (`relayfloor`): passing %.1f GB between loopback sockets cost "
+              "one process %.2f CPU s per GB relayed (received from one, sent to another: "
+              "the least a broker reading its catch-up from an object store does), %.2f "
+              "sendfile'd from the page cache (Kafka's catch-up); receiving alone %.2f, "
+              "sending alone %.2f." % (
+                  rf["relay"]["bytes"] / 1e9, rf["relay"]["cpu_s_per_gb"],
+                  rf["sendfile"]["cpu_s_per_gb"], rf["recv"]["cpu_s_per_gb"],
+                  rf["send"]["cpu_s_per_gb"]))
         fm = read_json(os.path.join(self.out, "freshmem.json"))
         if fm:
             w("- Fresh memory (`bench/freshmem.py`): %d MiB written 1 MiB at a time into a new "

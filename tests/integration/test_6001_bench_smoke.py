@@ -46,7 +46,7 @@ def test_bench_compare_smoke(tmp_path):
     for needle in ("SMOKE RUN", "(a) produce latency p99", "(b) 16 KiB max throughput",
                    "(c) end-to-end latency p99", "(d) catch-up read", "(e) idle RSS",
                    "(l) produce latency p99", "(e) loaded RSS during (b)",
-                   "Skiff prod / Kafka fsync", "Skiff 1 disk / Kafka", "Disk floor",
+                   "Skiff prod / Kafka fsync", "Skiff 1 disk / Kafka", "Disk floor", "Socket floor",
                    "Load average", "WAL on NFS (bench/nfs.sh)", "from objects (bench/s3.sh)",
                    "### Targets"):
         assert needle in report, "report lacks %r:\n%s" % (needle, report)
