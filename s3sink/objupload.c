@@ -339,12 +339,11 @@ static int write_object(const objup_params *p, objfmt_kind kind, const objup_bat
     return rc;
 }
 
-/* Objects written and (unless err) PUT, until objup_put_finish. */
+/* Objects written and their PUTs under way, until objup_put_finish. */
 struct objup_flight {
     struct pending *x;
     size_t nx;
-    objstore_puts *puts; /* NULL: none started */
-    int err;             /* before any PUT: nothing was started */
+    objstore_puts *puts;
 };
 
 static void flight_free(objup_flight *f)
@@ -358,20 +357,17 @@ static void flight_free(objup_flight *f)
 }
 
 /* Starts the PUTs of the written objects together (the store keeps up to
- * its max_inflight requests going). */
-static void start_pending(objstore *os, objup_flight *f)
+ * its max_inflight requests going); NULL when it cannot allocate. */
+static objstore_puts *start_pending(objstore *os, const objup_flight *f)
 {
     objstore_put_req *reqs = calloc(f->nx ? f->nx : 1, sizeof *reqs);
-    if (!reqs) {
-        f->err = SK_ERR_NOMEM;
-        return;
-    }
+    if (!reqs)
+        return NULL;
     for (size_t i = 0; i < f->nx; i++)
         reqs[i] = (objstore_put_req){f->x[i].o.key, f->x[i].iov, f->x[i].iovcnt};
-    f->puts = objstore_put_many_start(os, reqs, f->nx);
-    if (!f->puts)
-        f->err = SK_ERR_NOMEM;
+    objstore_puts *puts = objstore_put_many_start(os, reqs, f->nx);
     free(reqs);
+    return puts;
 }
 
 /* The StreamObjects of the runs that have their own, in order, then one
@@ -379,8 +375,8 @@ static void start_pending(objstore *os, objup_flight *f)
  * are written before the first PUT and PUT together: an upload of several
  * objects takes about as long as its largest, not the sum. Memory is the
  * same (the objects' iovecs point at the set's batches). */
-static void write_runs(objup_flight *f, const objup_params *p, const objup_batch *b, size_t nb,
-                       const objup_run *runs, size_t nruns)
+static int write_runs(objup_flight *f, const objup_params *p, const objup_batch *b, size_t nb,
+                      const objup_run *runs, size_t nruns)
 {
     objup_batch *small = malloc(nb * sizeof *small);
     f->x = calloc(nruns, sizeof *f->x); /* at most one object per run */
@@ -398,7 +394,7 @@ static void write_runs(objup_flight *f, const objup_params *p, const objup_batch
     if (rc == 0 && nsmall)
         rc = write_object(p, OBJFMT_SSO, small, nsmall, &f->x[f->nx++]);
     free(small);
-    f->err = rc;
+    return rc;
 }
 
 int objup_put_start(objup_set *s, size_t first, objstore *os, const objup_params *p,
@@ -411,20 +407,19 @@ int objup_put_start(objup_set *s, size_t first, objstore *os, const objup_params
     size_t n = s->n - first;
     objup_flight *f = calloc(1, sizeof *f);
     objup_run *runs = malloc(n * sizeof *runs);
-    if (!f || !runs) {
-        free(f);
-        free(runs);
-        return SK_ERR_NOMEM;
+    int rc = f && runs ? 0 : SK_ERR_NOMEM;
+    if (rc == 0) {
+        objup_sort(b, n);
+        rc = write_runs(f, p, b, n, runs, objup_split(b, n, p->split_bytes, runs));
     }
-    objup_sort(b, n);
-    size_t nruns = objup_split(b, n, p->split_bytes, runs);
-    write_runs(f, p, b, n, runs, nruns);
     free(runs);
-    if (f->err == 0)
-        start_pending(os, f);
-    int rc = f->err;
-    if (rc != 0 && !f->puts) {
-        flight_free(f);
+    if (rc == 0) {
+        f->puts = start_pending(os, f);
+        rc = f->puts ? 0 : SK_ERR_NOMEM;
+    }
+    if (rc != 0) { /* nothing was started */
+        if (f)
+            flight_free(f);
         return rc;
     }
     *out = f;
@@ -436,10 +431,9 @@ int objup_put_finish(objup_flight *f, objreg_objects *out)
     if (!f)
         return 0;
     int *errs = calloc(f->nx ? f->nx : 1, sizeof *errs);
-    int rc = f->err;
-    int prc = objstore_put_many_wait(f->puts, errs);
-    if (rc == 0)
-        rc = errs ? prc : SK_ERR_NOMEM;
+    int rc = objstore_put_many_wait(f->puts, errs);
+    if (!errs)
+        rc = SK_ERR_NOMEM; /* which were put is unknown: none is registered */
     for (size_t i = 0; i < f->nx && errs; i++) {
         if (errs[i] != 0)
             continue;
