@@ -109,6 +109,9 @@
 #                            config, so the fsync target just uses its own topics)
 #   BENCH_SKIFFD_ARGS="..."  extra skiffd arguments (--override k=v), both Skiff targets
 #   BENCH_WORK=dir           [bench/.work/compare] data, logs and results
+#   BENCH_MIN_FREE_GB=n      [24; not checked in smoke runs] GB that must be free
+#                            under BENCH_WORK at the start (a target's data
+#                            directory reaches ~18 GB)
 #   BENCH_DOCS=0|1           [1; smoke 0] update docs/benchmarks.md and docs/benchmarks/
 #   BENCH_NOBUILD=1          use the binaries in SKIFF_BUILD [build] as they are
 # A full run takes about 40 minutes on 2 cores (bench/README.md has the sum).
@@ -158,6 +161,15 @@ mkdir -p "$WORK"
 WORK=$(cd "$WORK" && pwd)
 OUT=$WORK/results
 SKLOAD=$BUILD/bench/skload
+# Each target's data directory stays until the next target starts: Kafka's logs,
+# Skiff's WAL and, all on one disk, its objects, up to ~18 GB at once. A disk
+# that fills halfway fails the run there; say so before it starts.
+if [ "$SMOKE" != 1 ]; then
+  need_gb=${BENCH_MIN_FREE_GB:-24}
+  free_gb=$(df -Pk "$WORK" | awk 'NR == 2 {print int($4 / 1048576)}')
+  [ "${free_gb:-0}" -ge "$need_gb" ] \
+    || fail "$free_gb GB free under $WORK, a full run needs about $need_gb (BENCH_MIN_FREE_GB)"
+fi
 DISKFLOOR=$BUILD/bench/diskfloor
 
 # records/s of 1 KiB records for RATE_MBS (MB = 10^6 B), and the in-flight bounds
