@@ -111,7 +111,7 @@
 #   BENCH_WORK=dir           [bench/.work/compare] data, logs and results
 #   BENCH_MIN_FREE_GB=n      [24; not checked in smoke runs] GB that must be free
 #                            under BENCH_WORK at the start (a target's data
-#                            directory reaches ~18 GB)
+#                            directory reaches ~19 GB)
 #   BENCH_DOCS=0|1           [1; smoke 0] update docs/benchmarks.md and docs/benchmarks/
 #   BENCH_NOBUILD=1          use the binaries in SKIFF_BUILD [build] as they are
 # A full run takes about 40 minutes on 2 cores (bench/README.md has the sum).
@@ -162,7 +162,7 @@ WORK=$(cd "$WORK" && pwd)
 OUT=$WORK/results
 SKLOAD=$BUILD/bench/skload
 # Each target's data directory stays until the next target starts: Kafka's logs,
-# Skiff's WAL and, all on one disk, its objects, up to ~18 GB at once. A disk
+# Skiff's WAL and, all on one disk, its objects, up to ~19 GB at once. A disk
 # that fills halfway fails the run there; say so before it starts.
 if [ "$SMOKE" != 1 ]; then
   need_gb=${BENCH_MIN_FREE_GB:-24}
