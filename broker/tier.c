@@ -459,15 +459,33 @@ static int check_holes(struct job *j, objup_set *set, size_t first)
  * them back from the WAL (an upload behind, the WAL cache no longer holding
  * them), the object store would wait while it reads: the first piece, a
  * quarter of the upload, is then PUT while the rest is read. Its objects
- * are smaller, so only an upload that reads from the disk pieces. */
+ * are smaller, so only an upload that reads from the disk pieces
+ * (piece_now). */
 #define UPLOAD_FIRST_PIECE_DIV 4
 
-/* The first piece is read, mostly from the WAL, and more is left. */
+/* The first piece is read, mostly from the WAL, and more is left. Not with
+ * adopted batches: the upload may then be refused for a hole until the view
+ * catches up (check_holes), and would be refused after its first piece was
+ * put, again at every retry. cached_bytes may exceed what the set took
+ * (batches of deleted topics are counted, not added). */
 static bool piece_now(const struct job *j, objup_set *set)
 {
     uint64_t bytes = objup_set_bytes(set);
-    return j->end < j->to && !objup_set_full(set) && bytes > 0 &&
-           (bytes - j->cached_bytes) * 2 > bytes;
+    uint64_t cached = j->cached_bytes < bytes ? j->cached_bytes : bytes;
+    return j->end < j->to && !objup_set_full(set) && bytes > 0 && j->nforeign == 0 &&
+           (bytes - cached) * 2 > bytes;
+}
+
+/* An upload that failed after its first piece was put: its objects would
+ * wait an hour for the orphan GC (s3.orphan.min.age.ms), and each retry
+ * would leave more. Deleted now, as far as the store lets. */
+static void drop_put(struct job *j)
+{
+    for (size_t i = 0; i < j->objs.n; i++)
+        if (objstore_delete_sync(j->t->os, j->objs.v[i].key) != 0)
+            SK_WARN("tier", "cannot delete %s, put by a failed upload: the orphan GC will",
+                    j->objs.v[i].key);
+    objreg_objects_free(&j->objs);
 }
 
 /* Reads the set and PUTs its objects: the first piece's PUTs under way
@@ -500,7 +518,10 @@ static int read_and_put(struct job *j, objup_set *set)
         rc = objup_put_start(set, first, j->t->os, &p, &rest);
     int hrc = objup_put_finish(head, &j->objs);
     int rrc = objup_put_finish(rest, &j->objs);
-    return rc ? rc : hrc ? hrc : rrc;
+    rc = rc ? rc : hrc ? hrc : rrc;
+    if (rc != 0 && j->pieced)
+        drop_put(j);
+    return rc;
 }
 
 static void upload_work(void *arg)

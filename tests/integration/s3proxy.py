@@ -12,6 +12,10 @@ leaves as the client wrote it), unless a rule says otherwise:
                                          forward the request (the object gets stored), but
                                          keep the answer from the client until release():
                                          a client killed meanwhile never learns it succeeded
+    proxy.fail_after(1, 500, methods=("PUT",))
+                                         let the next matching request through, fail
+                                         the ones after it (paths let through in
+                                         passed_paths)
     proxy.slow(10e6, methods=("PUT",))   forward matching requests as if through one
                                          link of 10 MB/s that they share: each waits
                                          for the bodies before it, then its own
@@ -38,6 +42,7 @@ class _Rule:
         self.key_part = key_part
         self.status = status
         self.count = count  # None: unlimited
+        self.ok = 0         # fail_after: matching requests still let through
 
     def matches(self, method, path):
         if self.methods is not None and method not in self.methods:
@@ -70,6 +75,7 @@ class S3Proxy:
         self.held = 0            # requests or answers held right now
         self.held_total = 0
         self.held_paths = []     # every request or answer ever held, in order
+        self.passed_paths = []   # requests fail_after let through, in order
         self.completed_puts = 0  # PUTs the emulator answered 2xx
         self.link_free = 0.0     # slow: when the shared link is free again
         self.conns = set()
@@ -90,6 +96,13 @@ class S3Proxy:
 
     def fail(self, status=503, methods=None, key_part=None, count=None):
         self._set(_Rule("fail", methods, key_part, status, count))
+
+    def fail_after(self, ok, status=503, methods=None, key_part=None):
+        """Lets the next `ok` matching requests through (their paths in passed_paths),
+        then fails the others."""
+        r = _Rule("fail", methods, key_part, status)
+        r.ok = ok
+        self._set(r)
 
     def stall(self, methods=None, key_part=None):
         self._set(_Rule("stall", methods, key_part))
@@ -121,6 +134,10 @@ class S3Proxy:
             self.seen[method] = self.seen.get(method, 0) + 1
             r = self.rule
             if r is None or not r.matches(method, path):
+                return None, None
+            if r.ok > 0:
+                r.ok -= 1
+                self.passed_paths.append(path)
                 return None, None
             if r.count is not None:
                 r.count -= 1
