@@ -117,6 +117,11 @@ struct sk_groups {
     sk_map *states; /* group id -> gstate */
     struct event *tick_ev;
     struct event *expire_ev;
+    /* Where the last offsets record appended (commit, deletion, expiry)
+     * ends. It is in memory at once, durable later: OffsetFetch answers
+     * only once the WAL is durable up to here, so that no offset it shows
+     * can be lost by a crash (Kafka shows a commit once it is written). */
+    wal_lsn written_end;
 };
 
 /* A group request refused: GROUP_AUTHORIZATION_FAILED when the client may
@@ -265,6 +270,30 @@ static int apply_body(sk_groups *gs, const uint8_t *body, size_t len)
 int sk_groups_load(sk_groups *gs, const uint8_t *body, size_t len)
 {
     return apply_body(gs, body, len);
+}
+
+int sk_groups_append(sk_groups *gs, const sk_buf *body, sk_durable_fn fn, void *arg)
+{
+    if (sk_buf_failed(body))
+        return SK_ERR_NOMEM;
+    sk_buf b;
+    sk_buf_init(&b, 0);
+    sk_meta_group(&b, body->data, body->len);
+    if (sk_buf_failed(&b)) {
+        sk_buf_free(&b);
+        return SK_ERR_NOMEM;
+    }
+    struct iovec iov = {b.data, b.len};
+    wal_lsn end = 0;
+    int rc = sk_node_append(gs->n, SK_WAL_META, &iov, 1, fn, arg, &end);
+    sk_buf_free(&b);
+    if (rc != 0)
+        return rc;
+    if (end > gs->written_end)
+        gs->written_end = end;
+    if (apply_body(gs, body->data, body->len) != 0)
+        SK_WARN("groups", "a group record appended but not applied in memory");
+    return 0;
 }
 
 void sk_groups_each_offset(const sk_groups *gs,
@@ -588,7 +617,7 @@ static void expire_cb(evutil_socket_t fd, short what, void *arg)
             free(drop[i]);
             continue;
         }
-        sk_buf b, body;
+        sk_buf body;
         sk_buf_init(&body, 0);
         uint32_t nexp = 0;
         size_t oit = 0;
@@ -615,14 +644,9 @@ static void expire_cb(evutil_socket_t fd, short what, void *arg)
                 }
             }
         }
-        sk_buf_init(&b, 0);
-        sk_meta_group(&b, body.data, body.len);
-        struct iovec iov = {b.data, b.len};
-        if (!sk_buf_failed(&b) && sk_node_append(n, SK_WAL_META, &iov, 1, expire_done, NULL, NULL) == 0) {
-            SK_INFO("groups", "group %s: %u committed offsets expired", s->id, nexp);
-            apply_body(gs, body.data, body.len);
-        }
-        sk_buf_free(&b);
+        /* Applied at once: s may be gone after the append. */
+        if (sk_groups_append(gs, &body, expire_done, NULL) == 0)
+            SK_INFO("groups", "group %s: %u committed offsets expired", drop[i], nexp);
         sk_buf_free(&body);
         free(drop[i]);
     }
@@ -1143,23 +1167,11 @@ static void change_durable(void *arg, int err)
 /* Appends a group record and applies it in memory. */
 static int append_group(sk_groups *gs, sk_buf *body, sk_req *r)
 {
-    sk_buf b;
-    sk_buf_init(&b, 0);
-    sk_meta_group(&b, body->data, body->len);
-    if (sk_buf_failed(&b) || sk_buf_failed(body)) {
-        sk_buf_free(&b);
-        return SK_ERR_NOMEM;
-    }
-    struct iovec iov = {b.data, b.len};
     r->pending++;
-    int rc = sk_node_append(gs->n, SK_WAL_META, &iov, 1, change_durable, r, NULL);
-    sk_buf_free(&b);
-    if (rc != 0) {
+    int rc = sk_groups_append(gs, body, change_durable, r);
+    if (rc != 0)
         r->pending--;
-        return rc;
-    }
-    apply_body(gs, body->data, body->len);
-    return 0;
+    return rc;
 }
 
 /* After a failed append the partitions that were to be written report a
@@ -1482,7 +1494,7 @@ static bool unstable(sk_req *r, kc_str group, kc_str topic, int32_t part)
                                   (size_t)topic.len, part);
 }
 
-void h_offset_fetch(sk_req *r)
+static void offset_fetch_answer(sk_req *r)
 {
     kp_OffsetFetchRequest *req = r->body;
     kp_OffsetFetchResponse *resp = r->resp;
@@ -1610,6 +1622,29 @@ void h_offset_fetch(sk_req *r)
     resp->groups.n = ng;
     resp->groups.v = gr;
     sk_req_respond(r);
+}
+
+static void offset_fetch_durable(void *arg, int err)
+{
+    sk_req *r = arg;
+    r->pending--;
+    if (err)
+        sk_req_close(r, "the WAL failed or closes: offsets not known durable");
+    else
+        offset_fetch_answer(r);
+}
+
+/* The offsets shown are durable: with a group record appended and not yet
+ * durable, the answer waits for the WAL (one group commit at most). */
+void h_offset_fetch(sk_req *r)
+{
+    sk_groups *gs = r->node->groups;
+    if (r->node->wal && gs->written_end > wal_durable_lsn(r->node->wal)) {
+        r->pending++;
+        sk_node_wait_durable(r->node, gs->written_end, offset_fetch_durable, r);
+        return;
+    }
+    offset_fetch_answer(r);
 }
 
 /* Does any member's subscription name this topic? Unreadable metadata

@@ -70,6 +70,12 @@ sk_groups *sk_groups_new(sk_node *n);
 void sk_groups_destroy(sk_groups *gs);
 /* Applies a record body (start-up loading and snapshots). */
 int sk_groups_load(sk_groups *gs, const uint8_t *body, size_t len);
+/* Appends a group record body (sk_grec_*) to the WAL, fn once durable, and
+ * applies it in memory at once (a later snapshot holds it). OffsetFetch
+ * answers only once every such record is durable. */
+int sk_groups_append(sk_groups *gs, const sk_buf *body, void (*fn)(void *arg, int err),
+                     void *arg)
+    __attribute__((warn_unused_result));
 /* Writes the snapshot's extra sections: returns how many. */
 uint32_t sk_groups_snapshot(const sk_groups *gs, sk_buf *b);
 /* Forgets offsets of a deleted topic (the WAL record of the deletion

@@ -487,7 +487,7 @@ int sk_txns_commit_offsets(sk_node *n, const char *group, int noffs, const sk_tx
         k += strcmp(offs[i].group, group) == 0;
     if (k == 0)
         return SK_ERR_NOENT;
-    sk_buf body, b;
+    sk_buf body;
     sk_buf_init(&body, 0);
     sk_grec_begin(&body, SK_GREC_COMMIT, group, strlen(group), k);
     for (int i = 0; i < noffs; i++) {
@@ -499,15 +499,7 @@ int sk_txns_commit_offsets(sk_node *n, const char *group, int noffs, const sk_tx
                            o->leader_epoch, meta,             strlen(meta), sk_now_ms()};
         sk_grec_put(&body, SK_GREC_COMMIT, &ent);
     }
-    sk_buf_init(&b, 0);
-    sk_meta_group(&b, body.data, body.len);
-    int rc = sk_buf_failed(&b) || sk_buf_failed(&body) ? SK_ERR_NOMEM : 0;
-    struct iovec iov = {b.data, b.len};
-    if (rc == 0)
-        rc = sk_node_append(n, SK_WAL_META, &iov, 1, fn, arg, NULL);
-    if (rc == 0 && sk_groups_load(n->groups, body.data, body.len) != 0)
-        SK_WARN("txns", "offsets of group %s not applied", group);
-    sk_buf_free(&b);
+    int rc = sk_groups_append(n->groups, &body, fn, arg);
     sk_buf_free(&body);
     return rc;
 }
