@@ -33,7 +33,6 @@ import os
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -165,7 +164,7 @@ def committed_all(c, group, topic, parts):
     return {p: offs[(topic, p)][0] for p in range(parts)} == ends, (offs, ends)
 
 
-def test_upgrade_then_downgrade_while_producing(mbroker, topic_name):
+def test_upgrade_then_downgrade_while_producing(mbroker, topic_name, tmp_path):
     bs, parts = mbroker.bootstrap, 6
     slow = 120 if harness.external() else 60
     c = kg.connect(bs)
@@ -173,7 +172,7 @@ def test_upgrade_then_downgrade_while_producing(mbroker, topic_name):
     kg.find_coordinator(c, "warm-up")
     group = "g4013-mixed-" + uuid.uuid4().hex[:6]
     jtools.classpath()
-    stopdir = tempfile.mkdtemp(prefix="g4013-")
+    stopdir = str(tmp_path)
     prod = Producer(bs, topic_name, parts)
     procs = []
     try:

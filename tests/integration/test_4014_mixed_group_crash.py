@@ -13,7 +13,6 @@ committed before the kill was read twice.
 
 import os
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -77,14 +76,14 @@ def offsets(c, group, topic):
 
 
 @pytest.mark.restarts
-def test_mixed_group_survives_node_sigkill(broker_factory, topic_name):
+def test_mixed_group_survives_node_sigkill(broker_factory, topic_name, tmp_path):
     b = broker_factory(FAST)
     bs = b.bootstrap
     c = kg.connect(bs)
     kproto.create_topic(c, topic_name, PARTS)
     group = "g4014-" + uuid.uuid4().hex[:6]
     jtools.classpath()
-    stopdir = tempfile.mkdtemp(prefix="g4014-")
+    stopdir = str(tmp_path)
     prod = Producer(bs, topic_name)
     procs, recs = [], []
     try:
