@@ -43,6 +43,8 @@
 #               would otherwise fall on (l)'s tail; quiesce_l.txt says what
 #               was waited for
 #        (d)    catch-up read of the first BENCH_CATCHUP_BYTES of (b1k)'s topic
+#        (d2)   the same catch-up again (a second consumer: a broker that has
+#               served a catch-up before, its buffers already faulted in)
 #      while sampling the broker's RSS and reading its CPU time from /proc
 #      around each workload, then stops the broker by its PID and wipes its data;
 #      then, in the first BENCH_SECTION_REPEATS repetitions, the sections of
@@ -486,6 +488,8 @@ run_target() { # rep target
     --rate "$SLOW_RATE" $sl > "$dir/lsync.json" 2> "$dir/lsync.log" || true
   say "  (d) catch-up read of up to $CATCHUP bytes of the (b1k) topic"
   workload "$dir" d "" --consume -t "$topic-b1k" --no-create --bytes "$CATCHUP" -d 600
+  say "  (d2) the same catch-up read again"
+  workload "$dir" d2 "" --consume -t "$topic-b1k" --no-create --bytes "$CATCHUP" -d 600
 
   stop_sampler
   status_kib "$BROKER_PID" VmHWM > "$dir/hwm_kib.txt"

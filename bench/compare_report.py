@@ -222,15 +222,19 @@ def run_metrics(d):
         m["c_unsent"] = c.get("unsent", 0)
         m["c_buckets"] = lat and e.get("latency_buckets") or []
     if dd:
-        m["d_mbs"] = dd["mb_s"]
         m["d_gb"] = dd["bytes"] / 1e9
         m["d_first_ms"] = dd["first_record_ms"]
-        cpu, wall = cpu_seconds(os.path.join(d, "d_cpu.txt"))
-        if cpu is not None and dd["bytes"] > 0:
-            m["d_cpu_gb"] = cpu / (dd["bytes"] / 1e9)
-        f = (read_text(os.path.join(d, "d_minflt.txt")) or "").split()
+    # (d2), the same catch-up again, is absent from runs before it was added
+    for key, r in (("d", dd), ("d2", read_json(os.path.join(d, "d2.json")))):
+        if not r:
+            continue
+        m[key + "_mbs"] = r["mb_s"]
+        cpu, wall = cpu_seconds(os.path.join(d, key + "_cpu.txt"))
+        if cpu is not None and r["bytes"] > 0:
+            m[key + "_cpu_gb"] = cpu / (r["bytes"] / 1e9)
+        f = (read_text(os.path.join(d, key + "_minflt.txt")) or "").split()
         if len(f) == 2 and all(x.isdigit() for x in f):
-            m["d_fault_mib"] = (int(f[1]) - int(f[0])) * os.sysconf("SC_PAGE_SIZE") / 1048576.0
+            m[key + "_fault_mib"] = (int(f[1]) - int(f[0])) * os.sysconf("SC_PAGE_SIZE") / 1048576.0
     cpu, wall = cpu_seconds(os.path.join(d, "a_cpu.txt"))
     if cpu is not None and wall:
         m["a_cores"] = cpu / wall
@@ -575,6 +579,9 @@ class Report:
           "bytes (%.2f GB; less if (b) wrote less), as fast as it can. Kafka serves it from its "
           "segment files (page cache), Skiff from its objects (files in `data.dir`, through "
           "its block cache) and WAL cache;" % (p.get("catchup_bytes"), p.get("catchup_bytes", 0) / 1e9))
+        w("  (d2) the same catch-up again right after, as a second consumer would: what a "
+          "broker that has served a catch-up before pays (its first one faults in the block "
+          "cache's buffers);")
         w("  (e) broker RSS from `/proc/PID/status`: idle (fresh process, one Metadata request, "
           "1 s later), loaded (largest sample during (b1k) and (b16k), the throughput runs), "
           "peak (largest `VmRSS` sample, every 200 ms, during (a)–(d)) and `VmHWM`; Skiff's "
@@ -660,6 +667,7 @@ class Report:
         row("(d) catch-up read, MB/s", "d_mbs", 1)
         row("(d) bytes read, GB", "d_gb", 3)
         row("(d) first record after, ms", "d_first_ms")
+        row("(d2) the same catch-up again, MB/s", "d2_mbs", 1)
         row("(e) idle RSS, MiB", "idle_rss", 1)
         row("(e) loaded RSS during (b), MiB", "loaded_rss", 1)
         row("(e) Skiff's configured bound, MiB", "rss_bound", 1)
@@ -668,8 +676,10 @@ class Report:
         row("(e) broker CPU s per GB, (b) 1 KiB", "b1k_cpu_gb", 2)
         row("(e) broker CPU s per GB, (b) 16 KiB", "b16k_cpu_gb", 2)
         row("(e) broker CPU s per GB read, (d)", "d_cpu_gb", 2)
+        row("(e) broker CPU s per GB read, (d2)", "d2_cpu_gb", 2)
         row("(e) broker CPU s per GB read at the head, (c) − (a)", "tail_cpu_gb", 2)
         row("(e) broker's fresh pages during (d) (minor faults), MiB", "d_fault_mib", 1)
+        row("(e) broker's fresh pages during (d2) (minor faults), MiB", "d2_fault_mib", 1)
         row("(e) broker CPU during (a), cores", "a_cores", 2)
         for key, size in (("b1k", "1 KiB"), ("b16k", "16 KiB")):
             row("(e) cores busy on the machine (of %d) during (b) %s" % (os.cpu_count(), size),

@@ -58,12 +58,12 @@ def test_bench_compare_smoke(tmp_path):
     assert not summary["missing"], summary["missing"]
     for target in ("skiff-s3", "skiff", "kafka", "kafka-fsync"):
         s = summary["summary"][target]
-        for key in ("a_p99", "b1k_mbs", "b16k_mbs", "c_p99", "d_mbs", "idle_rss", "l_p99",
-                    "loaded_rss"):
+        for key in ("a_p99", "b1k_mbs", "b16k_mbs", "c_p99", "d_mbs", "d2_mbs", "idle_rss",
+                    "l_p99", "loaded_rss"):
             assert key in s and s[key]["median"] > 0, (target, key, s.get(key))
         # CPU from /proc ticks (10 ms) over 1 s runs: present, but may round to 0; tail
         # reads are (c)'s CPU minus (a)'s, a difference such short runs leave to noise.
-        for key in ("b1k_cpu_gb", "b16k_cpu_gb", "d_cpu_gb"):
+        for key in ("b1k_cpu_gb", "b16k_cpu_gb", "d_cpu_gb", "d2_cpu_gb"):
             assert key in s and s[key]["median"] >= 0, (target, key, s.get(key))
         assert "tail_cpu_gb" in s, (target, sorted(s))
     for target in ("skiff-s3", "skiff"):
