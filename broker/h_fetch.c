@@ -69,7 +69,8 @@ typedef struct sk_fwait {
     sk_waiter base; /* first: plog parks and wakes it as an sk_waiter */
     sk_req *r;
     sk_node *n;
-    struct event *timer;
+    struct event *timer; /* armed while parked, for what is left to deadline */
+    int64_t deadline;    /* monotonic ms: max_wait_ms after the request came */
     sk_part **regs; /* partitions this fetch is parked on */
     int nregs;
     int nflat;            /* partitions in the request */
@@ -200,10 +201,12 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     sk_fwait *w = arg;
-    if (w->finished || w->job_running)
+    if (w->finished)
         return;
-    unpark(w);
     w->shutdown = true; /* timed out: answer with what there is */
+    if (w->job_running)
+        return; /* the read under way evaluates when done, and answers */
+    unpark(w);
     fetch_eval(w);
 }
 
@@ -783,14 +786,21 @@ static void fetch_eval(sk_fwait *w)
         }
     }
     w->parked = true;
-    /* New data may have become durable while the disk job ran. */
-    if (!w->timer) {
+    /* Armed again at every park: a wake that finds too little unparks, and
+     * unparking takes the timer off. */
+    if (!w->timer)
         w->timer = event_new(n->base, -1, 0, timer_cb, w);
-        int64_t ms = req->max_wait_ms;
-        struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-        if (w->timer)
-            event_add(w->timer, &tv);
+    if (!w->timer) {
+        w->shutdown = true; /* no timer to end the wait: answer now */
+        unpark(w);
+        fetch_eval(w);
+        return;
     }
+    int64_t ms = w->deadline - sk_mono_ms();
+    if (ms < 0)
+        ms = 0;
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    event_add(w->timer, &tv);
 }
 
 void h_fetch(sk_req *r)
@@ -833,6 +843,7 @@ void h_fetch(sk_req *r)
     w->base = (sk_waiter){fetch_wake, fetch_stop};
     w->r = r;
     w->n = n;
+    w->deadline = sk_mono_ms() + (req->max_wait_ms > 0 ? req->max_wait_ms : 0);
     w->nflat = nflat;
     w->disk = calloc((size_t)(nflat ? nflat : 1), sizeof *w->disk);
     w->regs = calloc((size_t)(nflat ? nflat : 1), sizeof *w->regs);

@@ -51,6 +51,29 @@ def test_long_poll_wakes_on_produce(broker, conn_topic):
     assert done - produced_at[0] < 1.0, "took %.2fs after the produce" % (done - produced_at[0])
 
 
+def test_long_poll_woken_with_too_little_still_times_out(broker, conn_topic):
+    """A produce wakes the fetch, but below min_bytes: it waits on, and max_wait,
+    counted from the request, still ends it with what there is."""
+    c, topic = conn_topic
+    k.produce(c, topic, 0, k.batch([b"x"]))
+
+    def later():
+        time.sleep(0.3)
+        with k.Conn(broker.bootstrap) as c2:
+            assert k.produce(c2, topic, 0, k.batch([b"small"]))["ErrorCode"] == k.NONE
+
+    t = threading.Thread(target=later)
+    t.start()
+    t0 = time.time()
+    _, p = k.fetch(c, topic, 0, 1, max_wait=1500, min_bytes=1 << 20, timeout=10)
+    took = time.time() - t0
+    t.join()
+    assert p["ErrorCode"] == k.NONE
+    assert [v for b in k.parse_batches(p["Records"]) for _, v in b.offsets_values()] \
+        == [b"small"]
+    assert 1.3 <= took <= 3.0, "max_wait 1500 ms took %.2fs" % took
+
+
 def test_long_poll_times_out_empty(conn_topic):
     c, topic = conn_topic
     k.produce(c, topic, 0, k.batch([b"x"]))
