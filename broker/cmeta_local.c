@@ -39,8 +39,11 @@ static int append_meta(sk_node *n, sk_buf *b, sk_cmeta_fn fn, void *arg)
         return SK_ERR_NOMEM;
     }
     struct iovec iov = {b->data, b->len};
-    int rc = sk_node_append(n, SK_WAL_META, &iov, 1, fn, arg, NULL);
+    wal_lsn end = 0;
+    int rc = sk_node_append(n, SK_WAL_META, &iov, 1, fn, arg, &end);
     sk_buf_free(b);
+    if (rc == 0)
+        sk_node_shown(n, end);
     return rc;
 }
 

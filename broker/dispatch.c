@@ -11,6 +11,7 @@
 #include "txpeer.h"
 #include "metrics.h"
 #include "net.h"
+#include "node.h"
 #include "sasl.h"
 #include "sk_arena.h"
 #include "sk_err.h"
@@ -19,67 +20,79 @@
 
 static void h_api_versions(sk_req *r);
 
+/* A read of state shown before it is durable waited for the WAL (one group
+ * commit at most); it runs now, or the WAL failed or closes. */
+static void shown_durable(void *arg, int err)
+{
+    sk_req *r = arg;
+    r->pending--;
+    if (err)
+        sk_req_close(r, "the WAL failed or closes: what the request reads is not known durable");
+    else
+        r->entry->handler(r);
+}
+
 /* Versions follow the compatibility brief: never advertise what is not
  * served, never raise a minimum above Kafka 4's, and keep the single
  * versions old librdkafka probes for inside each range. Flexible-from is
  * filled in from the generated message specs at start-up. */
 static sk_api_entry table[] = {
-    /* key  min max flex impl handler */
-    {0, 0, 13, 0, 3, h_produce, NULL},
-    {1, 4, 17, 0, 4, h_fetch, NULL},
-    {2, 1, 10, 0, 1, h_list_offsets, NULL},
-    {3, 0, 13, 0, 0, h_metadata, NULL},
-    {8, 2, 10, 0, 2, h_offset_commit, NULL},
-    {9, 1, 10, 0, 1, h_offset_fetch, NULL},
-    {10, 0, 6, 0, 0, h_find_coordinator, NULL},
-    {11, 0, 9, 0, 0, h_join_group, NULL},
-    {12, 0, 4, 0, 0, h_heartbeat, NULL},
-    {13, 0, 5, 0, 0, h_leave_group, NULL},
-    {14, 0, 5, 0, 0, h_sync_group, NULL},
-    {15, 0, 6, 0, 0, h_describe_groups, NULL},
-    {16, 0, 5, 0, 0, h_list_groups, NULL},
-    {17, 0, 1, 0, 0, h_sasl_handshake, NULL},
-    {18, 0, 4, 0, 0, h_api_versions, NULL},
-    {19, 2, 7, 0, 2, h_create_topics, NULL},
-    {20, 1, 6, 0, 1, h_delete_topics, NULL},
-    {21, 0, 2, 0, 0, h_delete_records, NULL},
-    {22, 0, 5, 0, 0, h_init_producer_id, NULL},
-    {23, 2, 4, 0, 2, h_offset_for_leader_epoch, NULL},
-    {24, 0, 5, 0, 0, h_add_partitions_to_txn, NULL},
-    {25, 0, 4, 0, 0, h_add_offsets_to_txn, NULL},
-    {26, 0, 4, 0, 0, h_end_txn, NULL},
-    {28, 0, 4, 0, 0, h_txn_offset_commit, NULL},
-    {29, 1, 3, 0, 1, h_describe_acls, NULL},
-    {30, 1, 3, 0, 1, h_create_acls, NULL},
-    {31, 1, 3, 0, 1, h_delete_acls, NULL},
-    {32, 1, 4, 0, 1, h_describe_configs, NULL},
-    {33, 0, 2, 0, 0, h_alter_configs, NULL},
-    {35, 1, 5, 0, 1, h_describe_log_dirs, NULL},
-    {36, 0, 2, 0, 0, h_sasl_authenticate, NULL},
-    {37, 0, 3, 0, 0, h_create_partitions, NULL},
-    {42, 0, 2, 0, 0, h_delete_groups, NULL},
-    {44, 0, 1, 0, 0, h_incremental_alter_configs, NULL},
-    {45, 0, 1, 0, 0, h_alter_partition_reassignments, NULL},
-    {46, 0, 0, 0, 0, h_list_partition_reassignments, NULL},
-    {47, 0, 0, 0, 0, h_offset_delete, NULL},
-    {50, 0, 0, 0, 0, h_describe_user_scram_credentials, NULL},
-    {51, 0, 0, 0, 0, h_alter_user_scram_credentials, NULL},
-    {60, 0, 2, 0, 0, h_describe_cluster, NULL},
-    {34, 1, 2, 0, 1, h_alter_replica_log_dirs, NULL},
-    {43, 0, 2, 0, 0, h_elect_leaders, NULL},
-    {55, 0, 2, 0, 0, h_describe_quorum, NULL},
-    {61, 0, 0, 0, 0, h_describe_producers, NULL},
-    {65, 0, 0, 0, 0, h_describe_transactions, NULL},
-    {66, 0, 1, 0, 0, h_list_transactions, NULL},
-    {68, 0, 1, 0, 0, h_consumer_group_heartbeat, NULL},
-    {69, 0, 1, 0, 0, h_consumer_group_describe, NULL},
-    {75, 0, 0, 0, 0, h_describe_topic_partitions, NULL},
+    /* key  min max flex impl handler api shows_state */
+    {0, 0, 13, 0, 3, h_produce, NULL, false},
+    {1, 4, 17, 0, 4, h_fetch, NULL, false},
+    {2, 1, 10, 0, 1, h_list_offsets, NULL, false},
+    {3, 0, 13, 0, 0, h_metadata, NULL, true},
+    {8, 2, 10, 0, 2, h_offset_commit, NULL, false},
+    {9, 1, 10, 0, 1, h_offset_fetch, NULL, true},
+    {10, 0, 6, 0, 0, h_find_coordinator, NULL, false},
+    {11, 0, 9, 0, 0, h_join_group, NULL, false},
+    {12, 0, 4, 0, 0, h_heartbeat, NULL, false},
+    {13, 0, 5, 0, 0, h_leave_group, NULL, false},
+    {14, 0, 5, 0, 0, h_sync_group, NULL, false},
+    {15, 0, 6, 0, 0, h_describe_groups, NULL, true},
+    {16, 0, 5, 0, 0, h_list_groups, NULL, true},
+    {17, 0, 1, 0, 0, h_sasl_handshake, NULL, false},
+    {18, 0, 4, 0, 0, h_api_versions, NULL, false},
+    {19, 2, 7, 0, 2, h_create_topics, NULL, false},
+    {20, 1, 6, 0, 1, h_delete_topics, NULL, false},
+    {21, 0, 2, 0, 0, h_delete_records, NULL, false},
+    {22, 0, 5, 0, 0, h_init_producer_id, NULL, false},
+    {23, 2, 4, 0, 2, h_offset_for_leader_epoch, NULL, false},
+    {24, 0, 5, 0, 0, h_add_partitions_to_txn, NULL, false},
+    {25, 0, 4, 0, 0, h_add_offsets_to_txn, NULL, false},
+    {26, 0, 4, 0, 0, h_end_txn, NULL, false},
+    {28, 0, 4, 0, 0, h_txn_offset_commit, NULL, false},
+    {29, 1, 3, 0, 1, h_describe_acls, NULL, true},
+    {30, 1, 3, 0, 1, h_create_acls, NULL, false},
+    {31, 1, 3, 0, 1, h_delete_acls, NULL, false},
+    {32, 1, 4, 0, 1, h_describe_configs, NULL, true},
+    {33, 0, 2, 0, 0, h_alter_configs, NULL, false},
+    {35, 1, 5, 0, 1, h_describe_log_dirs, NULL, false},
+    {36, 0, 2, 0, 0, h_sasl_authenticate, NULL, false},
+    {37, 0, 3, 0, 0, h_create_partitions, NULL, false},
+    {42, 0, 2, 0, 0, h_delete_groups, NULL, false},
+    {44, 0, 1, 0, 0, h_incremental_alter_configs, NULL, false},
+    {45, 0, 1, 0, 0, h_alter_partition_reassignments, NULL, false},
+    {46, 0, 0, 0, 0, h_list_partition_reassignments, NULL, false},
+    {47, 0, 0, 0, 0, h_offset_delete, NULL, false},
+    {50, 0, 0, 0, 0, h_describe_user_scram_credentials, NULL, true},
+    {51, 0, 0, 0, 0, h_alter_user_scram_credentials, NULL, false},
+    {60, 0, 2, 0, 0, h_describe_cluster, NULL, false},
+    {34, 1, 2, 0, 1, h_alter_replica_log_dirs, NULL, false},
+    {43, 0, 2, 0, 0, h_elect_leaders, NULL, false},
+    {55, 0, 2, 0, 0, h_describe_quorum, NULL, false},
+    {61, 0, 0, 0, 0, h_describe_producers, NULL, false},
+    {65, 0, 0, 0, 0, h_describe_transactions, NULL, false},
+    {66, 0, 1, 0, 0, h_list_transactions, NULL, false},
+    {68, 0, 1, 0, 0, h_consumer_group_heartbeat, NULL, false},
+    {69, 0, 1, 0, 0, h_consumer_group_describe, NULL, true},
+    {75, 0, 0, 0, 0, h_describe_topic_partitions, NULL, true},
     /* Skiff's node-to-node RPCs (proto/rpc): served, never advertised. */
-    {KR_HANDOFF_READY, 0, 0, 0, 0, h_handoff_ready, NULL},
-    {KR_CONFIRM, 0, 0, 0, 0, h_confirm, NULL},
-    {KR_FOLLOW, 0, 0, 0, 0, h_follow, NULL},
-    {KR_NODE_STATUS, 0, 0, 0, 0, h_node_status, NULL},
-    {KR_TXN_MARKERS, 0, 0, 0, 0, h_txn_markers, NULL},
+    {KR_HANDOFF_READY, 0, 0, 0, 0, h_handoff_ready, NULL, false},
+    {KR_CONFIRM, 0, 0, 0, 0, h_confirm, NULL, false},
+    {KR_FOLLOW, 0, 0, 0, 0, h_follow, NULL, false},
+    {KR_NODE_STATUS, 0, 0, 0, 0, h_node_status, NULL, false},
+    {KR_TXN_MARKERS, 0, 0, 0, 0, h_txn_markers, NULL, false},
 };
 #define NTABLE ((int)(sizeof table / sizeof table[0]))
 
@@ -494,6 +507,16 @@ void sk_dispatch(sk_req *r)
                 r->conn->peer, e->api->name, ver, sk_err_name(rc), rd.err_at, r->frame_len);
         r->state = SK_REQ_CLOSE;
         sk_req_finish(r);
+        return;
+    }
+    sk_node *n = r->node;
+    if (e->shows_state && n->wal && n->shown_end > wal_durable_lsn(n->wal)) {
+        if (wal_failed(n->wal)) { /* it will not get there */
+            sk_req_close(r, "the WAL failed: what the request reads is not known durable");
+            return;
+        }
+        r->pending++;
+        sk_node_wait_durable(n, n->shown_end, shown_durable, r);
         return;
     }
     e->handler(r);

@@ -24,6 +24,10 @@ struct sk_api_entry {
     int16_t impl_min; /* lowest version actually served */
     sk_handler handler;
     const kc_api *api;
+    /* Shows state that an append changes in memory at once (metadata,
+     * groups): runs once the WAL is durable up to the last such change
+     * (sk_node_shown), so that a crash cannot take back what it showed. */
+    bool shows_state;
 };
 
 /* Decodes r's header and body and runs the handler; on bad input logs and

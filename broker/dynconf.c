@@ -152,7 +152,10 @@ int sk_dynconf_commit(sk_node *n, int count, const char *const *names, const siz
             rc = SK_ERR_NOMEM;
         } else {
             struct iovec iov = {b.data, b.len};
-            rc = sk_node_append(n, SK_WAL_META, &iov, 1, fn, arg, NULL);
+            wal_lsn end = 0;
+            rc = sk_node_append(n, SK_WAL_META, &iov, 1, fn, arg, &end);
+            if (rc == 0)
+                sk_node_shown(n, end);
         }
         sk_buf_free(&b);
     }

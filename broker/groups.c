@@ -117,11 +117,6 @@ struct sk_groups {
     sk_map *states; /* group id -> gstate */
     struct event *tick_ev;
     struct event *expire_ev;
-    /* Where the last offsets record appended (commit, deletion, expiry)
-     * ends. It is in memory at once, durable later: OffsetFetch answers
-     * only once the WAL is durable up to here, so that no offset it shows
-     * can be lost by a crash (Kafka shows a commit once it is written). */
-    wal_lsn written_end;
 };
 
 /* A group request refused: GROUP_AUTHORIZATION_FAILED when the client may
@@ -289,8 +284,7 @@ int sk_groups_append(sk_groups *gs, const sk_buf *body, sk_durable_fn fn, void *
     sk_buf_free(&b);
     if (rc != 0)
         return rc;
-    if (end > gs->written_end)
-        gs->written_end = end;
+    sk_node_shown(gs->n, end);
     if (apply_body(gs, body->data, body->len) != 0)
         SK_WARN("groups", "a group record appended but not applied in memory");
     return 0;
@@ -485,8 +479,11 @@ int sk_groups_write_cgroup(sk_groups *gs, const char *id, const sk_cg_group *g, 
     struct iovec iov = {b.data, b.len};
     if (rc == 0 && r)
         r->pending++;
+    wal_lsn end = 0;
     if (rc == 0)
-        rc = sk_node_append(gs->n, SK_WAL_META, &iov, 1, cgroup_written, r, NULL);
+        rc = sk_node_append(gs->n, SK_WAL_META, &iov, 1, cgroup_written, r, &end);
+    if (rc == 0)
+        sk_node_shown(gs->n, end);
     if (rc != 0 && r && !sk_buf_failed(&b) && !sk_buf_failed(&body))
         r->pending--;
     sk_buf_free(&b);
@@ -1494,7 +1491,7 @@ static bool unstable(sk_req *r, kc_str group, kc_str topic, int32_t part)
                                   (size_t)topic.len, part);
 }
 
-static void offset_fetch_answer(sk_req *r)
+void h_offset_fetch(sk_req *r)
 {
     kp_OffsetFetchRequest *req = r->body;
     kp_OffsetFetchResponse *resp = r->resp;
@@ -1622,29 +1619,6 @@ static void offset_fetch_answer(sk_req *r)
     resp->groups.n = ng;
     resp->groups.v = gr;
     sk_req_respond(r);
-}
-
-static void offset_fetch_durable(void *arg, int err)
-{
-    sk_req *r = arg;
-    r->pending--;
-    if (err)
-        sk_req_close(r, "the WAL failed or closes: offsets not known durable");
-    else
-        offset_fetch_answer(r);
-}
-
-/* The offsets shown are durable: with a group record appended and not yet
- * durable, the answer waits for the WAL (one group commit at most). */
-void h_offset_fetch(sk_req *r)
-{
-    sk_groups *gs = r->node->groups;
-    if (r->node->wal && gs->written_end > wal_durable_lsn(r->node->wal)) {
-        r->pending++;
-        sk_node_wait_durable(r->node, gs->written_end, offset_fetch_durable, r);
-        return;
-    }
-    offset_fetch_answer(r);
 }
 
 /* Does any member's subscription name this topic? Unreadable metadata

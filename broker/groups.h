@@ -71,8 +71,8 @@ void sk_groups_destroy(sk_groups *gs);
 /* Applies a record body (start-up loading and snapshots). */
 int sk_groups_load(sk_groups *gs, const uint8_t *body, size_t len);
 /* Appends a group record body (sk_grec_*) to the WAL, fn once durable, and
- * applies it in memory at once (a later snapshot holds it). OffsetFetch
- * answers only once every such record is durable. */
+ * applies it in memory at once (a later snapshot holds it); reads wait for
+ * it (sk_node_shown). */
 int sk_groups_append(sk_groups *gs, const sk_buf *body, void (*fn)(void *arg, int err),
                      void *arg)
     __attribute__((warn_unused_result));

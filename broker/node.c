@@ -153,6 +153,12 @@ void sk_node_wait_durable(sk_node *n, wal_lsn end, sk_durable_fn fn, void *arg)
     sk_vlog_wait_durable(n->log, end, fn, arg);
 }
 
+void sk_node_shown(sk_node *n, wal_lsn end)
+{
+    if (end > n->shown_end)
+        n->shown_end = end;
+}
+
 static void own_durable(void *arg)
 {
     sk_node *n = arg;

@@ -55,6 +55,9 @@ int sk_node_append_data(sk_node *n, sk_part *p, const uint8_t *batch, uint32_t l
                         sk_durable_fn fn, void *arg, wal_lsn *lsn, wal_lsn *lsn_end);
 /* Runs fn once the WAL is durable up to `end` (at once if it already is). */
 void sk_node_wait_durable(sk_node *n, wal_lsn end, sk_durable_fn fn, void *arg);
+/* A record appended up to `end` changed what reads show at once (metadata,
+ * groups): the reads marked in the dispatch table wait for it (shown_end). */
+void sk_node_shown(sk_node *n, wal_lsn end);
 
 /* True while the WAL holds more than wal.max.retained.bytes (uploads to the
  * object store are behind): produce is refused with a retriable error. */

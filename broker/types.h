@@ -263,6 +263,12 @@ struct sk_node {
     size_t cache_bytes;
     wal_lsn store_applied; /* the SQLite view covers the own WAL below this */
     wal_lsn adopt_hi;      /* cluster: the highest adopt_end of any partition */
+    /* Where the last record ends that changed what reads show at once
+     * (metadata, groups' offsets and states): such a change is in memory
+     * when appended, durable later, and the reads marked so in the dispatch
+     * table answer only once the WAL is durable up to here, so that nothing
+     * they show can be taken back by a crash. */
+    wal_lsn shown_end;
 
     bool retention_running;
     bool retention_again;
