@@ -267,7 +267,9 @@ int sk_groups_load(sk_groups *gs, const uint8_t *body, size_t len)
     return apply_body(gs, body, len);
 }
 
-int sk_groups_append(sk_groups *gs, const sk_buf *body, sk_durable_fn fn, void *arg)
+/* Appends a group record body as a WAL metadata record; the reads that
+ * show groups wait for it (sk_node_shown). */
+static int append_record(sk_groups *gs, const sk_buf *body, sk_durable_fn fn, void *arg)
 {
     if (sk_buf_failed(body))
         return SK_ERR_NOMEM;
@@ -282,9 +284,16 @@ int sk_groups_append(sk_groups *gs, const sk_buf *body, sk_durable_fn fn, void *
     wal_lsn end = 0;
     int rc = sk_node_append(gs->n, SK_WAL_META, &iov, 1, fn, arg, &end);
     sk_buf_free(&b);
+    if (rc == 0)
+        sk_node_shown(gs->n, end);
+    return rc;
+}
+
+int sk_groups_append(sk_groups *gs, const sk_buf *body, sk_durable_fn fn, void *arg)
+{
+    int rc = append_record(gs, body, fn, arg);
     if (rc != 0)
         return rc;
-    sk_node_shown(gs->n, end);
     if (apply_body(gs, body->data, body->len) != 0)
         SK_WARN("groups", "a group record appended but not applied in memory");
     return 0;
@@ -470,23 +479,14 @@ static void cgroup_written(void *arg, int err)
  * r->pending counts the append until it is durable. */
 int sk_groups_write_cgroup(sk_groups *gs, const char *id, const sk_cg_group *g, sk_req *r)
 {
-    sk_buf body, b;
+    sk_buf body;
     sk_buf_init(&body, 0);
     cgroup_body(&body, id, g);
-    sk_buf_init(&b, 0);
-    sk_meta_group(&b, body.data, body.len);
-    int rc = sk_buf_failed(&b) || sk_buf_failed(&body) ? SK_ERR_NOMEM : 0;
-    struct iovec iov = {b.data, b.len};
-    if (rc == 0 && r)
+    if (r)
         r->pending++;
-    wal_lsn end = 0;
-    if (rc == 0)
-        rc = sk_node_append(gs->n, SK_WAL_META, &iov, 1, cgroup_written, r, &end);
-    if (rc == 0)
-        sk_node_shown(gs->n, end);
-    if (rc != 0 && r && !sk_buf_failed(&b) && !sk_buf_failed(&body))
+    int rc = append_record(gs, &body, cgroup_written, r);
+    if (rc != 0 && r)
         r->pending--;
-    sk_buf_free(&b);
     sk_buf_free(&body);
     return rc;
 }

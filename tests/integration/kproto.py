@@ -23,6 +23,7 @@ default, fields (for struct arrays).
 
 import socket
 import struct
+import threading
 import time
 import zlib
 
@@ -1053,6 +1054,22 @@ def fetch(c, topic, partition, offset, version=11, timeout=None, **kw):
     """Fetches one partition; returns (top-level response, partition dict)."""
     resp = c.request(1, version, fetch_body(topic, partition, offset, **kw), timeout=timeout)
     return resp, resp["Responses"][0]["Partitions"][0]
+
+
+def produce_later(bootstrap, topic, partition, value, delay):
+    """Produces one record `value` from a connection of its own, `delay` seconds from
+    now, in a thread (asserting success). Returns the started thread; its
+    produced_at is the time it sent the request."""
+    def run():
+        time.sleep(delay)
+        with Conn(bootstrap) as c2:
+            th.produced_at = time.time()
+            assert produce(c2, topic, partition, batch([value]))["ErrorCode"] == NONE
+
+    th = threading.Thread(target=run)
+    th.produced_at = None
+    th.start()
+    return th
 
 
 def list_offsets(c, topic, partition, timestamp, version=7, isolation=0):

@@ -1,6 +1,5 @@
 """Fetch, ListOffsets and OffsetForLeaderEpoch at the protocol level."""
 
-import threading
 import time
 
 import pytest
@@ -30,16 +29,7 @@ def produce_ts_batches(c, topic, n_batches=5, per_batch=3):
 def test_long_poll_wakes_on_produce(broker, conn_topic):
     c, topic = conn_topic
     k.produce(c, topic, 0, k.batch([b"first"]))
-    produced_at = []
-
-    def later():
-        time.sleep(1.0)
-        with k.Conn(broker.bootstrap) as c2:
-            produced_at.append(time.time())
-            assert k.produce(c2, topic, 0, k.batch([b"late"]))["ErrorCode"] == k.NONE
-
-    t = threading.Thread(target=later)
-    t.start()
+    t = k.produce_later(broker.bootstrap, topic, 0, b"late", 1.0)
     t0 = time.time()
     _, p = k.fetch(c, topic, 0, 1, max_wait=5000, min_bytes=1)
     done = time.time()
@@ -48,7 +38,7 @@ def test_long_poll_wakes_on_produce(broker, conn_topic):
     assert [v for b in k.parse_batches(p["Records"]) for _, v in b.offsets_values()] \
         == [b"late"]
     assert done - t0 >= 0.8, "returned before anything was produced"
-    assert done - produced_at[0] < 1.0, "took %.2fs after the produce" % (done - produced_at[0])
+    assert done - t.produced_at < 1.0, "took %.2fs after the produce" % (done - t.produced_at)
 
 
 def test_long_poll_woken_with_too_little_still_times_out(broker, conn_topic):
@@ -56,14 +46,7 @@ def test_long_poll_woken_with_too_little_still_times_out(broker, conn_topic):
     counted from the request, still ends it with what there is."""
     c, topic = conn_topic
     k.produce(c, topic, 0, k.batch([b"x"]))
-
-    def later():
-        time.sleep(0.3)
-        with k.Conn(broker.bootstrap) as c2:
-            assert k.produce(c2, topic, 0, k.batch([b"small"]))["ErrorCode"] == k.NONE
-
-    t = threading.Thread(target=later)
-    t.start()
+    t = k.produce_later(broker.bootstrap, topic, 0, b"small", 0.3)
     t0 = time.time()
     _, p = k.fetch(c, topic, 0, 1, max_wait=1500, min_bytes=1 << 20, timeout=10)
     took = time.time() - t0
@@ -105,14 +88,7 @@ def test_min_bytes_satisfied_returns_at_once(conn_topic):
 def test_long_poll_other_partition_does_not_wake(broker, conn_topic):
     """A produce to partition 1 does not answer a fetch waiting on partition 0 early."""
     c, topic = conn_topic
-
-    def later():
-        time.sleep(0.3)
-        with k.Conn(broker.bootstrap) as c2:
-            k.produce(c2, topic, 1, k.batch([b"elsewhere"]))
-
-    t = threading.Thread(target=later)
-    t.start()
+    t = k.produce_later(broker.bootstrap, topic, 1, b"elsewhere", 0.3)
     t0 = time.time()
     _, p = k.fetch(c, topic, 0, 0, max_wait=1500, min_bytes=1)
     t.join()

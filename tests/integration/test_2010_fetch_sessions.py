@@ -5,7 +5,6 @@ Every test passes against Apache Kafka 4.3.1 with the same assertions
 starts: with a small max.incremental.fetch.session.cache.slots, or restarted.
 """
 
-import threading
 import time
 
 import pytest
@@ -106,13 +105,7 @@ def test_incremental_long_poll_answers_the_partition_that_moved(broker, topic3):
     c, t = topic3
     sid, _ = new_session(c, t, (1, 2, 3))
 
-    def later():
-        time.sleep(1.0)
-        with k.Conn(broker.bootstrap) as c2:
-            assert k.produce(c2, t, 2, k.batch([b"late"]))["ErrorCode"] == k.NONE
-
-    th = threading.Thread(target=later)
-    th.start()
+    th = k.produce_later(broker.bootstrap, t, 2, b"late", 1.0)
     t0 = time.time()
     resp, parts = fetch(c, sid, 1, max_wait=8000, min_bytes=1)
     took = time.time() - t0

@@ -8,9 +8,11 @@ tools/ganesha.sh (and stops it after). Each test gets its own WAL directory on
 the export. The other test_300x modules import the helpers from here.
 """
 
+import contextlib
 import os
 import random
 import shutil
+import signal
 import subprocess
 import time
 import uuid
@@ -66,6 +68,22 @@ class NfsServer:
         assert self.dir, "the shared server of tests/run.sh is not stopped by tests"
         args = [GANESHA, "stop", self.dir] + (["-9"] if kill else [])
         subprocess.run(args, check=True, timeout=60)
+
+    @contextlib.contextmanager
+    def stopped(self):
+        """The server stopped (SIGSTOP) for the with block: what is sent to it waits
+        unread in its sockets. It goes on (SIGCONT) after, unless halted meanwhile."""
+        assert self.dir, "the shared server of tests/run.sh is not stopped by tests"
+        with open(os.path.join(self.dir, "ganesha.pid")) as f:
+            pid = int(f.read().strip())
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:  # halted meanwhile
+                pass
 
     def resume(self):
         """Starts a halted server again on the same ports and export."""

@@ -11,8 +11,6 @@ skiffd and the server are SIGKILLed with a change held: after the restarts the
 state is the last durable one, which is the last one any read showed.
 """
 
-import os
-import signal
 import time
 import uuid
 
@@ -24,24 +22,6 @@ from test_3001_nfs_wal import nfs_broker
 from test_3002_nfs_server_restart import own_nfs  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.restarts
-
-
-class Stopped:
-    """The NFS server stopped (SIGSTOP) for the with block."""
-
-    def __init__(self, srv):
-        with open(os.path.join(srv.dir, "ganesha.pid")) as f:
-            self.pid = int(f.read().strip())
-
-    def __enter__(self):
-        os.kill(self.pid, signal.SIGSTOP)
-        return self
-
-    def __exit__(self, *a):
-        try:
-            os.kill(self.pid, signal.SIGCONT)
-        except ProcessLookupError:  # killed meanwhile
-            pass
 
 
 def offset(c, group, topic):
@@ -64,7 +44,7 @@ def held(own_nfs, b, change, read, crash):
     the crash, when both servers went down before the server read the WRITE."""
     ca, cb = kg.connect(b.bootstrap), kg.connect(b.bootstrap)
     try:
-        with Stopped(own_nfs):
+        with own_nfs.stopped():
             ch = kg.Background(change, ca)
             time.sleep(0.3)
             rd = kg.Background(read, cb)
